@@ -1,0 +1,39 @@
+// braid: train GPT-2 models across many processes.
+#include <cstdio>
+#include <exception>
+
+#include "braid/commands.h"
+#include "braid/core/error.h"
+#ifdef BRAID_WITH_MPI
+#include <mpi.h>
+#endif
+
+namespace braid::cli {
+bool g_abort_job_on_error = false;
+}
+
+int main(int argc, char** argv) {
+  CLI::App app{"braid: trains GPT-2 language models across many processes"};
+  app.require_subcommand(1);
+  braid::cli::add_prepare_data(app);
+  braid::cli::add_train(app);
+  braid::cli::add_bench_comm(app);
+  braid::cli::add_bench_step(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "braid: error: %s\n", e.what());
+    std::fflush(stderr);
+#ifdef BRAID_WITH_MPI
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (braid::cli::g_abort_job_on_error && init && !fin) MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,103 @@
+// The Communicator interface: point-to-point transport plus collectives written
+// once over it (algorithms/), with the transport's own collectives selectable as
+// Algorithm::native for comparison. Backends: local (ranks as threads in one
+// process, for tests) and mpi (one process per rank).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "braid/core/dtype.h"
+
+namespace braid::comm {
+
+enum class ReduceOp : uint8_t { sum, avg, max, min };
+
+/// Which implementation runs a collective: ours over send/recv (ring for
+/// all-reduce / all-gather / reduce-scatter, pairwise for all-to-all, binomial
+/// tree for broadcast), or the transport's own (MPI_Allreduce, ...). The local
+/// backend has no native collectives and runs ours for both.
+enum class Algorithm : uint8_t { ring, native };
+
+const char* reduce_op_name(ReduceOp op);
+ReduceOp parse_reduce_op(const std::string& s);        // throws ConfigError
+Algorithm parse_algorithm(const std::string& s);       // "ring" | "native"; throws ConfigError
+
+/// Handle of an asynchronous operation. wait() blocks until done and rethrows
+/// any error the operation raised; test() polls. Waiting twice is allowed.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+/// A group of ranks. All counts are in elements of `dtype` unless named *_bytes.
+/// Buffers may alias (in-place) where noted. Collectives must be called by every
+/// rank of the group in the same order. Reductions in bf16/f16 accumulate in f32.
+/// Every collective returns bitwise-identical results on all ranks.
+/// Errors: throws braid::Error on transport failure or when the job is aborted
+/// because another rank failed (so no rank hangs).
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "local" or "mpi".
+  virtual std::string backend() const = 0;
+
+  // ---- point-to-point (raw bytes) ----
+  virtual void send(const void* buf, size_t bytes, int peer, int tag) = 0;
+  virtual void recv(void* buf, size_t bytes, int peer, int tag) = 0;
+  virtual WorkPtr isend(const void* buf, size_t bytes, int peer, int tag) = 0;
+  virtual WorkPtr irecv(void* buf, size_t bytes, int peer, int tag) = 0;
+  /// Simultaneous send to dst and receive from src (deadlock-free in a ring).
+  virtual void sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes,
+                        int src, int tag) = 0;
+
+  /// New communicator of the ranks with the same color, ordered by (key, rank).
+  /// Collective over this communicator.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // ---- collectives (blocking) ----
+  /// recv[i] = op over ranks of send[i], i < count. send == recv is in-place.
+  virtual void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                          Algorithm algo = Algorithm::ring) = 0;
+  /// recv (size*count) = concat over ranks of send (count). send may equal
+  /// recv + rank*count (in-place).
+  virtual void all_gather(const void* send, void* recv, size_t count, DType dtype,
+                          Algorithm algo = Algorithm::ring) = 0;
+  /// send holds size*count elements; rank r receives block r of the reduction
+  /// (count elements). recv may equal send + rank*count (in-place).
+  virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                              Algorithm algo = Algorithm::ring) = 0;
+  /// send holds size blocks of count; block j goes to rank j; recv block i came
+  /// from rank i. Out-of-place only.
+  virtual void all_to_all(const void* send, void* recv, size_t count, DType dtype,
+                          Algorithm algo = Algorithm::ring) = 0;
+  /// buf on root is copied to buf on every rank.
+  virtual void broadcast(void* buf, size_t count, DType dtype, int root,
+                         Algorithm algo = Algorithm::ring) = 0;
+  virtual void barrier() = 0;
+
+  // ---- collectives (asynchronous) ----
+  /// Queued on this communicator's progress thread and run in FIFO order; the
+  /// buffers must stay valid and untouched until wait() returns.
+  virtual WorkPtr all_reduce_async(const void* send, void* recv, size_t count, DType dtype,
+                                   ReduceOp op, Algorithm algo = Algorithm::ring) = 0;
+  virtual WorkPtr all_gather_async(const void* send, void* recv, size_t count, DType dtype,
+                                   Algorithm algo = Algorithm::ring) = 0;
+  virtual WorkPtr reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
+                                       ReduceOp op, Algorithm algo = Algorithm::ring) = 0;
+
+  /// Bytes this rank has sent through this communicator (payload only), for
+  /// traffic accounting.
+  virtual uint64_t bytes_sent() const = 0;
+  virtual uint64_t bytes_received() const = 0;
+};
+
+}  // namespace braid::comm

@@ -1,0 +1,80 @@
+// Element types and conversions. bf16 and f16 are stored as uint16_t bit patterns;
+// arithmetic happens in f32 (round-to-nearest-even on the way down).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "braid/core/error.h"
+
+namespace braid {
+
+enum class DType : uint8_t { f32, bf16, f16 };
+
+inline size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+
+inline const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+  }
+  return "?";
+}
+
+inline DType parse_dtype(const std::string& s) {
+  if (s == "f32" || s == "fp32" || s == "float32") return DType::f32;
+  if (s == "bf16" || s == "bfloat16") return DType::bf16;
+  if (s == "f16" || s == "fp16" || s == "float16") return DType::f16;
+  throw ConfigError("unknown dtype '" + s + "'; use f32, bf16 or f16");
+}
+
+/// f32 -> bf16 with round-to-nearest-even; NaN stays NaN.
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+/// IEEE binary16 conversions (F16C instructions where the compiler has them).
+inline uint16_t f32_to_f16(float f) {
+  _Float16 h = static_cast<_Float16>(f);
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+
+inline float f16_to_f32(uint16_t u) {
+  _Float16 h;
+  std::memcpy(&h, &u, 2);
+  return static_cast<float>(h);
+}
+
+inline float load_as_f32(const void* p, size_t i, DType t) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  }
+  return 0.f;
+}
+
+inline void store_from_f32(void* p, size_t i, DType t, float v) {
+  switch (t) {
+    case DType::f32: static_cast<float*>(p)[i] = v; break;
+    case DType::bf16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(v); break;
+    case DType::f16: static_cast<uint16_t*>(p)[i] = f32_to_f16(v); break;
+  }
+}
+
+}  // namespace braid
