@@ -1,0 +1,5 @@
+// Placeholder until the sub-command lands; replaced by its owner.
+#include "braid/commands.h"
+namespace braid::cli {
+void add_prepare_data(CLI::App& app) { (void)app; }
+}  // namespace braid::cli

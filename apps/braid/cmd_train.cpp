@@ -1,0 +1,5 @@
+// Placeholder until the sub-command lands; replaced by its owner.
+#include "braid/commands.h"
+namespace braid::cli {
+void add_train(CLI::App& app) { (void)app; }
+}  // namespace braid::cli
