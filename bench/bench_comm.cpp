@@ -1,5 +1,220 @@
-// Placeholder until the sub-command lands; replaced by its owner.
+// `braid bench-comm`: collective bandwidth sweep in the style of nccl-tests. For each
+// collective and message size it times our algorithms (ring / pairwise / tree over
+// point-to-point) and the transport's own (MPI_Allreduce, ...) side by side and prints
+// algbw and busbw (GB/s = 1e9 B/s).
+//
+// Definitions (nccl-tests doc/PERFORMANCE.md): size S bytes is the per-rank buffer of
+// the collective (all-reduce: the buffer; all-gather: the gathered output; reduce-
+// scatter: the input; all-to-all: the send buffer; broadcast: the buffer); time t is the
+// median over iterations of the slowest rank; algbw = S / t; busbw = algbw * factor with
+// factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all,
+// and 1 for broadcast.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "braid/comm/backends/local.h"
+#include "braid/comm/communicator.h"
 #include "braid/commands.h"
+#include "braid/core/error.h"
+#include "braid/core/memory.h"
+#ifdef BRAID_WITH_MPI
+#include "braid/comm/backends/mpi.h"
+#endif
+
 namespace braid::cli {
-void add_bench_comm(CLI::App& app) { (void)app; }
+namespace {
+
+using comm::Algorithm;
+using comm::Communicator;
+
+struct BenchCommArgs {
+  size_t min_bytes = 4096;
+  size_t max_bytes = size_t{64} << 20;
+  size_t factor = 4;
+  int iters = 20;
+  int warmup = 5;
+  std::string ops = "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast";
+  std::string algos = "ring,native";
+  std::string dtype = "f32";
+  std::string json;
+  int local_ranks = 0;
+  int inject_failure_rank = -1;
+};
+
+const char* kOps[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"};
+
+double bus_factor(const std::string& op, int n) {
+  if (op == "all_reduce") return 2.0 * (n - 1) / n;
+  if (op == "broadcast") return 1.0;
+  return static_cast<double>(n - 1) / n;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+struct Timing {
+  double median_s = 0;
+  double algbw = 0, busbw = 0;  // GB/s
+};
+
+void run_bench(const BenchCommArgs& a, Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  const DType dt = parse_dtype(a.dtype);
+  const size_t esz = dtype_size(dt);
+  const auto ops = split_list(a.ops);
+  for (const auto& op : ops)
+    BRAID_CONFIG_CHECK(std::find(std::begin(kOps), std::end(kOps), op) != std::end(kOps),
+                       "--ops: unknown collective '", op,
+                       "'; use all_reduce, all_gather, reduce_scatter, all_to_all, broadcast");
+  std::vector<Algorithm> algos;
+  for (const auto& s : split_list(a.algos)) algos.push_back(comm::parse_algorithm(s));
+  BRAID_CONFIG_CHECK(!algos.empty(), "--algos is empty; use ring, native or ring,native");
+  BRAID_CONFIG_CHECK(a.min_bytes >= 1 && a.min_bytes <= a.max_bytes, "--min-bytes ", a.min_bytes,
+                     " must be in [1, --max-bytes=", a.max_bytes, "]");
+  BRAID_CONFIG_CHECK(a.factor >= 2, "--factor ", a.factor, " must be >= 2");
+  BRAID_CONFIG_CHECK(a.iters >= 1 && a.warmup >= 0, "--iters ", a.iters, " must be >= 1 and --warmup ",
+                     a.warmup, " >= 0");
+
+  // Buffers sized once for the largest message and touched before timing.
+  const size_t max_elems = a.max_bytes / esz + static_cast<size_t>(n);
+  Buffer sbuf(max_elems * esz, MemCategory::comm), rbuf(max_elems * esz, MemCategory::comm);
+  for (size_t i = 0; i < max_elems; ++i) store_from_f32(sbuf.data(), i, dt, 1.f);
+
+  if (r == 0) {
+    std::printf("# braid bench-comm: %d ranks (%s backend), dtype %s, %d iters (+%d warm-up), "
+                "median of the slowest rank; GB/s = 1e9 B/s\n",
+                n, c.backend().c_str(), dtype_name(dt), a.iters, a.warmup);
+    std::printf("%-15s %12s %11s", "collective", "bytes", "count");
+    for (Algorithm al : algos) {
+      const char* nm = al == Algorithm::ring ? "ours" : "native";
+      std::printf(" | %6s us %8s %8s", nm, "algbw", "busbw");
+    }
+    if (algos.size() == 2) std::printf(" | ours/native");
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+
+  nlohmann::json rows = nlohmann::json::array();
+  int rows_done = 0;
+  for (const auto& op : ops) {
+    for (size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= a.factor) {
+      // Elements per rank-block, so that the S-byte buffer divides evenly.
+      size_t count;
+      if (op == "all_reduce" || op == "broadcast")
+        count = std::max<size_t>(1, bytes / esz);
+      else
+        count = std::max<size_t>(1, bytes / (esz * n));
+      const size_t size_bytes = (op == "all_reduce" || op == "broadcast") ? count * esz : count * esz * n;
+
+      auto run_once = [&](Algorithm al) {
+        void* s = sbuf.data();
+        void* d = rbuf.data();
+        if (op == "all_reduce") c.all_reduce(s, d, count, dt, comm::ReduceOp::sum, al);
+        else if (op == "all_gather") c.all_gather(s, d, count, dt, al);
+        else if (op == "reduce_scatter") c.reduce_scatter(s, d, count, dt, comm::ReduceOp::sum, al);
+        else if (op == "all_to_all") c.all_to_all(s, d, count, dt, al);
+        else c.broadcast(d, count, dt, 0, al);
+      };
+
+      std::vector<Timing> res;
+      for (Algorithm al : algos) {
+        for (int i = 0; i < a.warmup; ++i) run_once(al);
+        std::vector<float> t(static_cast<size_t>(a.iters));
+        for (int i = 0; i < a.iters; ++i) {
+          c.barrier();
+          auto t0 = std::chrono::steady_clock::now();
+          run_once(al);
+          auto t1 = std::chrono::steady_clock::now();
+          t[i] = std::chrono::duration<float>(t1 - t0).count();
+        }
+        // Slowest rank per iteration, then the median over iterations.
+        c.all_reduce(t.data(), t.data(), t.size(), DType::f32, comm::ReduceOp::max, Algorithm::ring);
+        std::sort(t.begin(), t.end());
+        Timing tm;
+        tm.median_s = a.iters % 2 ? t[a.iters / 2] : 0.5 * (t[a.iters / 2 - 1] + t[a.iters / 2]);
+        tm.algbw = size_bytes / tm.median_s / 1e9;
+        tm.busbw = tm.algbw * bus_factor(op, n);
+        res.push_back(tm);
+      }
+      if (r == 0) {
+        std::printf("%-15s %12zu %11zu", op.c_str(), size_bytes, count);
+        nlohmann::json row = {{"collective", op}, {"bytes", size_bytes}, {"count", count},
+                              {"dtype", dtype_name(dt)}, {"ranks", n}, {"backend", c.backend()}};
+        for (size_t k = 0; k < algos.size(); ++k) {
+          std::printf(" | %9.1f %8.3f %8.3f", res[k].median_s * 1e6, res[k].algbw, res[k].busbw);
+          row[algos[k] == Algorithm::ring ? "ours" : "native"] = {
+              {"time_us", res[k].median_s * 1e6}, {"algbw_GBps", res[k].algbw}, {"busbw_GBps", res[k].busbw}};
+        }
+        if (algos.size() == 2) {
+          const double ratio = res[0].busbw / res[1].busbw;
+          std::printf(" | %10.2fx", algos[0] == Algorithm::ring ? ratio : 1.0 / ratio);
+          row["ours_over_native"] = algos[0] == Algorithm::ring ? ratio : 1.0 / ratio;
+        }
+        std::printf("\n");
+        std::fflush(stdout);
+        rows.push_back(row);
+      }
+      // Testing hook: fail one rank mid-sweep; the job must go down, not hang.
+      if (++rows_done == 1 && r == a.inject_failure_rank)
+        throw Error("injected failure on rank " + std::to_string(r));
+      if (bytes > a.max_bytes / a.factor) break;  // next step would overflow max
+    }
+  }
+  if (r == 0 && !a.json.empty()) {
+    std::ofstream f(a.json);
+    BRAID_CONFIG_CHECK(f.good(), "--json: cannot write '", a.json, "'");
+    f << rows.dump(2) << "\n";
+  }
+}
+
+}  // namespace
+
+void add_bench_comm(CLI::App& app) {
+  auto a = std::make_shared<BenchCommArgs>();
+  auto* c = app.add_subcommand(
+      "bench-comm",
+      "Collective bandwidth sweep (nccl-tests algbw/busbw), ours vs MPI's own; run under mpirun");
+  c->add_option("--min-bytes", a->min_bytes, "Smallest message, bytes")->capture_default_str();
+  c->add_option("--max-bytes", a->max_bytes, "Largest message, bytes")->capture_default_str();
+  c->add_option("--factor", a->factor, "Size step factor (2 or 4)")->capture_default_str();
+  c->add_option("--iters", a->iters, "Timed iterations per size")->capture_default_str();
+  c->add_option("--warmup", a->warmup, "Untimed iterations per size")->capture_default_str();
+  c->add_option("--ops", a->ops, "Comma-separated collectives")->capture_default_str();
+  c->add_option("--algos", a->algos, "Comma-separated: ring (ours), native (MPI)")->capture_default_str();
+  c->add_option("--dtype", a->dtype, "f32, bf16 or f16")->capture_default_str();
+  c->add_option("--json", a->json, "Write the rows to this JSON file");
+  c->add_option("--local", a->local_ranks, "Run N ranks as threads (local backend) instead of MPI");
+  c->add_option("--inject-failure-rank", a->inject_failure_rank,
+                "Testing: this rank throws after the first row")
+      ->group("");  // hidden
+  c->callback([a] {
+    if (a->local_ranks > 0) {
+      comm::run_local(a->local_ranks, [&](Communicator& w) { run_bench(*a, w); });
+      return;
+    }
+#ifdef BRAID_WITH_MPI
+    comm::MpiRuntime mpi;
+    auto world = mpi.world();
+    g_abort_job_on_error = world->size() > 1;
+    run_bench(*a, *world);
+#else
+    throw ConfigError("this braid was built without MPI; use --local N");
+#endif
+  });
+}
+
 }  // namespace braid::cli

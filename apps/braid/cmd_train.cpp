@@ -1,5 +1,154 @@
-// Placeholder until the sub-command lands; replaced by its owner.
+// `braid train`: the main job. Launch with `mpirun -np N braid train ...` (one
+// process per rank), as a single process, or with `--backend local --ranks N`
+// (ranks as threads in one process, used by tests).
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+
 #include "braid/commands.h"
+#include "braid/comm/backends/local.h"
+#include "braid/core/error.h"
+#include "braid/train/token_file.h"
+#include "braid/train/tokenizer.h"
+#include "braid/train/mfu.h"
+#include "braid/train/trainer.h"
+#ifdef BRAID_WITH_MPI
+#include "braid/comm/backends/mpi.h"
+#endif
+
 namespace braid::cli {
-void add_train(CLI::App& app) { (void)app; }
+
+namespace {
+
+struct TrainArgs {
+  train::TrainOptions opt;
+  std::string train_data = "data/brown_train.bin";
+  std::string val_data = "data/brown_val.bin";
+  std::string backend = "mpi";
+  int local_ranks = 1;
+  std::string algo = "ring";
+};
+
+void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<uint16_t>& train,
+              const std::vector<uint16_t>* val) {
+  try {
+    train::TrainOptions opt = a.opt;
+    const bool log = opt.verbose && world.rank() == 0;
+    opt.peak_flops_per_rank = train::measure_matmul_peak_flops(0.3);
+    train::Trainer trainer(opt, world, train, val);
+    if (log) {
+      const auto& c = trainer.model().config();
+      std::printf("braid train | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params) | ranks %d (dp=%d, %s) | "
+                  "batch %lld = %d x %lld x %lld accum | T=%lld | matmul peak %.1f GFLOP/s per rank\n",
+                  c.name.c_str(), (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd,
+                  (long long)c.vocab_size, (long long)c.padded_vocab_size,
+                  trainer.model().num_params() / 1e6, world.size(), world.size(), world.backend().c_str(),
+                  (long long)opt.global_batch, world.size(), (long long)opt.micro_batch,
+                  (long long)(opt.global_batch / (world.size() * opt.micro_batch)), (long long)opt.seq_len,
+                  opt.peak_flops_per_rank / 1e9);
+      std::fflush(stdout);
+    }
+    trainer.run();
+    if (log) {
+      std::printf("peak memory rank 0: %s\n", trainer.ledger().report().c_str());
+    }
+    if (opt.sample_tokens > 0 && world.rank() == 0) {
+      const auto tok = data::Gpt2Tokenizer::load(data::Gpt2Tokenizer::default_dir());
+      std::vector<int32_t> prompt = tok.encode(opt.sample_prompt);
+      if (prompt.empty()) prompt.push_back(tok.eot());
+      auto out = trainer.sample(prompt, opt.sample_tokens, opt.seed);
+      std::printf("\n--- sample (%lld tokens, temperature %.2f, top-k %lld) ---\n%s\n---\n",
+                  (long long)opt.sample_tokens, opt.sample_temperature, (long long)opt.sample_top_k,
+                  tok.decode(out).c_str());
+      std::fflush(stdout);
+    }
+    if (world.size() > 1) world.barrier();
+  } catch (const ConfigError&) {
+    throw;  // the same on every rank: no rank prefix
+  } catch (const std::exception& e) {
+    if (world.size() > 1) throw Error(detail::concat("rank ", world.rank(), ": ", e.what()));
+    throw;
+  }
+}
+
+std::vector<uint16_t> load_tokens(const std::string& path, const char* what) {
+  BRAID_CONFIG_CHECK(std::filesystem::exists(path), what, " data file '", path,
+                     "' not found; run `braid prepare-data` (or scripts/setup.sh) from the "
+                     "repository root, or pass --", what, "-data FILE");
+  return data::read_token_file(path).tokens;
+}
+
+}  // namespace
+
+void add_train(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  auto& o = a->opt;
+  CLI::App* c = app.add_subcommand("train", "Train a GPT-2 model (data-parallel over MPI ranks)");
+  c->add_option("--model", o.model, "Model config: tiny, small, gpt2")->capture_default_str();
+  c->add_option("--train-data", a->train_data, "Training token file (braid prepare-data)")->capture_default_str();
+  c->add_option("--val-data", a->val_data, "Validation token file ('' disables)")->capture_default_str();
+  c->add_option("--steps", o.steps, "Optimizer steps")->capture_default_str();
+  c->add_option("--batch", o.global_batch, "Global batch in sequences (over all DP ranks)")->capture_default_str();
+  c->add_option("--micro-batch", o.micro_batch, "Sequences per forward/backward on one rank")->capture_default_str();
+  c->add_option("--seq-len", o.seq_len, "Sequence length T")->capture_default_str();
+  c->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
+  c->add_option("--min-lr", o.min_lr, "Final learning rate of the cosine decay")->capture_default_str();
+  c->add_option("--warmup", o.warmup_steps, "Linear warm-up steps")->capture_default_str();
+  c->add_option("--weight-decay", o.weight_decay, "AdamW weight decay (matrices only)")->capture_default_str();
+  c->add_option("--beta1", o.beta1, "AdamW beta1")->capture_default_str();
+  c->add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
+  c->add_option("--grad-clip", o.grad_clip, "Clip the global gradient norm (0 disables)")->capture_default_str();
+  c->add_option("--seed", o.seed, "Seed for weights and data order")->capture_default_str();
+  c->add_option("--dp", o.dp, "Data-parallel degree (0: all ranks)")->capture_default_str();
+  c->add_option("--bucket-mb", o.bucket_mb, "DDP gradient bucket size in MiB")->capture_default_str();
+  c->add_flag("--no-overlap", [&o](int64_t) { o.overlap = false; }, "All-reduce after backward instead of during it");
+  c->add_option("--comm-algo", a->algo, "Collective implementation: ring (ours) or native (MPI's own)")->capture_default_str();
+  c->add_option("--val-every", o.val_every, "Validate every K steps (0 disables)")->capture_default_str();
+  c->add_option("--val-batches", o.val_batches, "Global batches per validation")->capture_default_str();
+  c->add_option("--save", o.save_path, "Write a checkpoint here at the end (atomic)");
+  c->add_option("--save-every", o.save_every, "Also checkpoint every K steps");
+  c->add_option("--resume", o.resume_path, "Resume from this checkpoint");
+  c->add_option("--metrics-out", o.metrics_out, "Write JSON lines: one per step and per validation");
+  c->add_flag("--check-replicas", o.check_replicas, "Compare parameter hashes across DP ranks every step");
+  c->add_option("--sample-tokens", o.sample_tokens, "Tokens to sample after training")->capture_default_str();
+  c->add_option("--prompt", o.sample_prompt, "Prompt for the sample")->capture_default_str();
+  c->add_option("--temperature", o.sample_temperature, "Sampling temperature")->capture_default_str();
+  c->add_option("--top-k", o.sample_top_k, "Sample from the k most likely tokens")->capture_default_str();
+  c->add_option("--backend", a->backend, "mpi (one process per rank) or local (ranks as threads)")->capture_default_str();
+  c->add_option("--ranks", a->local_ranks, "Ranks for --backend local")->capture_default_str();
+  c->add_option("--inject-failure", [a](const std::vector<std::string>& v) {
+        const auto& s = v.at(0);
+        const auto colon = s.find(':');
+        BRAID_CONFIG_CHECK(colon != std::string::npos, "--inject-failure wants RANK:STEP, got '", s, "'");
+        a->opt.inject_failure_rank = std::stoi(s.substr(0, colon));
+        a->opt.inject_failure_step = std::stoll(s.substr(colon + 1));
+        return true;
+      }, "Testing: throw on RANK at STEP (RANK:STEP)");
+  c->add_flag("--quiet", [&o](int64_t) { o.verbose = false; }, "Print nothing per step");
+
+  c->callback([a] {
+    a->opt.algo = comm::parse_algorithm(a->algo);
+    BRAID_CONFIG_CHECK(a->backend == "mpi" || a->backend == "local", "--backend '", a->backend,
+                       "' is not known; use mpi or local");
+    std::vector<uint16_t> train = load_tokens(a->train_data, "train");
+    std::vector<uint16_t> val;
+    if (!a->val_data.empty()) val = load_tokens(a->val_data, "val");
+    const std::vector<uint16_t>* valp = val.empty() ? nullptr : &val;
+    if (a->backend == "local") {
+      BRAID_CONFIG_CHECK(a->local_ranks >= 1, "--ranks ", a->local_ranks, " must be >= 1");
+      comm::run_local(a->local_ranks, [&](comm::Communicator& w) { run_rank(*a, w, train, valp); });
+      return;
+    }
+#ifdef BRAID_WITH_MPI
+    comm::MpiRuntime mpi;
+    auto world = mpi.world();
+    g_abort_job_on_error = world->size() > 1;
+    run_rank(*a, *world, train, valp);
+#else
+    throw ConfigError("this braid was built without MPI; use --backend local");
+#endif
+  });
+}
+
 }  // namespace braid::cli

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The main job: trains the `small` GPT-2 on the Brown corpus with 2 MPI ranks
+# (data parallel, ring all-reduce). Runs set-up and data preparation first when
+# needed. Extra arguments go to `braid train` (e.g. --steps 50).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+[ -x build/braid ] || bash scripts/setup.sh
+[ -f data/brown_train.bin ] && [ -f data/brown_val.bin ] || build/braid prepare-data
+NP="${NP:-2}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+if [ "$(id -u)" -eq 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+mkdir -p out
+exec mpirun --oversubscribe --bind-to none -np "$NP" build/braid train \
+  --model small --metrics-out out/metrics.jsonl --sample-tokens 80 --prompt "The jury said" "$@"

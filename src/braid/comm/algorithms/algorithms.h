@@ -1,0 +1,74 @@
+// Collective algorithms written once over Communicator point-to-point calls
+// (send / recv / isend / irecv / sendrecv), independent of the transport.
+// Each call must be made by every rank of `comm` with matching arguments.
+// All traffic uses tag kCollectiveTag.
+//
+// Sources: ring reduce-scatter + all-gather all-reduce (Patarasuk & Yuan 2009; gloo
+// allreduce_ring_chunked), binomial-tree broadcast and dissemination barrier
+// (Hensgen, Finkel & Manber 1988), pairwise-exchange all-to-all (Thakur et al. 2005).
+#pragma once
+#include <cstddef>
+#include <memory>
+
+#include "braid/comm/communicator.h"
+#include "braid/core/memory.h"
+
+namespace braid::comm::algo {
+
+/// Tag reserved for collective traffic; user point-to-point tags must be smaller.
+/// (MPI guarantees tags up to 32767.)
+constexpr int kCollectiveTag = 32000;
+
+struct RingOptions {
+  size_t chunk_bytes = size_t{1} << 20;  // pipelining unit of the rings, bytes
+  int depth = 4;                         // receives posted ahead of the one being reduced
+  size_t chain_broadcast_min_bytes = size_t{256} << 10;  // pipelined chain above this
+};
+
+/// Grow-only scratch memory owned by a communicator (pre-touched, huge pages advised
+/// for large blocks; category comm in `ledger` when one is given). Slot i is an
+/// independent buffer; its contents are not preserved when it grows.
+class Workspace {
+ public:
+  explicit Workspace(MemoryLedger* ledger = nullptr) : ledger_(ledger) {}
+  void* get(int slot, size_t bytes);
+
+ private:
+  MemoryLedger* ledger_;
+  Buffer bufs_[4];
+};
+
+/// recv[i] = op over ranks of send[i]; send == recv in place. Ring reduce-scatter then
+/// ring all-gather over count split into size() segments (uneven when count % size != 0),
+/// each cut into chunks of opts.chunk_bytes which are forwarded as soon as they are
+/// reduced, so reduction of one chunk overlaps the transfer of the next. The final
+/// value of segment j is computed on rank j only and then copied, so all ranks end
+/// bitwise identical. avg: f32 sum, divided by size() once on the final step.
+/// Traffic per rank: 2 (n-1)/n * count * elem bytes sent and received.
+void ring_all_reduce(Communicator& comm, Workspace& ws, const RingOptions& opts, const void* send,
+                     void* recv, size_t count, DType dtype, ReduceOp op);
+
+/// send: size()*count elements; recv: count elements = block rank() of the reduction.
+/// recv may equal send + rank*count. Other blocks of send are not modified.
+void ring_reduce_scatter(Communicator& comm, Workspace& ws, const RingOptions& opts,
+                         const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
+
+/// recv (size()*count) = concat of every rank's send (count); send may equal
+/// recv + rank*count.
+void ring_all_gather(Communicator& comm, const RingOptions& opts, const void* send, void* recv,
+                     size_t count, DType dtype);
+
+/// Pairwise exchange: in step s (1..n-1) rank r sends block (r+s)%n and receives block
+/// (r-s)%n. send/recv: size()*count elements, must not overlap.
+void pairwise_all_to_all(Communicator& comm, const void* send, void* recv, size_t count,
+                         DType dtype);
+
+/// Binomial tree below opts.chain_broadcast_min_bytes, pipelined chain (chunks of
+/// opts.chunk_bytes forwarded root -> root+1 -> ...) above.
+void broadcast(Communicator& comm, const RingOptions& opts, void* buf, size_t count, DType dtype,
+               int root);
+
+/// Dissemination barrier: ceil(log2 n) rounds of 1-byte sendrecv.
+void dissemination_barrier(Communicator& comm);
+
+}  // namespace braid::comm::algo

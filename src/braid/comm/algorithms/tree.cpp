@@ -1,0 +1,76 @@
+// Broadcast (binomial tree / pipelined chain), pairwise all-to-all and the
+// dissemination barrier, all over point-to-point calls.
+#include <cstring>
+#include <vector>
+
+#include "braid/comm/algorithms/algorithms.h"
+#include "braid/core/error.h"
+
+namespace braid::comm::algo {
+
+void broadcast(Communicator& comm, const RingOptions& opts, void* buf, size_t count, DType dtype,
+               int root) {
+  const int n = comm.size(), r = comm.rank();
+  BRAID_CHECK(root >= 0 && root < n, "broadcast root ", root, " outside group of ", n);
+  const size_t bytes = count * dtype_size(dtype);
+  if (n == 1 || bytes == 0) return;
+  const int vr = (r - root + n) % n;  // rank relative to root
+  auto* p = static_cast<std::byte*>(buf);
+  const int tag = kCollectiveTag;
+
+  if (bytes < opts.chain_broadcast_min_bytes) {
+    // Binomial tree: in round `mask` the ranks vr < mask (which hold the data) send to
+    // vr + mask; log2(n) rounds, the latency-optimal choice for small messages.
+    for (int mask = 1; mask < n; mask <<= 1) {
+      if (vr < mask) {
+        if (vr + mask < n) comm.send(p, bytes, (vr + mask + root) % n, tag);
+      } else if (vr < 2 * mask) {
+        comm.recv(p, bytes, (vr - mask + root) % n, tag);
+      }
+    }
+    return;
+  }
+  // Pipelined chain root -> root+1 -> ... : each chunk is forwarded as soon as it
+  // arrives, so time ~ (chunks + n - 2) chunk transfers: bandwidth-optimal for large.
+  const size_t C = std::max<size_t>(opts.chunk_bytes, 1);
+  const size_t nch = (bytes + C - 1) / C;
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const bool last = vr == n - 1;
+  std::vector<WorkPtr> sends, recvs;
+  if (vr == 0) {
+    for (size_t i = 0; i < nch; ++i)
+      sends.push_back(comm.isend(p + i * C, std::min(C, bytes - i * C), next, tag));
+  } else {
+    for (size_t i = 0; i < nch; ++i)
+      recvs.push_back(comm.irecv(p + i * C, std::min(C, bytes - i * C), prev, tag));
+    for (size_t i = 0; i < nch; ++i) {
+      recvs[i]->wait();
+      if (!last) sends.push_back(comm.isend(p + i * C, std::min(C, bytes - i * C), next, tag));
+    }
+  }
+  for (auto& w : sends) w->wait();
+}
+
+void pairwise_all_to_all(Communicator& comm, const void* send, void* recv, size_t count,
+                         DType dtype) {
+  const int n = comm.size(), r = comm.rank();
+  const size_t blk = count * dtype_size(dtype);
+  if (blk == 0) return;
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* out = static_cast<std::byte*>(recv);
+  BRAID_CHECK(in + n * blk <= out || out + n * blk <= in, "all_to_all buffers overlap");
+  std::memcpy(out + r * blk, in + r * blk, blk);
+  for (int s = 1; s < n; ++s) {
+    const int dst = (r + s) % n, src = (r - s + n) % n;
+    comm.sendrecv(in + dst * blk, blk, dst, out + src * blk, blk, src, kCollectiveTag);
+  }
+}
+
+void dissemination_barrier(Communicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  char s = 0, x = 0;
+  for (int k = 1; k < n; k <<= 1)
+    comm.sendrecv(&s, 1, (r + k) % n, &x, 1, (r - k + n) % n, kCollectiveTag);
+}
+
+}  // namespace braid::comm::algo

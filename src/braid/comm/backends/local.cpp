@@ -1,0 +1,276 @@
+#include "braid/comm/backends/local.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "braid/comm/comm_base.h"
+#include "braid/core/error.h"
+
+namespace braid::comm {
+namespace {
+
+// Abort state shared by a world and every group split from it.
+struct Job {
+  std::atomic<bool> aborted{false};
+  std::mutex mu;
+  std::string reason;                   // message peers throw
+  int first_rank = -1;                  // first rank whose fn threw
+  std::string first_what;
+
+  void abort(int rank, const std::string& what) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!aborted.load()) {
+      reason = "aborted: rank " + std::to_string(rank) + " failed: " + what;
+      aborted = true;
+    }
+  }
+  // Records a rank's failure. A failure caused by the abort itself ("aborted: ...")
+  // never replaces the original one.
+  void fail(int rank, const std::string& what) {
+    std::lock_guard<std::mutex> lk(mu);
+    const bool secondary = what.rfind("aborted: rank ", 0) == 0;
+    if (!aborted.load()) {
+      reason = "aborted: rank " + std::to_string(rank) + " failed: " + what;
+      aborted = true;
+    }
+    if (first_rank < 0 || (first_secondary && !secondary)) {
+      first_rank = rank;
+      first_what = what;
+      first_secondary = secondary;
+    }
+  }
+  bool first_secondary = false;
+  [[noreturn]] void throw_aborted() {
+    std::lock_guard<std::mutex> lk(mu);
+    throw Error(reason);
+  }
+};
+
+struct PostedRecv {
+  void* buf;
+  size_t bytes;
+  bool done = false;
+  std::string error;
+};
+
+struct Mailbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::pair<int, int>, std::deque<std::vector<std::byte>>> unexpected;
+  std::map<std::pair<int, int>, std::deque<std::shared_ptr<PostedRecv>>> posted;
+};
+
+struct World {
+  int size;
+  std::shared_ptr<Job> job;
+  std::vector<std::unique_ptr<Mailbox>> boxes;
+  // Groups being created by split(): (split sequence number, color) -> world.
+  std::mutex split_mu;
+  std::map<std::pair<uint64_t, int>, std::pair<std::shared_ptr<World>, int>> splits;
+
+  World(int n, std::shared_ptr<Job> j) : size(n), job(std::move(j)) {
+    for (int i = 0; i < n; ++i) boxes.push_back(std::make_unique<Mailbox>());
+  }
+};
+
+// Polling interval of blocked waits, so an abort is noticed even by waiters nobody
+// notifies (e.g. ranks of a sub-group).
+constexpr auto kAbortPoll = std::chrono::milliseconds(10);
+
+std::string size_mismatch(size_t sent, size_t expected, int src, int dst, int tag) {
+  return detail::concat("message size mismatch: rank ", src, " sent ", sent, " bytes to rank ",
+                        dst, " (tag ", tag, ") which expected ", expected);
+}
+
+class LocalRecvWork final : public Work {
+ public:
+  LocalRecvWork(std::shared_ptr<World> w, int me, std::shared_ptr<PostedRecv> pr)
+      : w_(std::move(w)), me_(me), pr_(std::move(pr)) {}
+  void wait() override {
+    Mailbox& mb = *w_->boxes[me_];
+    std::unique_lock<std::mutex> lk(mb.mu);
+    while (!pr_->done) {
+      if (w_->job->aborted.load()) {
+        lk.unlock();
+        w_->job->throw_aborted();
+      }
+      mb.cv.wait_for(lk, kAbortPoll);
+    }
+    if (!pr_->error.empty()) throw Error(pr_->error);
+  }
+  bool test() override {
+    Mailbox& mb = *w_->boxes[me_];
+    std::lock_guard<std::mutex> lk(mb.mu);
+    if (pr_->done && !pr_->error.empty()) throw Error(pr_->error);
+    if (!pr_->done && w_->job->aborted.load()) w_->job->throw_aborted();
+    return pr_->done;
+  }
+
+ private:
+  std::shared_ptr<World> w_;
+  int me_;
+  std::shared_ptr<PostedRecv> pr_;
+};
+
+class LocalComm final : public CommBase {
+ public:
+  LocalComm(std::shared_ptr<World> w, int rank) : w_(std::move(w)), rank_(rank) {}
+  ~LocalComm() override {
+    // A sub-group destroyed while its creator unwinds an exception: abort the job so a
+    // queued collective blocked on peers returns and the progress thread can be joined.
+    if (std::uncaught_exceptions() > 0 && progress_busy())
+      w_->job->abort(rank_, "exception raised while collectives were in flight");
+    stop_progress();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return w_->size; }
+  std::string backend() const override { return "local"; }
+
+  void send(const void* buf, size_t bytes, int peer, int tag) override {
+    check_peer(peer);
+    if (w_->job->aborted.load()) w_->job->throw_aborted();
+    Mailbox& mb = *w_->boxes[peer];
+    std::shared_ptr<PostedRecv> pr;
+    {
+      std::lock_guard<std::mutex> lk(mb.mu);
+      auto it = mb.posted.find({rank_, tag});
+      if (it != mb.posted.end() && !it->second.empty()) {
+        pr = it->second.front();
+        it->second.pop_front();
+      } else {
+        auto& q = mb.unexpected[{rank_, tag}];
+        q.emplace_back(bytes);
+        if (bytes) std::memcpy(q.back().data(), buf, bytes);
+      }
+    }
+    if (pr) {
+      // Copy into the waiting receive outside the lock (large copies must not block
+      // other senders to this rank).
+      if (pr->bytes == bytes) {
+        if (bytes) std::memcpy(pr->buf, buf, bytes);
+      }
+      std::lock_guard<std::mutex> lk(mb.mu);
+      if (pr->bytes != bytes) pr->error = size_mismatch(bytes, pr->bytes, rank_, peer, tag);
+      pr->done = true;
+    }
+    mb.cv.notify_all();
+    count_sent(bytes);
+  }
+
+  WorkPtr irecv(void* buf, size_t bytes, int peer, int tag) override {
+    check_peer(peer);
+    Mailbox& mb = *w_->boxes[rank_];
+    std::vector<std::byte> msg;
+    {
+      std::lock_guard<std::mutex> lk(mb.mu);
+      auto it = mb.unexpected.find({peer, tag});
+      if (it != mb.unexpected.end() && !it->second.empty()) {
+        msg = std::move(it->second.front());
+        it->second.pop_front();
+      } else {
+        auto pr = std::make_shared<PostedRecv>();
+        pr->buf = buf;
+        pr->bytes = bytes;
+        mb.posted[{peer, tag}].push_back(pr);
+        count_received(bytes);
+        return std::make_shared<LocalRecvWork>(w_, rank_, pr);
+      }
+    }
+    if (msg.size() != bytes) throw Error(size_mismatch(msg.size(), bytes, peer, rank_, tag));
+    if (bytes) std::memcpy(buf, msg.data(), bytes);
+    count_received(bytes);
+    return std::make_shared<DoneWork>();
+  }
+
+  void recv(void* buf, size_t bytes, int peer, int tag) override {
+    irecv(buf, bytes, peer, tag)->wait();
+  }
+  WorkPtr isend(const void* buf, size_t bytes, int peer, int tag) override {
+    send(buf, bytes, peer, tag);  // buffered: complete on return
+    return std::make_shared<DoneWork>();
+  }
+  void sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,
+                int tag) override {
+    auto w = irecv(rbuf, rbytes, src, tag);
+    send(sbuf, sbytes, dst, tag);
+    w->wait();
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    std::unique_ptr<Communicator> result;
+    run_exclusive([&] {
+      const int n = w_->size;
+      int mine[2] = {color, key};
+      std::vector<int> all(2 * static_cast<size_t>(n));
+      // Bytes only: f32 is used as a 4-byte carrier, no arithmetic happens.
+      algo::ring_all_gather(*this, ring_options(), mine, all.data(), 2, DType::f32);
+      const uint64_t seq = split_seq_++;
+      if (color < 0) return;  // like MPI_UNDEFINED: not a member of any group
+      std::vector<std::pair<int, int>> members;  // (key, rank)
+      for (int r = 0; r < n; ++r)
+        if (all[2 * r] == color) members.push_back({all[2 * r + 1], r});
+      std::sort(members.begin(), members.end());
+      int new_rank = 0;
+      for (size_t i = 0; i < members.size(); ++i)
+        if (members[i].second == rank_) new_rank = static_cast<int>(i);
+      std::shared_ptr<World> sub;
+      {
+        std::lock_guard<std::mutex> lk(w_->split_mu);
+        auto& entry = w_->splits[{seq, color}];
+        if (!entry.first) entry.first = std::make_shared<World>(static_cast<int>(members.size()), w_->job);
+        sub = entry.first;
+        if (++entry.second == static_cast<int>(members.size())) w_->splits.erase({seq, color});
+      }
+      result = std::make_unique<LocalComm>(sub, new_rank);
+    });
+    return result;
+  }
+
+ private:
+  void check_peer(int peer) const {
+    BRAID_CHECK(peer >= 0 && peer < w_->size, "peer ", peer, " outside group of ", w_->size);
+  }
+
+  std::shared_ptr<World> w_;
+  int rank_;
+  uint64_t split_seq_ = 0;
+};
+
+}  // namespace
+
+void run_local(int world_size, const std::function<void(Communicator&)>& fn) {
+  BRAID_CONFIG_CHECK(world_size >= 1, "run_local: world size ", world_size, " must be >= 1");
+  auto job = std::make_shared<Job>();
+  auto world = std::make_shared<World>(world_size, job);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world_size; ++r) {
+    threads.emplace_back([&, r] {
+      // The communicator outlives the try block, so the job is aborted before its
+      // destructor waits for its progress thread.
+      LocalComm comm(world, r);
+      try {
+        fn(comm);
+      } catch (const std::exception& e) {
+        job->fail(r, e.what());
+      } catch (...) {
+        job->fail(r, "unknown exception");
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (job->first_rank >= 0)
+    throw Error("rank " + std::to_string(job->first_rank) + ": " + job->first_what);
+}
+
+}  // namespace braid::comm

@@ -1,0 +1,19 @@
+// Local backend: every rank is a thread of this process. Messages go through per-
+// destination mailboxes keyed by (source, tag): a send copies straight into a posted
+// receive when one is waiting, else into a buffered message (so sends never block).
+// Used by tests and by `braid bench-comm --local N`.
+#pragma once
+#include <functional>
+
+#include "braid/comm/communicator.h"
+
+namespace braid::comm {
+
+/// Runs fn(comm) on world_size threads, one Communicator per rank, and joins them.
+/// If any rank throws, the world is aborted: every rank blocked in a receive / wait
+/// (or blocking later) throws braid::Error("aborted: rank R failed: <what>"). After all
+/// threads are joined the first failure is rethrown as braid::Error("rank R: <what>").
+/// Errors: ConfigError when world_size < 1.
+void run_local(int world_size, const std::function<void(Communicator&)>& fn);
+
+}  // namespace braid::comm

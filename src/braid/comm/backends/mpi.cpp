@@ -1,0 +1,329 @@
+#include "braid/comm/backends/mpi.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstring>
+#include <exception>
+#include <vector>
+
+#include "braid/comm/comm_base.h"
+#include "braid/comm/reduce.h"
+#include "braid/core/error.h"
+
+/// Throws braid::Error("file:line: <call> failed: <MPI error string>") unless the call
+/// returned MPI_SUCCESS.
+#define BRAID_MPI_CHECK(call)                                                              \
+  do {                                                                                     \
+    int braid_rc_ = (call);                                                                \
+    if (braid_rc_ != MPI_SUCCESS) {                                                        \
+      char braid_s_[MPI_MAX_ERROR_STRING];                                                 \
+      int braid_l_ = 0;                                                                    \
+      MPI_Error_string(braid_rc_, braid_s_, &braid_l_);                                    \
+      throw ::braid::Error(::braid::detail::concat(__FILE__, ":", __LINE__, ": ", #call,   \
+                                                   " failed: ", std::string(braid_s_, braid_l_))); \
+    }                                                                                      \
+  } while (0)
+
+namespace braid::comm {
+namespace {
+
+// Largest single MPI message; bigger payloads go as several messages of this size.
+constexpr size_t kMaxPiece = size_t{1} << 30;
+
+size_t n_pieces(size_t bytes) { return bytes == 0 ? 1 : (bytes + kMaxPiece - 1) / kMaxPiece; }
+int piece_len(size_t bytes, size_t i) {
+  return static_cast<int>(std::min(kMaxPiece, bytes - i * kMaxPiece));
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg: return MPI_SUM;
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::min: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+class MpiWork final : public Work {
+ public:
+  // expected[i] = bytes request i must receive, or -1 for a send.
+  MpiWork(std::vector<MPI_Request> reqs, std::vector<int> expected)
+      : reqs_(std::move(reqs)), expected_(std::move(expected)) {}
+  ~MpiWork() override {
+    // A handle dropped without wait(): complete it so MPI releases the request.
+    if (!done_ && !std::uncaught_exceptions()) {
+      try {
+        wait();
+      } catch (...) {
+      }
+    }
+  }
+  void wait() override {
+    if (done_) {
+      if (!err_.empty()) throw Error(err_);
+      return;
+    }
+    std::vector<MPI_Status> st(reqs_.size());
+    done_ = true;
+    int rc = MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), st.data());
+    finish(rc, st);
+  }
+  bool test() override {
+    if (done_) {
+      if (!err_.empty()) throw Error(err_);
+      return true;
+    }
+    std::vector<MPI_Status> st(reqs_.size());
+    int flag = 0;
+    int rc = MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, st.data());
+    if (rc == MPI_SUCCESS && !flag) return false;
+    done_ = true;
+    finish(rc, st);
+    return true;
+  }
+
+ private:
+  void finish(int rc, std::vector<MPI_Status>& st) {
+    if (rc != MPI_SUCCESS) {
+      char s[MPI_MAX_ERROR_STRING];
+      int l = 0;
+      MPI_Error_string(rc, s, &l);
+      err_ = detail::concat(__FILE__, ":", __LINE__, ": MPI_Waitall failed: ", std::string(s, l));
+      throw Error(err_);
+    }
+    for (size_t i = 0; i < expected_.size(); ++i) {
+      if (expected_[i] < 0) continue;
+      int got = 0;
+      MPI_Get_count(&st[i], MPI_BYTE, &got);
+      if (got != expected_[i]) {
+        err_ = detail::concat(__FILE__, ":", __LINE__, ": message size mismatch: expected ",
+                              expected_[i], " bytes from rank ", st[i].MPI_SOURCE, ", got ", got);
+        throw Error(err_);
+      }
+    }
+  }
+  std::vector<MPI_Request> reqs_;
+  std::vector<int> expected_;
+  bool done_ = false;
+  std::string err_;
+};
+
+class MpiComm final : public CommBase {
+ public:
+  explicit MpiComm(MPI_Comm comm) : comm_(comm) {
+    BRAID_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    BRAID_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    BRAID_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  }
+  ~MpiComm() override {
+    const bool unwinding = std::uncaught_exceptions() > 0;
+    // While a failing process unwinds, a queued collective may be blocked on peers
+    // that will never answer; leave it to MPI_Abort rather than hang here.
+    stop_progress(/*detach=*/unwinding && progress_busy());
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin && !unwinding) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+
+  void send(const void* buf, size_t bytes, int peer, int tag) override {
+    const auto* p = static_cast<const std::byte*>(buf);
+    for (size_t i = 0; i < n_pieces(bytes); ++i)
+      BRAID_MPI_CHECK(MPI_Send(p + i * kMaxPiece, piece_len(bytes, i), MPI_BYTE, peer, tag, comm_));
+    count_sent(bytes);
+  }
+  void recv(void* buf, size_t bytes, int peer, int tag) override {
+    auto* p = static_cast<std::byte*>(buf);
+    for (size_t i = 0; i < n_pieces(bytes); ++i) {
+      MPI_Status st;
+      BRAID_MPI_CHECK(MPI_Recv(p + i * kMaxPiece, piece_len(bytes, i), MPI_BYTE, peer, tag, comm_, &st));
+      int got = 0;
+      MPI_Get_count(&st, MPI_BYTE, &got);
+      BRAID_CHECK(got == piece_len(bytes, i), "message size mismatch: expected ", piece_len(bytes, i),
+                  " bytes from rank ", peer, ", got ", got);
+    }
+    count_received(bytes);
+  }
+  WorkPtr isend(const void* buf, size_t bytes, int peer, int tag) override {
+    std::vector<MPI_Request> reqs;
+    std::vector<int> exp;
+    post_send(buf, bytes, peer, tag, reqs, exp);
+    return std::make_shared<MpiWork>(std::move(reqs), std::move(exp));
+  }
+  WorkPtr irecv(void* buf, size_t bytes, int peer, int tag) override {
+    std::vector<MPI_Request> reqs;
+    std::vector<int> exp;
+    post_recv(buf, bytes, peer, tag, reqs, exp);
+    return std::make_shared<MpiWork>(std::move(reqs), std::move(exp));
+  }
+  void sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,
+                int tag) override {
+    if (sbytes <= kMaxPiece && rbytes <= kMaxPiece) {
+      MPI_Status st;
+      BRAID_MPI_CHECK(MPI_Sendrecv(sbuf, static_cast<int>(sbytes), MPI_BYTE, dst, tag, rbuf,
+                                   static_cast<int>(rbytes), MPI_BYTE, src, tag, comm_, &st));
+      int got = 0;
+      MPI_Get_count(&st, MPI_BYTE, &got);
+      BRAID_CHECK(static_cast<size_t>(got) == rbytes, "message size mismatch: expected ", rbytes,
+                  " bytes from rank ", src, ", got ", got);
+      count_sent(sbytes);
+      count_received(rbytes);
+      return;
+    }
+    std::vector<MPI_Request> reqs;
+    std::vector<int> exp;
+    post_recv(rbuf, rbytes, src, tag, reqs, exp);
+    post_send(sbuf, sbytes, dst, tag, reqs, exp);
+    MpiWork(std::move(reqs), std::move(exp)).wait();
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    std::unique_ptr<Communicator> result;
+    run_exclusive([&] {
+      MPI_Comm nc = MPI_COMM_NULL;
+      BRAID_MPI_CHECK(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &nc));
+      if (nc != MPI_COMM_NULL) result = std::make_unique<MpiComm>(nc);
+    });
+    return result;
+  }
+
+ protected:
+  void native_all_reduce(const void* send, void* recv, size_t count, DType dtype,
+                         ReduceOp op) override {
+    if (count == 0) return;
+    if (count > static_cast<size_t>(INT_MAX))
+      return CommBase::native_all_reduce(send, recv, count, dtype, op);
+    const float div = op == ReduceOp::avg ? static_cast<float>(size_) : 0.f;
+    const int c = static_cast<int>(count);
+    if (dtype == DType::f32) {
+      BRAID_MPI_CHECK(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, c, MPI_FLOAT,
+                                    mpi_op(op), comm_));
+      if (div > 0.f) divide_elems(recv, recv, count, dtype, div);
+    } else {
+      auto* f = static_cast<float*>(workspace_.get(2, count * 4));
+      to_f32(f, send, count, dtype);
+      BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, f, c, MPI_FLOAT, mpi_op(op), comm_));
+      from_f32(recv, f, count, dtype, div);
+    }
+  }
+
+  void native_all_gather(const void* send, void* recv, size_t count, DType dtype) override {
+    const size_t bytes = count * dtype_size(dtype);
+    if (bytes == 0) return;
+    if (bytes > static_cast<size_t>(INT_MAX))
+      return CommBase::native_all_gather(send, recv, count, dtype);
+    const int b = static_cast<int>(bytes);
+    const bool in_place = send == static_cast<std::byte*>(recv) + static_cast<size_t>(rank_) * bytes;
+    BRAID_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, b, MPI_BYTE, recv, b, MPI_BYTE, comm_));
+  }
+
+  void native_reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
+                             ReduceOp op) override {
+    if (count == 0) return;
+    const size_t total = count * static_cast<size_t>(size_);
+    if (total > static_cast<size_t>(INT_MAX))
+      return CommBase::native_reduce_scatter(send, recv, count, dtype, op);
+    const float div = op == ReduceOp::avg ? static_cast<float>(size_) : 0.f;
+    const bool in_place =
+        recv == static_cast<const std::byte*>(send) + static_cast<size_t>(rank_) * count * dtype_size(dtype);
+    if (dtype == DType::f32 && !in_place) {
+      BRAID_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), MPI_FLOAT,
+                                               mpi_op(op), comm_));
+      if (div > 0.f) divide_elems(recv, recv, count, dtype, div);
+      return;
+    }
+    // In place or 16-bit: reduce an f32 copy in place (result lands in its block 0),
+    // so the caller's other blocks stay untouched.
+    auto* f = static_cast<float*>(workspace_.get(2, total * 4));
+    to_f32(f, send, total, dtype);
+    BRAID_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, f, static_cast<int>(count), MPI_FLOAT,
+                                             mpi_op(op), comm_));
+    from_f32(recv, f, count, dtype, div);
+  }
+
+  void native_all_to_all(const void* send, void* recv, size_t count, DType dtype) override {
+    const size_t bytes = count * dtype_size(dtype);
+    if (bytes == 0) return;
+    if (bytes * static_cast<size_t>(size_) > static_cast<size_t>(INT_MAX))
+      return CommBase::native_all_to_all(send, recv, count, dtype);
+    const int b = static_cast<int>(bytes);
+    BRAID_MPI_CHECK(MPI_Alltoall(send, b, MPI_BYTE, recv, b, MPI_BYTE, comm_));
+  }
+
+  void native_broadcast(void* buf, size_t count, DType dtype, int root) override {
+    const size_t bytes = count * dtype_size(dtype);
+    if (bytes == 0) return;
+    if (bytes > static_cast<size_t>(INT_MAX))
+      return CommBase::native_broadcast(buf, count, dtype, root);
+    BRAID_MPI_CHECK(MPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, root, comm_));
+  }
+
+  void native_barrier() override { BRAID_MPI_CHECK(MPI_Barrier(comm_)); }
+
+ private:
+  void post_send(const void* buf, size_t bytes, int peer, int tag, std::vector<MPI_Request>& reqs,
+                 std::vector<int>& exp) {
+    const auto* p = static_cast<const std::byte*>(buf);
+    for (size_t i = 0; i < n_pieces(bytes); ++i) {
+      MPI_Request r;
+      BRAID_MPI_CHECK(MPI_Isend(p + i * kMaxPiece, piece_len(bytes, i), MPI_BYTE, peer, tag, comm_, &r));
+      reqs.push_back(r);
+      exp.push_back(-1);
+    }
+    count_sent(bytes);
+  }
+  void post_recv(void* buf, size_t bytes, int peer, int tag, std::vector<MPI_Request>& reqs,
+                 std::vector<int>& exp) {
+    auto* p = static_cast<std::byte*>(buf);
+    for (size_t i = 0; i < n_pieces(bytes); ++i) {
+      MPI_Request r;
+      BRAID_MPI_CHECK(MPI_Irecv(p + i * kMaxPiece, piece_len(bytes, i), MPI_BYTE, peer, tag, comm_, &r));
+      reqs.push_back(r);
+      exp.push_back(piece_len(bytes, i));
+    }
+    count_received(bytes);
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  int init = 0;
+  BRAID_MPI_CHECK(MPI_Initialized(&init));
+  int provided = 0;
+  if (!init) {
+    BRAID_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    owned_ = true;
+  } else {
+    BRAID_MPI_CHECK(MPI_Query_thread(&provided));
+  }
+  BRAID_CHECK(provided >= MPI_THREAD_MULTIPLE,
+              "MPI library provides thread level ", provided,
+              " but braid needs MPI_THREAD_MULTIPLE (progress threads call MPI)");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  BRAID_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  BRAID_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+}
+
+MpiRuntime::~MpiRuntime() {
+  if (!owned_ || std::uncaught_exceptions() > 0) return;
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin) MPI_Finalize();
+}
+
+std::unique_ptr<Communicator> MpiRuntime::world() {
+  MPI_Comm dup;
+  BRAID_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  return std::make_unique<MpiComm>(dup);
+}
+
+}  // namespace braid::comm

@@ -1,0 +1,31 @@
+#include "braid/comm/communicator.h"
+
+#include "braid/core/error.h"
+
+namespace braid::comm {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+  }
+  return "?";
+}
+
+ReduceOp parse_reduce_op(const std::string& s) {
+  if (s == "sum") return ReduceOp::sum;
+  if (s == "avg" || s == "mean") return ReduceOp::avg;
+  if (s == "max") return ReduceOp::max;
+  if (s == "min") return ReduceOp::min;
+  throw ConfigError("unknown reduce op '" + s + "'; use sum, avg, max or min");
+}
+
+Algorithm parse_algorithm(const std::string& s) {
+  if (s == "ring") return Algorithm::ring;
+  if (s == "native") return Algorithm::native;
+  throw ConfigError("unknown collective algorithm '" + s + "'; use ring or native");
+}
+
+}  // namespace braid::comm

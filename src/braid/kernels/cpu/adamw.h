@@ -1,0 +1,19 @@
+// AdamW with decoupled weight decay (Loshchilov & Hutter 2019, Algorithm 2, with
+// schedule multiplier eta_t folded into lr), as torch.optim.AdamW.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace braid::kernels {
+
+/// One update of n elements at step t (1-based):
+///   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+///   p = p - lr * weight_decay * p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+///   params (n) updated; grads (n); m, v (n) optimizer state, updated.
+/// Pass weight_decay = 0 for segments that are not decayed (biases, LayerNorm).
+/// The arithmetic follows torch's single-tensor AdamW (decay first, then the
+/// bias-corrected step) so results agree to rounding. Throws on t < 1.
+void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int64_t t);
+
+}  // namespace braid::kernels

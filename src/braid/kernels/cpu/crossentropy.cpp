@@ -1,0 +1,61 @@
+#include "braid/kernels/cpu/crossentropy.h"
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+#include "braid/core/error.h"
+#include "braid/kernels/cpu/vec_math.h"
+
+namespace braid::kernels {
+
+void softmax_crossentropy_forward(float* losses, float* lse, float* probs, const float* logits,
+                                  const int32_t* targets, int64_t N, int64_t V, int64_t Vp) {
+  std::atomic<int64_t> bad_row{-1};
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* z = logits + i * Vp;
+    float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+    for (int64_t v = 0; v < V; ++v) mx = z[v] > mx ? z[v] : mx;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t v = 0; v < V; ++v) s += vexp(z[v] - mx);
+    const float l = mx + std::log(s);
+    lse[i] = l;
+    if (probs) {
+      float* p = probs + i * Vp;
+#pragma omp simd
+      for (int64_t v = 0; v < V; ++v) p[v] = vexp(z[v] - l);
+      for (int64_t v = V; v < Vp; ++v) p[v] = 0.0f;
+    }
+    if (targets) {
+      const int32_t y = targets[i];
+      if (y < 0 || y >= V) {
+        bad_row.store(i);
+        continue;
+      }
+      losses[i] = l - z[y];
+    }
+  }
+  const int64_t bad = bad_row.load();
+  BRAID_CHECK(bad < 0, "target ", targets[bad], " at row ", bad, " is outside [0, ", V, ")");
+}
+
+void softmax_crossentropy_backward(float* dlogits, const float* logits, const float* lse,
+                                   const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                   int64_t Vp) {
+  BRAID_CHECK(targets != nullptr, "softmax_crossentropy_backward needs targets");
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* z = logits + i * Vp;
+    float* d = dlogits + i * Vp;
+    const float l = lse[i];
+#pragma omp simd
+    for (int64_t v = 0; v < V; ++v) d[v] = dloss * vexp(z[v] - l);
+    for (int64_t v = V; v < Vp; ++v) d[v] = 0.0f;
+    d[targets[i]] -= dloss;
+  }
+}
+
+}  // namespace braid::kernels

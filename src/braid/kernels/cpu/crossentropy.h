@@ -1,0 +1,27 @@
+// Fused softmax + cross-entropy over a vocabulary padded from V to Vp columns.
+// Columns >= V are excluded: they get no probability mass and zero gradient.
+#pragma once
+#include <cstdint>
+
+namespace braid::kernels {
+
+/// Per-row loss_i = logsumexp(logits_i[0:V]) - logits_i[target_i].
+///   losses (N)       written (per row; the caller takes the mean)
+///   lse    (N)       saved for backward: logsumexp over [0, V)
+///   probs  (N, Vp)   optional (nullptr skips): softmax over [0, V), 0 at >= V
+///   logits (N, Vp); targets (N) int32 in [0, V), or nullptr (then losses is
+///   not written; lse still is)
+/// N = B*T rows. Throws braid::Error on a target outside [0, V).
+void softmax_crossentropy_forward(float* losses, float* lse, float* probs, const float* logits,
+                                  const int32_t* targets, int64_t N, int64_t V, int64_t Vp);
+
+/// dlogits = dloss * (softmax(logits) - onehot(target)) over [0, V), 0 at >= V.
+///   dlogits (N, Vp)  written (=); may alias logits (in place)
+///   logits (N, Vp); lse (N) from forward; targets (N)
+///   dloss: gradient of the objective w.r.t. each row's loss, the same for all
+///   rows (for a mean loss scaled by s: dloss = s / N).
+void softmax_crossentropy_backward(float* dlogits, const float* logits, const float* lse,
+                                   const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                   int64_t Vp);
+
+}  // namespace braid::kernels

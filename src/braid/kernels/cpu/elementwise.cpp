@@ -1,0 +1,44 @@
+#include "braid/kernels/cpu/elementwise.h"
+
+#include "braid/kernels/cpu/vec_math.h"
+
+namespace braid::kernels {
+
+namespace {
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCoef = 0.044715f;
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, int64_t N) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float x = inp[i];
+    const float t = vtanh(kSqrt2OverPi * (x + kGeluCoef * x * x * x));
+    out[i] = 0.5f * x * (1.0f + t);
+  }
+}
+
+void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t N) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float x = inp[i];
+    const float t = vtanh(kSqrt2OverPi * (x + kGeluCoef * x * x * x));
+    const float dt = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoef * x * x);
+    dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dt);
+  }
+}
+
+void residual_forward(float* out, const float* inp1, const float* inp2, int64_t N) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < N; ++i) out[i] = inp1[i] + inp2[i];
+}
+
+void residual_backward(float* dinp1, float* dinp2, const float* dout, int64_t N) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    dinp1[i] += dout[i];
+    dinp2[i] += dout[i];
+  }
+}
+
+}  // namespace braid::kernels

@@ -1,0 +1,141 @@
+// GPT-2 (Radford et al. 2019): pre-LN transformer blocks, learned positions,
+// tanh-GELU MLP, causal attention, LM head tied to the token embedding. One
+// rank's full model on the CPU in fp32 with flat parameter/gradient buffers
+// (DESIGN.md habit 2) and activations allocated once (habit 9).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "braid/core/memory.h"
+
+namespace braid::model {
+
+struct GPTConfig {
+  std::string name;
+  int64_t vocab_size = 50257;
+  int64_t padded_vocab_size = 50304;  // vocab_size rounded up to a multiple of 64
+  int64_t block_size = 1024;          // maximum sequence length T
+  int64_t n_layer = 12, n_head = 12, n_embd = 768;
+
+  /// "tiny" (2 layers, 4 heads, n_embd 64, block 64), "small" (4/4/256, block
+  /// 256), "gpt2" (12/12/768, block 1024, 124M parameters); all with the GPT-2
+  /// vocabulary (50257, padded to 50304). Throws ConfigError listing the names.
+  static GPTConfig preset(const std::string& name);
+  /// Throws ConfigError naming the offending values and the fix when a size is
+  /// non-positive, n_embd % n_head != 0, padded_vocab_size < vocab_size or
+  /// padded_vocab_size % 64 != 0.
+  void validate() const;
+  /// v rounded up to a multiple of `multiple` (64 keeps the head GEMM aligned).
+  static int64_t pad_vocab(int64_t v, int64_t multiple = 64);
+};
+
+/// One tensor of the flat parameter buffer.
+struct ParamInfo {
+  std::string name;            // Hugging Face GPT-2 name, e.g. "h.3.attn.c_attn.weight"
+  std::vector<int64_t> shape;  // weights (out, in) as nn.Linear (HF Conv1D stores the transpose)
+  size_t offset;               // first element in params()/grads(); multiple of 16
+  size_t numel;                // product of shape
+  bool weight_decay;           // true for 2-D matrices (incl. wte, wpe), false for biases/LN
+  int layer;                   // -1 embeddings, 0..L-1 blocks, L final LayerNorm
+};
+
+/// GPT-2 language model on one rank.
+///
+/// Parameter order in the flat buffer (HF names): wte.weight (Vp, C),
+/// wpe.weight (block_size, C); per block i: h.i.ln_1.{weight,bias} (C),
+/// h.i.attn.c_attn.weight (3C, C), .bias (3C), h.i.attn.c_proj.weight (C, C),
+/// .bias (C), h.i.ln_2.{weight,bias} (C), h.i.mlp.c_fc.weight (4C, C), .bias
+/// (4C), h.i.mlp.c_proj.weight (C, 4C), .bias (C); then ln_f.{weight,bias}.
+/// Matrices are stored (out_features, in_features) like torch.nn.Linear -- the
+/// transpose of HF's Conv1D layout. Each tensor starts at a multiple of 16
+/// floats; the gaps are zero and count in num_params().
+/// The LM head reuses wte (tied embeddings); logits columns >= vocab_size are
+/// padding that receive no probability mass and zero gradient.
+class GPT {
+ public:
+  /// Allocates parameters (compute_params), gradients (grads), activations for
+  /// max_B x max_T (activations) and backward scratch (workspace) once, tagged
+  /// in `ledger` if given. Throws ConfigError on an invalid config or when
+  /// max_T > block_size.
+  GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger = nullptr);
+
+  const GPTConfig& config() const { return cfg_; }
+  const std::vector<ParamInfo>& param_table() const { return table_; }
+  /// Elements in the flat parameter buffer (including alignment gaps).
+  size_t num_params() const { return num_params_; }
+  float* params() { return params_.as<float>(); }
+  const float* params() const { return params_.as<float>(); }
+  float* grads() { return grads_.as<float>(); }
+  const float* grads() const { return grads_.as<float>(); }
+  /// Looks up a parameter by HF name; throws braid::Error if absent.
+  const ParamInfo& param(const std::string& name) const;
+
+  /// GPT-2 initialisation: weights ~ N(0, 0.02) with element e of parameter p
+  /// drawn as 0.02 * rand_normal(seed, p, e) (p = index in param_table(), so any
+  /// slice is reproducible on any rank); attn.c_proj and mlp.c_proj weights use
+  /// std 0.02 / sqrt(2 n_layer) (GPT-2 paper sec. 2.3); biases 0; LayerNorm
+  /// weight 1, bias 0; wte rows >= vocab_size are 0.
+  void init_weights(uint64_t seed);
+
+  /// Forward pass on tokens (B, T) int32. With targets (B, T) returns the mean
+  /// cross-entropy over the B*T positions and remembers them for backward;
+  /// with targets == nullptr computes logits only and returns 0. Allocates
+  /// nothing. Throws braid::Error if B > max_B, T > max_T or a token/target is
+  /// outside [0, vocab_size).
+  float forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T);
+  /// (B, T, Vp) logits of the last forward (columns >= vocab_size hold padding).
+  const float* logits() const { return logits_; }
+
+  /// grads() = 0.
+  void zero_grad();
+
+  /// Accumulates (+=) into grads() the gradient of loss_scale * (mean loss of the
+  /// last forward). on_ready(begin, end) is called with element ranges of
+  /// grads() as soon as they are final: [ln_f.weight, end), then block L-1 ..
+  /// block 0 (each one range), then [0, h.0 start) for wte + wpe (wte last since
+  /// it also collects the head's gradient). The ranges tile [0, num_params())
+  /// exactly once in decreasing order. Throws if the last forward had no targets.
+  void backward(float loss_scale, const std::function<void(size_t begin, size_t end)>& on_ready = {});
+
+  /// Training FLOPs per token at sequence length T (PaLM, Chowdhery et al. 2022,
+  /// App. B): 6 N + 12 n_layer n_embd T, where N counts the weights that take
+  /// part in matmuls: 12 n_embd^2 per block (c_attn, attn.c_proj, c_fc,
+  /// mlp.c_proj) plus the head Vp x n_embd (the padded vocabulary is what is
+  /// computed). Embedding lookups, biases and LayerNorms are excluded.
+  int64_t flops_per_token(int64_t T) const;
+
+  int64_t max_B() const { return max_B_; }
+  int64_t max_T() const { return max_T_; }
+
+ private:
+  struct LayerParams {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb,
+        *fcprojw, *fcprojb;
+  };
+  struct LayerActs {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *qkvr, *att, *atty, *attproj, *res2, *ln2,
+        *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *res3;
+  };
+  LayerParams layer_params(float* base, int64_t l) const;
+  LayerActs layer_acts(int64_t l) const;
+
+  GPTConfig cfg_;
+  int64_t max_B_, max_T_;
+  std::vector<ParamInfo> table_;
+  size_t num_params_ = 0;
+  std::vector<size_t> layer_begin_;  // L + 2 entries: block starts, ln_f start, end
+  Buffer params_, grads_, acts_, scratch_;
+  size_t layer_act_floats_ = 0;
+  // Non-layer activations and scratch (pointers into acts_ / scratch_).
+  float *encoded_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *lse_, *losses_;
+  float *dres_, *dlogits_, *dln_, *dqkv_, *datty_, *dfch_, *att_scratch_;
+  Buffer tokens_buf_;  // (max_B, max_T) x 2 int32: tokens, targets of the last forward
+  int32_t *tokens_, *targets_;
+  int64_t B_ = 0, T_ = 0;
+  bool have_targets_ = false;
+};
+
+}  // namespace braid::model

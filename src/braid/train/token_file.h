@@ -1,0 +1,40 @@
+// Token files: the tokenized corpus that `braid prepare-data` writes and the
+// data loader reads.
+//
+// Format (all little-endian):
+//   offset 0   8 bytes  magic "BRAIDTOK"
+//   offset 8   uint32   version (1)
+//   offset 12  uint32   vocab_size (every id is < vocab_size <= 65536)
+//   offset 16  uint64   token count N
+//   offset 24  N x uint16 token ids
+// Each document is preceded by the end-of-text token (50256 for GPT-2).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace braid::data {
+
+inline constexpr char kTokenFileMagic[8] = {'B', 'R', 'A', 'I', 'D', 'T', 'O', 'K'};
+inline constexpr uint32_t kTokenFileVersion = 1;
+inline constexpr size_t kTokenFileHeaderBytes = 24;
+
+struct TokenFile {
+  uint32_t vocab_size = 0;
+  std::vector<uint16_t> tokens;  // (N,)
+};
+
+/// Writes `ids` (each in [0, vocab_size), vocab_size <= 65536) to `path`
+/// atomically: creates parent directories, writes `<path>.tmp.<pid>`, fsyncs it
+/// and renames it over `path`. Throws braid::Error on an out-of-range id and
+/// braid::ConfigError on an I/O failure (naming the path).
+void write_token_file(const std::string& path, const std::vector<int32_t>& ids, int64_t vocab_size);
+void write_token_file(const std::string& path, const std::vector<uint16_t>& ids, int64_t vocab_size);
+
+/// Reads and validates a token file (magic, version, size = header + 2N bytes,
+/// ids < vocab_size). Throws braid::ConfigError naming the path and the fix
+/// ("run `braid prepare-data`") when it is missing, truncated or corrupt.
+TokenFile read_token_file(const std::string& path);
+
+}  // namespace braid::data

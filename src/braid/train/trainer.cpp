@@ -1,0 +1,286 @@
+#include "braid/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "braid/core/error.h"
+#include "braid/core/rng.h"
+#include "braid/kernels/cpu/adamw.h"
+#include "braid/train/checkpoint.h"
+
+namespace braid::train {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+void validate_options(const TrainOptions& o, int world_size, const model::GPTConfig& cfg) {
+  const int dp = o.dp == 0 ? world_size : o.dp;
+  BRAID_CONFIG_CHECK(dp == world_size, "--dp ", o.dp, " but the job has ", world_size,
+                     " ranks; the product of the parallel degrees must equal the number of "
+                     "ranks (launch with mpirun -np ", dp, ", or pass --dp ", world_size, ")");
+  BRAID_CONFIG_CHECK(o.steps > 0, "--steps ", o.steps, " must be positive");
+  BRAID_CONFIG_CHECK(o.micro_batch > 0 && o.global_batch > 0, "--batch ", o.global_batch,
+                     " and --micro-batch ", o.micro_batch, " must be positive");
+  BRAID_CONFIG_CHECK(o.global_batch % (static_cast<int64_t>(dp) * o.micro_batch) == 0,
+                     "global batch ", o.global_batch, " is not divisible by dp (", dp,
+                     ") x micro-batch (", o.micro_batch, ") = ", dp * o.micro_batch,
+                     "; use a --batch that is a multiple of ", dp * o.micro_batch,
+                     " or change --micro-batch");
+  BRAID_CONFIG_CHECK(o.seq_len > 0 && o.seq_len <= cfg.block_size, "--seq-len ", o.seq_len,
+                     " must be in [1, ", cfg.block_size, "] (block_size of model '", cfg.name,
+                     "')");
+  BRAID_CONFIG_CHECK(o.lr > 0 && o.min_lr >= 0 && o.min_lr <= o.lr, "--lr ", o.lr, " and --min-lr ",
+                     o.min_lr, " must satisfy 0 <= min-lr <= lr, lr > 0");
+  BRAID_CONFIG_CHECK(o.warmup_steps >= 0, "--warmup ", o.warmup_steps, " must be >= 0");
+  BRAID_CONFIG_CHECK(o.grad_clip >= 0, "--grad-clip ", o.grad_clip, " must be >= 0 (0 disables)");
+  BRAID_CONFIG_CHECK(o.bucket_mb > 0, "--bucket-mb ", o.bucket_mb, " must be positive");
+  BRAID_CONFIG_CHECK(o.val_every >= 0 && o.val_batches > 0, "--val-every ", o.val_every,
+                     " must be >= 0 and --val-batches ", o.val_batches, " > 0");
+}
+
+Trainer::Trainer(const TrainOptions& opt, comm::Communicator& world,
+                 const std::vector<uint16_t>& train, const std::vector<uint16_t>* val)
+    : opt_(opt), world_(world), train_(train), val_(val) {
+  const model::GPTConfig cfg = model::GPTConfig::preset(opt.model);
+  validate_options(opt, world.size(), cfg);
+  dp_size_ = world.size();
+  dp_rank_ = world.rank();
+  accum_steps_ = opt.global_batch / (dp_size_ * opt.micro_batch);
+  for (uint16_t t : {train.empty() ? uint16_t{0} : *std::max_element(train.begin(), train.end())}) {
+    BRAID_CONFIG_CHECK(t < cfg.vocab_size, "training data holds token id ", t,
+                       " outside the model's vocabulary of ", cfg.vocab_size);
+  }
+  model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_);
+  const size_t n = model_->num_params();
+  m_ = Buffer(n * sizeof(float), MemCategory::optimizer, &ledger_);
+  v_ = Buffer(n * sizeof(float), MemCategory::optimizer, &ledger_);
+  const size_t bt = static_cast<size_t>(opt.micro_batch * opt.seq_len);
+  tokens_ = Buffer(bt * sizeof(int32_t), MemCategory::activations, &ledger_);
+  targets_ = Buffer(bt * sizeof(int32_t), MemCategory::activations, &ledger_);
+  ddp_ = std::make_unique<parallel::DDPGradSync>(
+      world_, model_->grads(), n, static_cast<size_t>(opt.bucket_mb * 1024 * 1024), opt.overlap,
+      opt.algo);
+  sampler_ = std::make_unique<DistributedSampler>(train.size(), opt.seq_len, opt.global_batch,
+                                                  opt.seed, dp_rank_, dp_size_);
+  sched_ = LrSchedule{opt.lr, opt.min_lr, opt.warmup_steps, opt.steps};
+  model_->init_weights(opt.seed);
+}
+
+Trainer::~Trainer() = default;
+
+uint64_t Trainer::param_hash() const {
+  const auto* p = reinterpret_cast<const unsigned char*>(model_->params());
+  const size_t n = model_->num_params() * sizeof(float);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+float Trainer::clip_and_norm() {
+  // After DDP every replica holds the same averaged gradient, so the norm (and
+  // the clip decision) is identical on every rank without another collective.
+  const float* g = model_->grads();
+  const size_t n = model_->num_params();
+  double ss = 0;
+#pragma omp parallel for reduction(+ : ss) schedule(static)
+  for (size_t i = 0; i < n; ++i) ss += static_cast<double>(g[i]) * g[i];
+  const float norm = static_cast<float>(std::sqrt(ss));
+  if (opt_.grad_clip > 0 && norm > opt_.grad_clip) {
+    const float s = opt_.grad_clip / (norm + 1e-6f);
+    float* gw = model_->grads();
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) gw[i] *= s;
+  }
+  return norm;
+}
+
+void Trainer::adamw(float lr, int64_t t) {
+  for (const auto& p : model_->param_table()) {
+    kernels::adamw_update(model_->params() + p.offset, model_->grads() + p.offset,
+                          m_.as<float>() + p.offset, v_.as<float>() + p.offset, p.numel, lr,
+                          opt_.beta1, opt_.beta2, opt_.eps, p.weight_decay ? opt_.weight_decay : 0.f,
+                          t);
+  }
+}
+
+StepRecord Trainer::train_step(int64_t step) {
+  const auto t0 = Clock::now();
+  if (opt_.inject_failure_rank == world_.rank() && opt_.inject_failure_step == step) {
+    throw Error(detail::concat("injected failure on rank ", world_.rank(), " at step ", step));
+  }
+  const int64_t B = opt_.micro_batch, T = opt_.seq_len;
+  const std::vector<size_t> offsets = sampler_->rank_offsets(step);
+  model_->zero_grad();
+  double loss_sum = 0;
+  const float scale = 1.0f / static_cast<float>(accum_steps_);
+  for (int64_t micro = 0; micro < accum_steps_; ++micro) {
+    gather_batch(train_.data(), offsets.data() + micro * B, B, T, tokens_.as<int32_t>(),
+                 targets_.as<int32_t>());
+    loss_sum += model_->forward(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
+    if (micro + 1 == accum_steps_) {
+      // Only the last micro-batch's backward releases buckets: one sync per step.
+      ddp_->begin_sync();
+      model_->backward(scale, [this](size_t lo, size_t hi) { ddp_->on_ready(lo, hi); });
+    } else {
+      model_->backward(scale);
+    }
+  }
+  ddp_->finish_sync();
+  float loss = static_cast<float>(loss_sum / static_cast<double>(accum_steps_));
+  if (dp_size_ > 1) {
+    world_.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
+  }
+  StepRecord r;
+  r.step = step;
+  r.loss = loss;
+  r.grad_norm = clip_and_norm();
+  r.lr = sched_.at(step);
+  adamw(r.lr, step + 1);
+  r.ms = seconds_since(t0) * 1e3;
+  const double tokens = static_cast<double>(opt_.global_batch * T);
+  r.tokens_per_sec = tokens / (r.ms * 1e-3);
+  if (opt_.peak_flops_per_rank > 0) {
+    r.mfu = static_cast<double>(model_->flops_per_token(T)) * r.tokens_per_sec /
+            (opt_.peak_flops_per_rank * world_.size());
+  }
+  r.peak_mem_bytes = ledger_.peak_total();
+  if (opt_.check_replicas && dp_size_ > 1) {
+    r.param_hash = param_hash();
+    std::vector<uint64_t> all(static_cast<size_t>(dp_size_));
+    // Raw bytes travel as f32 pairs; all-gather copies bits without arithmetic.
+    world_.all_gather(&r.param_hash, all.data(), 2, DType::f32);
+    for (int q = 0; q < dp_size_; ++q) {
+      BRAID_CHECK(all[static_cast<size_t>(q)] == r.param_hash, "DP replicas diverged at step ",
+                  step, ": rank ", q, " parameter hash differs from rank ", world_.rank());
+    }
+  }
+  return r;
+}
+
+float Trainer::evaluate() {
+  BRAID_CHECK(val_ != nullptr && !val_->empty(), "no validation data");
+  const int64_t B = opt_.micro_batch, T = opt_.seq_len;
+  const size_t windows = val_->size() - static_cast<size_t>(T);
+  const int64_t per_rank = opt_.global_batch / dp_size_;
+  double sum = 0;
+  int64_t count = 0;
+  std::vector<size_t> offs(static_cast<size_t>(B));
+  for (int64_t vb = 0; vb < opt_.val_batches; ++vb) {
+    for (int64_t micro = 0; micro < per_rank / B; ++micro) {
+      for (int64_t b = 0; b < B; ++b) {
+        // Fixed, evenly spaced windows: the same validation set every time.
+        const int64_t j = vb * opt_.global_batch + dp_rank_ * per_rank + micro * B + b;
+        offs[static_cast<size_t>(b)] = static_cast<size_t>(j * T) % windows;
+      }
+      gather_batch(val_->data(), offs.data(), B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
+      sum += model_->forward(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
+      ++count;
+    }
+  }
+  float loss = static_cast<float>(sum / static_cast<double>(count));
+  if (dp_size_ > 1) world_.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
+  return loss;
+}
+
+std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed) {
+  const int64_t Vp = model_->config().padded_vocab_size, V = model_->config().vocab_size;
+  std::vector<int32_t> seq = prompt;
+  Rng rng(seed);
+  std::vector<std::pair<float, int32_t>> cand(static_cast<size_t>(V));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t len = std::min<int64_t>(static_cast<int64_t>(seq.size()), opt_.seq_len);
+    const int32_t* ctx = seq.data() + seq.size() - static_cast<size_t>(len);
+    model_->forward(ctx, nullptr, 1, len);
+    const float* logits = model_->logits() + (len - 1) * Vp;
+    for (int64_t v = 0; v < V; ++v) cand[static_cast<size_t>(v)] = {logits[v], static_cast<int32_t>(v)};
+    const int64_t k = std::clamp<int64_t>(opt_.sample_top_k, 1, V);
+    std::partial_sort(cand.begin(), cand.begin() + k, cand.end(),
+                      [](auto& a, auto& b) { return a.first > b.first; });
+    const float temp = std::max(opt_.sample_temperature, 1e-4f);
+    double total = 0;
+    std::vector<double> p(static_cast<size_t>(k));
+    for (int64_t j = 0; j < k; ++j) {
+      p[static_cast<size_t>(j)] = std::exp((cand[static_cast<size_t>(j)].first - cand[0].first) / temp);
+      total += p[static_cast<size_t>(j)];
+    }
+    double u = rng.uniform() * total;
+    int64_t pick = k - 1;
+    for (int64_t j = 0; j < k; ++j) {
+      u -= p[static_cast<size_t>(j)];
+      if (u <= 0) {
+        pick = j;
+        break;
+      }
+    }
+    seq.push_back(cand[static_cast<size_t>(pick)].second);
+  }
+  return seq;
+}
+
+void Trainer::save(const std::string& path, int64_t next_step) {
+  if (world_.rank() != 0) return;  // DP replicas are identical; rank 0 writes
+  CheckpointView ck;
+  ck.header = {{"format", "braid-checkpoint"}, {"model", opt_.model},
+               {"step", next_step},            {"n_params", model_->num_params()},
+               {"seed", opt_.seed},            {"global_batch", opt_.global_batch},
+               {"seq_len", opt_.seq_len}};
+  ck.params = model_->params();
+  ck.m = m_.as<float>();
+  ck.v = v_.as<float>();
+  save_checkpoint(path, ck);
+}
+
+std::vector<StepRecord> Trainer::run() {
+  const bool log = opt_.verbose && world_.rank() == 0;
+  if (!opt_.resume_path.empty()) {
+    auto hdr = load_checkpoint(opt_.resume_path, model_->num_params(), model_->params(),
+                               m_.as<float>(), v_.as<float>());
+    start_step_ = hdr.at("step").get<int64_t>();
+    if (log) std::printf("resumed from %s at step %lld\n", opt_.resume_path.c_str(), static_cast<long long>(start_step_));
+  }
+  std::ofstream metrics;
+  if (!opt_.metrics_out.empty() && world_.rank() == 0) {
+    metrics.open(opt_.metrics_out, start_step_ > 0 ? std::ios::app : std::ios::trunc);
+    BRAID_CONFIG_CHECK(metrics.good(), "cannot open --metrics-out ", opt_.metrics_out);
+  }
+  std::vector<StepRecord> out;
+  for (int64_t step = start_step_; step < opt_.steps; ++step) {
+    StepRecord r = train_step(step);
+    out.push_back(r);
+    if (log) {
+      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | %7.1f ms | MFU %5.1f%% | mem %s\n",
+                  static_cast<long long>(step + 1), static_cast<long long>(opt_.steps), r.loss, r.lr,
+                  r.grad_norm, r.tokens_per_sec, r.ms, r.mfu * 100, format_bytes(static_cast<double>(r.peak_mem_bytes)).c_str());
+      std::fflush(stdout);
+    }
+    if (metrics.is_open()) {
+      nlohmann::json j = {{"step", step + 1},        {"loss", r.loss},     {"lr", r.lr},
+                          {"grad_norm", r.grad_norm}, {"tokens_per_sec", r.tokens_per_sec},
+                          {"ms", r.ms},               {"mfu", r.mfu},      {"peak_mem_bytes", r.peak_mem_bytes}};
+      metrics << j.dump() << "\n" << std::flush;
+    }
+    const bool last = step + 1 == opt_.steps;
+    if (val_ && !val_->empty() && opt_.val_every > 0 && ((step + 1) % opt_.val_every == 0 || last)) {
+      const float vl = evaluate();
+      if (log) {
+        std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step + 1), vl);
+        std::fflush(stdout);
+      }
+      if (metrics.is_open()) metrics << nlohmann::json{{"step", step + 1}, {"val_loss", vl}}.dump() << "\n" << std::flush;
+    }
+    if (!opt_.save_path.empty() && ((opt_.save_every > 0 && (step + 1) % opt_.save_every == 0) || last)) {
+      save(opt_.save_path, step + 1);
+    }
+  }
+  return out;
+}
+
+}  // namespace braid::train

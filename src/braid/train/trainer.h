@@ -1,0 +1,111 @@
+// The training loop: data-parallel GPT-2 training with DDP gradient sync,
+// gradient accumulation, AdamW, warm-up + cosine lr, global-norm clipping,
+// validation, metrics, checkpoints and sampling.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/comm/communicator.h"
+#include "braid/core/memory.h"
+#include "braid/model/gpt.h"
+#include "braid/parallel/ddp.h"
+#include "braid/train/lr_schedule.h"
+#include "braid/train/sampler.h"
+
+namespace braid::train {
+
+struct TrainOptions {
+  std::string model = "small";
+  int64_t steps = 300;
+  int64_t global_batch = 16;  // sequences per optimizer step, over all DP ranks
+  int64_t micro_batch = 4;    // sequences per forward/backward on one rank
+  int64_t seq_len = 128;
+  float lr = 1e-3f;
+  float min_lr = 1e-4f;
+  int64_t warmup_steps = 20;
+  float weight_decay = 0.1f;
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float grad_clip = 1.0f;  // 0 disables
+  uint64_t seed = 1337;
+  int dp = 0;  // 0: all ranks
+  double bucket_mb = 4.0;
+  bool overlap = true;
+  comm::Algorithm algo = comm::Algorithm::ring;
+  int64_t val_every = 50;    // 0 disables
+  int64_t val_batches = 4;   // global batches per validation
+  std::string save_path;
+  int64_t save_every = 0;
+  std::string resume_path;
+  std::string metrics_out;
+  bool check_replicas = false;  // hash parameters every step and compare across DP ranks
+  std::string sample_prompt = "The";
+  int64_t sample_tokens = 0;
+  float sample_temperature = 0.8f;
+  int64_t sample_top_k = 40;
+  double peak_flops_per_rank = 0;  // fp32 matmul throughput per rank (FLOP/s), for MFU
+  int inject_failure_rank = -1;
+  int64_t inject_failure_step = -1;
+  bool verbose = true;  // rank 0 prints progress
+};
+
+/// Validates options against the world size and model; throws ConfigError with
+/// the values and the fix.
+void validate_options(const TrainOptions& opt, int world_size, const model::GPTConfig& cfg);
+
+struct StepRecord {
+  int64_t step = 0;
+  float loss = 0, lr = 0, grad_norm = 0;
+  double ms = 0, tokens_per_sec = 0, mfu = 0;
+  size_t peak_mem_bytes = 0;
+  uint64_t param_hash = 0;
+};
+
+/// One rank's trainer. `world` is the communicator of all ranks; the DP group
+/// is derived from it. Token streams must outlive the trainer.
+class Trainer {
+ public:
+  Trainer(const TrainOptions& opt, comm::Communicator& world, const std::vector<uint16_t>& train,
+          const std::vector<uint16_t>* val);
+  ~Trainer();
+
+  /// Runs steps [start, opt.steps): resumes from opt.resume_path if set, logs,
+  /// validates, saves, samples. Returns the per-step records.
+  std::vector<StepRecord> run();
+  /// One optimizer step; returns its record.
+  StepRecord train_step(int64_t step);
+  /// Mean validation loss over opt.val_batches global batches (same on all ranks).
+  float evaluate();
+  /// Samples `n` tokens after `prompt` (rank-local; deterministic from the seed).
+  std::vector<int32_t> sample(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed);
+
+  model::GPT& model() { return *model_; }
+  const MemoryLedger& ledger() const { return ledger_; }
+  int64_t start_step() const { return start_step_; }
+  /// FNV-1a hash of the parameter bytes.
+  uint64_t param_hash() const;
+  void save(const std::string& path, int64_t next_step);
+
+ private:
+  float clip_and_norm();
+  void adamw(float lr, int64_t t);
+
+  TrainOptions opt_;
+  comm::Communicator& world_;
+  const std::vector<uint16_t>& train_;
+  const std::vector<uint16_t>* val_;
+  MemoryLedger ledger_;
+  std::unique_ptr<model::GPT> model_;
+  Buffer m_, v_;                 // AdamW moments (n_params)
+  Buffer tokens_, targets_;      // (micro_batch, T) int32
+  std::unique_ptr<parallel::DDPGradSync> ddp_;
+  std::unique_ptr<DistributedSampler> sampler_;
+  LrSchedule sched_;
+  int dp_size_, dp_rank_;
+  int64_t accum_steps_;
+  int64_t start_step_ = 0;
+};
+
+}  // namespace braid::train

@@ -1,0 +1,420 @@
+// Collective test bodies written once, parameterised on a Communicator&, and run both
+// on the local backend (tests/dist, ranks as threads, world sizes 1..8) and under
+// mpirun (tests/mpi, np 2/3/4). Data is closed-form, value = f(seed, rank, index),
+// small integers so every sum is exact in f32, bf16 and f16 and results are compared
+// bit for bit (nccl-tests "verifiable" / gloo test style).
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "braid/comm/comm_base.h"
+#include "braid/comm/communicator.h"
+#include "braid/core/dtype.h"
+
+namespace braid::test_cases {
+
+using comm::Algorithm;
+using comm::Communicator;
+using comm::ReduceOp;
+
+/// Integer in [-4, 4]: |sum over 8 ranks| <= 32, exact in every dtype.
+inline float value(int seed, int rank, size_t i) {
+  return static_cast<float>(static_cast<int>((rank * 131 + i * 7 + seed * 17) % 9) - 4);
+}
+
+/// Elements stored in `dtype` in a byte vector.
+struct Buf {
+  DType dt;
+  std::vector<std::byte> b;
+  Buf(DType t, size_t n) : dt(t), b(n * dtype_size(t) + 1) {}  // +1: never a null data()
+  void* data() { return b.data(); }
+  std::byte* at(size_t i) { return b.data() + i * dtype_size(dt); }
+  void set(size_t i, float v) { store_from_f32(b.data(), i, dt, v); }
+  float get(size_t i) const { return load_as_f32(b.data(), i, dt); }
+};
+
+inline float combine(ReduceOp op, float a, float b) {
+  switch (op) {
+    case ReduceOp::max: return a > b ? a : b;
+    case ReduceOp::min: return a < b ? a : b;
+    default: return a + b;
+  }
+}
+
+/// Expected op over ranks 0..n-1 of value(seed, r, i), rounded to dtype exactly as
+/// the implementation does (f32 arithmetic, avg divides the f32 sum once).
+inline float expected_reduce(int seed, int n, size_t i, ReduceOp op, DType dt) {
+  float acc = value(seed, 0, i);
+  for (int r = 1; r < n; ++r) acc = combine(op, acc, value(seed, r, i));
+  if (op == ReduceOp::avg) acc = acc / static_cast<float>(n);
+  Buf t(dt, 1);
+  t.set(0, acc);
+  return t.get(0);
+}
+
+/// Compares bit patterns element by element; reports the first few mismatches.
+inline void expect_elems(const Buf& got, const std::vector<float>& want, size_t offset,
+                         const std::string& what) {
+  size_t bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    Buf w(got.dt, 1);
+    w.set(0, want[i]);
+    if (std::memcmp(got.b.data() + (offset + i) * dtype_size(got.dt), w.b.data(),
+                    dtype_size(got.dt)) != 0) {
+      if (++bad <= 3)
+        ADD_FAILURE() << what << ": element " << i << " = " << got.get(offset + i) << ", want "
+                      << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what;
+}
+
+inline std::string ctx(const Communicator& c, const char* name, size_t count, DType dt,
+                       Algorithm a, bool inplace, const char* op = "") {
+  return std::string(name) + " rank " + std::to_string(c.rank()) + "/" + std::to_string(c.size()) +
+         " count " + std::to_string(count) + " " + dtype_name(dt) + " " + op +
+         (a == Algorithm::ring ? " ring" : " native") + (inplace ? " in-place" : "");
+}
+
+// ---- single cases ----
+
+inline void all_reduce_case(Communicator& c, size_t count, DType dt, ReduceOp op, Algorithm a,
+                            bool inplace, int seed = 1) {
+  const int n = c.size(), r = c.rank();
+  Buf in(dt, count), out(dt, count);
+  for (size_t i = 0; i < count; ++i) in.set(i, value(seed, r, i));
+  std::vector<float> want(count);
+  for (size_t i = 0; i < count; ++i) want[i] = expected_reduce(seed, n, i, op, dt);
+  if (inplace) {
+    c.all_reduce(in.data(), in.data(), count, dt, op, a);
+    expect_elems(in, want, 0, ctx(c, "all_reduce", count, dt, a, true, comm::reduce_op_name(op)));
+  } else {
+    const Buf before = in;
+    c.all_reduce(in.data(), out.data(), count, dt, op, a);
+    expect_elems(out, want, 0, ctx(c, "all_reduce", count, dt, a, false, comm::reduce_op_name(op)));
+    EXPECT_TRUE(before.b == in.b) << "all_reduce modified its send buffer";
+  }
+}
+
+inline void all_gather_case(Communicator& c, size_t count, DType dt, Algorithm a, bool inplace,
+                            int seed = 2) {
+  const int n = c.size(), r = c.rank();
+  Buf out(dt, count * n), in(dt, count);
+  std::vector<float> want(count * n);
+  for (int q = 0; q < n; ++q)
+    for (size_t i = 0; i < count; ++i) want[q * count + i] = value(seed, q, i);
+  for (size_t i = 0; i < count; ++i) {
+    in.set(i, value(seed, r, i));
+    if (inplace) out.set(r * count + i, value(seed, r, i));
+  }
+  const void* send = inplace ? static_cast<const void*>(out.at(r * count)) : in.data();
+  c.all_gather(send, out.data(), count, dt, a);
+  expect_elems(out, want, 0, ctx(c, "all_gather", count, dt, a, inplace));
+}
+
+inline void reduce_scatter_case(Communicator& c, size_t count, DType dt, ReduceOp op, Algorithm a,
+                                bool inplace, int seed = 3) {
+  const int n = c.size(), r = c.rank();
+  Buf in(dt, count * n), out(dt, count);
+  for (size_t i = 0; i < count * n; ++i) in.set(i, value(seed, r, i));
+  std::vector<float> want(count);
+  for (size_t i = 0; i < count; ++i) want[i] = expected_reduce(seed, n, r * count + i, op, dt);
+  const std::string what = ctx(c, "reduce_scatter", count, dt, a, inplace, comm::reduce_op_name(op));
+  if (inplace) {
+    const Buf before = in;
+    c.reduce_scatter(in.data(), in.at(r * count), count, dt, op, a);
+    expect_elems(in, want, r * count, what);
+    // Blocks other than ours are left untouched.
+    for (int q = 0; q < n; ++q)
+      if (q != r)
+        EXPECT_EQ(0, std::memcmp(in.at(q * count), before.b.data() + q * count * dtype_size(dt),
+                                 count * dtype_size(dt)))
+            << what << ": block " << q << " modified";
+  } else {
+    c.reduce_scatter(in.data(), out.data(), count, dt, op, a);
+    expect_elems(out, want, 0, what);
+  }
+}
+
+inline void all_to_all_case(Communicator& c, size_t count, DType dt, Algorithm a, int seed = 4) {
+  const int n = c.size(), r = c.rank();
+  Buf in(dt, count * n), out(dt, count * n);
+  // Block j of rank q holds value(seed, q, j*count + i).
+  for (size_t i = 0; i < count * n; ++i) in.set(i, value(seed, r, i));
+  std::vector<float> want(count * n);
+  for (int q = 0; q < n; ++q)
+    for (size_t i = 0; i < count; ++i) want[q * count + i] = value(seed, q, r * count + i);
+  c.all_to_all(in.data(), out.data(), count, dt, a);
+  expect_elems(out, want, 0, ctx(c, "all_to_all", count, dt, a, false));
+}
+
+inline void broadcast_case(Communicator& c, size_t count, DType dt, int root, Algorithm a,
+                           int seed = 5) {
+  Buf buf(dt, count);
+  for (size_t i = 0; i < count; ++i) buf.set(i, c.rank() == root ? value(seed, root, i) : 99.f);
+  std::vector<float> want(count);
+  for (size_t i = 0; i < count; ++i) want[i] = value(seed, root, i);
+  c.broadcast(buf.data(), count, dt, root, a);
+  expect_elems(buf, want, 0, ctx(c, "broadcast", count, dt, a, false) + " root " + std::to_string(root));
+}
+
+// ---- suites ----
+
+inline std::vector<size_t> counts_for(int n) {
+  return {0, 1, 2, 7, 13, 1021, static_cast<size_t>(5 * n + 1)};
+}
+constexpr DType kDtypes[] = {DType::f32, DType::bf16, DType::f16};
+constexpr ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min};
+constexpr Algorithm kAlgos[] = {Algorithm::ring, Algorithm::native};
+
+/// Sets the ring chunk size (bytes) when the communicator is one of ours; returns the
+/// old value. Small chunks drive the pipelining / hazard paths with small counts.
+inline size_t set_chunk(Communicator& c, size_t bytes) {
+  auto* b = dynamic_cast<comm::CommBase*>(&c);
+  if (!b) return 0;
+  size_t old = b->ring_options().chunk_bytes;
+  b->ring_options().chunk_bytes = bytes;
+  return old;
+}
+
+inline void all_reduce_suite(Communicator& c) {
+  for (size_t count : counts_for(c.size()))
+    for (DType dt : kDtypes)
+      for (ReduceOp op : kOps)
+        for (Algorithm a : kAlgos)
+          for (bool ip : {false, true}) all_reduce_case(c, count, dt, op, a, ip);
+  // Many chunks per segment, odd chunk sizes, depth > chunks and < chunks.
+  const size_t old = set_chunk(c, 12);
+  for (size_t count : {size_t{7}, size_t{13}, size_t{1021}})
+    for (DType dt : kDtypes)
+      for (bool ip : {false, true}) all_reduce_case(c, count, dt, ReduceOp::avg, Algorithm::ring, ip);
+  set_chunk(c, 256);
+  for (bool ip : {false, true}) all_reduce_case(c, 1021, DType::bf16, ReduceOp::sum, Algorithm::ring, ip);
+  set_chunk(c, old);
+}
+
+inline void all_reduce_large(Communicator& c) {
+  const size_t count = (size_t{1} << 20) + 3;  // several 1 MiB chunks per segment
+  for (Algorithm a : kAlgos)
+    for (bool ip : {false, true}) all_reduce_case(c, count, DType::f32, ReduceOp::sum, a, ip);
+  all_reduce_case(c, count, DType::bf16, ReduceOp::avg, Algorithm::ring, false);
+}
+
+inline void all_gather_suite(Communicator& c) {
+  for (size_t count : counts_for(c.size()))
+    for (DType dt : kDtypes)
+      for (Algorithm a : kAlgos)
+        for (bool ip : {false, true}) all_gather_case(c, count, dt, a, ip);
+  const size_t old = set_chunk(c, 12);
+  for (bool ip : {false, true}) all_gather_case(c, 1021, DType::f16, Algorithm::ring, ip);
+  set_chunk(c, old);
+  all_gather_case(c, (size_t{1} << 18) + 3, DType::f32, Algorithm::ring, false);
+}
+
+inline void reduce_scatter_suite(Communicator& c) {
+  for (size_t count : counts_for(c.size()))
+    for (DType dt : kDtypes)
+      for (ReduceOp op : kOps)
+        for (Algorithm a : kAlgos)
+          for (bool ip : {false, true}) reduce_scatter_case(c, count, dt, op, a, ip);
+  const size_t old = set_chunk(c, 12);
+  for (bool ip : {false, true})
+    for (DType dt : kDtypes) reduce_scatter_case(c, 1021, dt, ReduceOp::sum, Algorithm::ring, ip);
+  set_chunk(c, old);
+  reduce_scatter_case(c, (size_t{1} << 18) + 3, DType::f32, ReduceOp::sum, Algorithm::ring, false);
+}
+
+inline void all_to_all_suite(Communicator& c) {
+  for (size_t count : counts_for(c.size()))
+    for (DType dt : kDtypes)
+      for (Algorithm a : kAlgos) all_to_all_case(c, count, dt, a);
+}
+
+inline void broadcast_suite(Communicator& c) {
+  for (int root = 0; root < c.size(); ++root)
+    for (size_t count : counts_for(c.size()))
+      for (Algorithm a : kAlgos) broadcast_case(c, count, DType::f32, root, a);
+  // Pipelined chain: above chain_broadcast_min_bytes, several chunks.
+  const size_t old = set_chunk(c, 4096);
+  for (int root : {0, c.size() - 1})
+    for (DType dt : {DType::f32, DType::bf16}) broadcast_case(c, (size_t{1} << 17) + 5, dt, root, Algorithm::ring);
+  set_chunk(c, old);
+  broadcast_case(c, (size_t{1} << 20) + 3, DType::f32, 0, Algorithm::ring);
+}
+
+inline void barrier_suite(Communicator& c) {
+  for (int i = 0; i < 5; ++i) c.barrier();
+}
+
+/// Ring of point-to-point messages: blocking, non-blocking, sendrecv, tag matching.
+inline void p2p_suite(Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4099}, size_t{1} << 20}) {
+    std::vector<uint8_t> s(bytes), got(bytes), want(bytes);
+    for (size_t i = 0; i < bytes; ++i) {
+      s[i] = static_cast<uint8_t>(r * 31 + i);
+      want[i] = static_cast<uint8_t>(prev * 31 + i);
+    }
+    // isend + irecv, waited in reverse order.
+    auto rw = c.irecv(got.data(), bytes, prev, 7);
+    auto sw = c.isend(s.data(), bytes, next, 7);
+    rw->wait();
+    sw->wait();
+    rw->wait();  // waiting twice is allowed
+    EXPECT_TRUE(got == want) << "isend/irecv " << bytes << " bytes rank " << r;
+    // sendrecv
+    std::fill(got.begin(), got.end(), 0);
+    c.sendrecv(s.data(), bytes, next, got.data(), bytes, prev, 8);
+    EXPECT_TRUE(got == want) << "sendrecv " << bytes << " bytes rank " << r;
+  }
+  // Tags keep messages apart: two tags received in the opposite order they were sent.
+  if (n > 1) {
+    int a = 100 + r, b = 200 + r, ga = -1, gb = -1;
+    auto s1 = c.isend(&a, sizeof a, next, 1);
+    auto s2 = c.isend(&b, sizeof b, next, 2);
+    c.recv(&gb, sizeof gb, prev, 2);
+    c.recv(&ga, sizeof ga, prev, 1);
+    s1->wait();
+    s2->wait();
+    EXPECT_EQ(ga, 100 + prev);
+    EXPECT_EQ(gb, 200 + prev);
+    // Blocking send / recv between rank 0 and the last rank (even/odd ordering avoids
+    // relying on buffering).
+    int v = 42 + r, g = -1;
+    if (r == 0) {
+      c.send(&v, sizeof v, n - 1, 3);
+      c.recv(&g, sizeof g, n - 1, 3);
+      EXPECT_EQ(g, 42 + n - 1);
+    } else if (r == n - 1) {
+      c.recv(&g, sizeof g, 0, 3);
+      c.send(&v, sizeof v, 0, 3);
+      EXPECT_EQ(g, 42);
+    }
+  }
+}
+
+/// Several async collectives in flight, then waited (in reverse order), plus a
+/// blocking collective queued behind them.
+inline void async_suite(Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  for (Algorithm a : kAlgos) {
+    const size_t count = 1021;
+    Buf ar1(DType::f32, count), ar2(DType::bf16, count + 5), ag_in(DType::f32, 13),
+        ag_out(DType::f32, 13 * n), rs_in(DType::f16, 7 * n), rs_out(DType::f16, 7);
+    for (size_t i = 0; i < count; ++i) ar1.set(i, value(11, r, i));
+    for (size_t i = 0; i < count + 5; ++i) ar2.set(i, value(12, r, i));
+    for (size_t i = 0; i < 13; ++i) ag_in.set(i, value(13, r, i));
+    for (size_t i = 0; i < 7 * n; ++i) rs_in.set(i, value(14, r, i));
+    std::vector<comm::WorkPtr> ws;
+    ws.push_back(c.all_reduce_async(ar1.data(), ar1.data(), count, DType::f32, ReduceOp::sum, a));
+    ws.push_back(c.all_reduce_async(ar2.data(), ar2.data(), count + 5, DType::bf16, ReduceOp::max, a));
+    ws.push_back(c.all_gather_async(ag_in.data(), ag_out.data(), 13, DType::f32, a));
+    ws.push_back(c.reduce_scatter_async(rs_in.data(), rs_out.data(), 7, DType::f16, ReduceOp::avg, a));
+    // A blocking collective issued while the queue is busy runs after it, not interleaved.
+    all_reduce_case(c, 13, DType::f32, ReduceOp::min, a, false, 15);
+    for (auto it = ws.rbegin(); it != ws.rend(); ++it) (*it)->wait();
+    for (auto& w : ws) EXPECT_TRUE(w->test());
+    std::vector<float> w1(count), w2(count + 5), w3(13 * n), w4(7);
+    for (size_t i = 0; i < count; ++i) w1[i] = expected_reduce(11, n, i, ReduceOp::sum, DType::f32);
+    for (size_t i = 0; i < count + 5; ++i) w2[i] = expected_reduce(12, n, i, ReduceOp::max, DType::bf16);
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < 13; ++i) w3[q * 13 + i] = value(13, q, i);
+    for (size_t i = 0; i < 7; ++i) w4[i] = expected_reduce(14, n, r * 7 + i, ReduceOp::avg, DType::f16);
+    expect_elems(ar1, w1, 0, "async all_reduce f32");
+    expect_elems(ar2, w2, 0, "async all_reduce bf16 max");
+    expect_elems(ag_out, w3, 0, "async all_gather");
+    expect_elems(rs_out, w4, 0, "async reduce_scatter f16 avg");
+  }
+}
+
+/// Even / odd sub-groups (and a reversed-key split), collectives inside them.
+inline void split_suite(Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  auto sub = c.split(r % 2, r);
+  ASSERT_TRUE(sub);
+  const int sub_n = (n + 1 - r % 2) / 2;
+  EXPECT_EQ(sub->size(), sub_n);
+  EXPECT_EQ(sub->rank(), r / 2);
+  // Sum of global ranks within the group, in every dtype and algorithm.
+  for (Algorithm a : kAlgos) {
+    float v[3] = {static_cast<float>(r), 1.f, static_cast<float>(-r)};
+    sub->all_reduce(v, v, 3, DType::f32, ReduceOp::sum, a);
+    float want = 0;
+    for (int q = r % 2; q < n; q += 2) want += static_cast<float>(q);
+    EXPECT_EQ(v[0], want);
+    EXPECT_EQ(v[1], static_cast<float>(sub_n));
+    EXPECT_EQ(v[2], -want);
+    all_reduce_case(*sub, 1021, DType::bf16, ReduceOp::avg, a, true);
+    all_gather_case(*sub, 13, DType::f16, a, false);
+    reduce_scatter_case(*sub, 7, DType::f32, ReduceOp::sum, a, false);
+    all_to_all_case(*sub, 5, DType::f32, a);
+    broadcast_case(*sub, 1021, DType::f32, sub->size() - 1, a);
+  }
+  async_suite(*sub);
+  // The parent keeps working while the child exists.
+  all_reduce_case(c, 13, DType::f32, ReduceOp::sum, Algorithm::ring, false);
+  // Reversed key: new rank order is the reverse of the global one.
+  auto rev = c.split(0, -r);
+  ASSERT_TRUE(rev);
+  EXPECT_EQ(rev->size(), n);
+  EXPECT_EQ(rev->rank(), n - 1 - r);
+  int g[64] = {};
+  int me = r;
+  rev->all_gather(&me, g, 1, DType::f32, Algorithm::ring);  // 4-byte carrier, bits only
+  for (int q = 0; q < n; ++q) EXPECT_EQ(g[q], n - 1 - q);
+  // Negative colour: not a member.
+  auto none = c.split(r == 0 ? -1 : 1, 0);
+  EXPECT_EQ(none == nullptr, r == 0);
+  if (none) {
+    EXPECT_EQ(none->size(), n - 1);
+    all_reduce_case(*none, 7, DType::f32, ReduceOp::max, Algorithm::ring, false);
+  }
+}
+
+/// The worked examples of the specification, verbatim (2 ranks).
+inline void worked_examples(Communicator& c) {
+  ASSERT_EQ(c.size(), 2);
+  const int r = c.rank();
+  for (Algorithm a : kAlgos) {
+    std::vector<float> x = r == 0 ? std::vector<float>{1, 2} : std::vector<float>{3, 4}, y(2);
+    c.all_reduce(x.data(), y.data(), 2, DType::f32, ReduceOp::sum, a);
+    EXPECT_EQ(y, (std::vector<float>{4, 6}));
+    float z = 0;
+    c.reduce_scatter(x.data(), &z, 1, DType::f32, ReduceOp::sum, a);
+    EXPECT_EQ(z, r == 0 ? 4.f : 6.f);
+    const float A = 10, B = 20, A0 = 1, A1 = 2, B0 = 3, B1 = 4;
+    float mine = r == 0 ? A : B, g[2];
+    c.all_gather(&mine, g, 1, DType::f32, a);
+    EXPECT_EQ(g[0], A);
+    EXPECT_EQ(g[1], B);
+    float s[2] = {r == 0 ? A0 : B0, r == 0 ? A1 : B1}, o[2];
+    c.all_to_all(s, o, 1, DType::f32, a);
+    if (r == 0) {
+      EXPECT_EQ(o[0], A0);
+      EXPECT_EQ(o[1], B0);
+    } else {
+      EXPECT_EQ(o[0], A1);
+      EXPECT_EQ(o[1], B1);
+    }
+  }
+}
+
+/// Traffic accounting: a ring all-reduce of N f32 moves 2 (n-1)/n N elements
+/// per rank each way (up to uneven segments).
+inline void bytes_suite(Communicator& c) {
+  const int n = c.size();
+  const size_t count = 1000 * static_cast<size_t>(n);
+  std::vector<float> v(count, 1.f);
+  const uint64_t s0 = c.bytes_sent(), r0 = c.bytes_received();
+  c.all_reduce(v.data(), v.data(), count, DType::f32, ReduceOp::sum, Algorithm::ring);
+  const uint64_t want = n == 1 ? 0 : 2 * static_cast<uint64_t>(n - 1) * 1000 * 4;
+  EXPECT_EQ(c.bytes_sent() - s0, want);
+  EXPECT_EQ(c.bytes_received() - r0, want);
+  for (float x : v) ASSERT_EQ(x, static_cast<float>(n));
+}
+
+}  // namespace braid::test_cases

@@ -1,0 +1,252 @@
+// Finite-difference gradient checks for every *_forward / *_backward pair.
+//
+// Method: the objective is L(x) = sum_i r_i * out_i(x) with fixed random r, so
+// the backward pass fed dout = r must return dL/dx. The kernels run in fp32, so
+// the numeric derivative is a central difference (L(x+h) - L(x-h)) / 2h with L
+// summed in double and h = 1e-2 on O(1) inputs. Error budget: truncation
+// h^2/6 * |L'''| ~ 2e-5 for these smooth functions; rounding ~ 6e-8 * sqrt(n) *
+// |out| / (2h) ~ 3e-5 for n ~ 100 outputs. Hence |num - ana| <= 5e-4 + 5e-3 |ana|:
+// ~10x above the noise, and far below the O(0.1..1) errors a wrong formula makes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "braid/core/error.h"
+#include "braid/core/rng.h"
+#include "braid/kernels/cpu/adamw.h"
+#include "braid/kernels/cpu/attention.h"
+#include "braid/kernels/cpu/crossentropy.h"
+#include "braid/kernels/cpu/elementwise.h"
+#include "braid/kernels/cpu/encoder.h"
+#include "braid/kernels/cpu/layernorm.h"
+#include "braid/kernels/cpu/matmul.h"
+
+namespace k = braid::kernels;
+
+namespace {
+
+constexpr double kH = 1e-2, kAtol = 5e-4, kRtol = 5e-3;
+
+std::vector<float> randvec(size_t n, uint64_t stream, float scale = 1.0f) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = scale * braid::rand_normal(11, stream, i);
+  return v;
+}
+
+double dot(const std::vector<float>& r, const float* out) {
+  double s = 0;
+  for (size_t i = 0; i < r.size(); ++i) s += double(r[i]) * double(out[i]);
+  return s;
+}
+
+// Checks analytic[i] against the central difference of loss() in x[i], for all i.
+void fd_check(const std::string& what, std::vector<float>& x, const std::vector<float>& analytic,
+              const std::function<double()>& loss) {
+  ASSERT_EQ(x.size(), analytic.size());
+  double max_err = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float x0 = x[i];
+    x[i] = float(x0 + kH);
+    const double lp = loss();
+    x[i] = float(x0 - kH);
+    const double lm = loss();
+    x[i] = x0;
+    const double num = (lp - lm) / (2 * kH);
+    const double err = std::abs(num - analytic[i]);
+    max_err = std::max(max_err, err);
+    ASSERT_LE(err, kAtol + kRtol * std::abs(analytic[i]))
+        << what << "[" << i << "]: numeric " << num << " analytic " << analytic[i];
+  }
+  ::testing::Test::RecordProperty(what + "_max_abs_err", std::to_string(max_err));
+  std::printf("  %-22s max |num - ana| = %.2e over %zu elements\n", what.c_str(), max_err,
+              x.size());
+}
+
+}  // namespace
+
+TEST(KernelsFD, Matmul) {
+  const int64_t BT = 5, C = 7, OC = 6;
+  auto inp = randvec(size_t(BT * C), 1), w = randvec(size_t(OC * C), 2), b = randvec(size_t(OC), 3);
+  auto r = randvec(size_t(BT * OC), 4);
+  std::vector<float> out(r.size());
+  auto loss = [&] {
+    k::matmul_forward(out.data(), inp.data(), w.data(), b.data(), BT, C, OC);
+    return dot(r, out.data());
+  };
+  std::vector<float> dinp(inp.size(), 7.0f), dw(w.size(), 0.0f), db(b.size(), 0.0f);
+  loss();
+  k::matmul_backward(dinp.data(), dw.data(), db.data(), r.data(), inp.data(), w.data(), BT, C, OC);
+  fd_check("matmul.dinp", inp, dinp, loss);  // dinp written (=): the 7s are gone
+  fd_check("matmul.dweight", w, dw, loss);
+  fd_check("matmul.dbias", b, db, loss);
+  // Parameter grads accumulate: a second backward doubles them.
+  auto dw1 = dw;
+  k::matmul_backward(dinp.data(), dw.data(), db.data(), r.data(), inp.data(), w.data(), BT, C, OC);
+  for (size_t i = 0; i < dw.size(); ++i) EXPECT_FLOAT_EQ(dw[i], 2 * dw1[i]);
+}
+
+TEST(KernelsFD, LayerNorm) {
+  const int64_t N = 4, C = 9;
+  auto inp = randvec(size_t(N * C), 1), w = randvec(size_t(C), 2), b = randvec(size_t(C), 3);
+  for (size_t i = 0; i < inp.size(); ++i) inp[i] += float(i % 3);  // non-zero means
+  auto r = randvec(size_t(N * C), 4);
+  std::vector<float> out(r.size()), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N));
+  auto loss = [&] {
+    k::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    return dot(r, out.data());
+  };
+  loss();
+  std::vector<float> dinp(inp.size(), 0.0f), dw(size_t(C), 0.0f), db(size_t(C), 0.0f);
+  k::layernorm_backward(dinp.data(), dw.data(), db.data(), r.data(), inp.data(), w.data(),
+                        mean.data(), rstd.data(), N, C);
+  fd_check("layernorm.dinp", inp, dinp, loss);
+  fd_check("layernorm.dweight", w, dw, loss);
+  fd_check("layernorm.dbias", b, db, loss);
+}
+
+TEST(KernelsFD, Encoder) {
+  const int64_t B = 2, T = 3, C = 4, V = 5;
+  std::vector<int32_t> tokens = {1, 3, 1, 4, 1, 0};  // repeats must accumulate
+  auto wte = randvec(size_t(V * C), 1), wpe = randvec(size_t(T * C), 2);
+  auto r = randvec(size_t(B * T * C), 3);
+  std::vector<float> out(r.size());
+  auto loss = [&] {
+    k::encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    return dot(r, out.data());
+  };
+  std::vector<float> dwte(wte.size(), 0.0f), dwpe(wpe.size(), 0.0f);
+  k::encoder_backward(dwte.data(), dwpe.data(), r.data(), tokens.data(), B, T, C);
+  fd_check("encoder.dwte", wte, dwte, loss);
+  fd_check("encoder.dwpe", wpe, dwpe, loss);
+}
+
+TEST(KernelsFD, Gelu) {
+  const int64_t N = 64;
+  std::vector<float> x(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) x[size_t(i)] = -4.0f + 8.0f * float(i) / float(N - 1) + 0.01f;
+  auto r = randvec(size_t(N), 3);
+  std::vector<float> out(static_cast<size_t>(N));
+  auto loss = [&] {
+    k::gelu_forward(out.data(), x.data(), N);
+    return dot(r, out.data());
+  };
+  loss();
+  // Exact values against the double formula.
+  for (int64_t i = 0; i < N; ++i) {
+    const double xi = x[size_t(i)];
+    const double ref = 0.5 * xi * (1 + std::tanh(0.7978845608028654 * (xi + 0.044715 * xi * xi * xi)));
+    EXPECT_NEAR(out[size_t(i)], ref, 2e-7 + 2e-6 * std::abs(ref)) << "x=" << xi;
+  }
+  std::vector<float> dx(static_cast<size_t>(N));
+  k::gelu_backward(dx.data(), r.data(), x.data(), N);
+  fd_check("gelu.dinp", x, dx, loss);
+}
+
+TEST(KernelsFD, Residual) {
+  const int64_t N = 10;
+  auto a = randvec(size_t(N), 1), b = randvec(size_t(N), 2), r = randvec(size_t(N), 3);
+  std::vector<float> out(static_cast<size_t>(N));
+  auto loss = [&] {
+    k::residual_forward(out.data(), a.data(), b.data(), N);
+    return dot(r, out.data());
+  };
+  std::vector<float> da(size_t(N), 0.0f), db(size_t(N), 0.0f);
+  k::residual_backward(da.data(), db.data(), r.data(), N);
+  fd_check("residual.dinp1", a, da, loss);
+  fd_check("residual.dinp2", b, db, loss);
+}
+
+TEST(KernelsFD, SoftmaxCrossEntropyAndPadding) {
+  const int64_t N = 3, V = 10, Vp = 16;
+  auto logits = randvec(size_t(N * Vp), 1, 2.0f);
+  std::vector<int32_t> targets = {0, 9, 4};
+  std::vector<float> losses(static_cast<size_t>(N)), lse(static_cast<size_t>(N)), probs(static_cast<size_t>(N * Vp));
+  const float dloss = 0.7f;
+  auto loss = [&] {
+    k::softmax_crossentropy_forward(losses.data(), lse.data(), nullptr, logits.data(),
+                                    targets.data(), N, V, Vp);
+    double s = 0;
+    for (float l : losses) s += dloss * double(l);
+    return s;
+  };
+  loss();
+  // Against a double-precision softmax over [0, V) only.
+  k::softmax_crossentropy_forward(losses.data(), lse.data(), probs.data(), logits.data(),
+                                  targets.data(), N, V, Vp);
+  for (int64_t i = 0; i < N; ++i) {
+    double mx = -1e30, s = 0, psum = 0;
+    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(logits[size_t(i * Vp + v)]));
+    for (int64_t v = 0; v < V; ++v) s += std::exp(double(logits[size_t(i * Vp + v)]) - mx);
+    const double ref = mx + std::log(s) - logits[size_t(i * Vp + targets[size_t(i)])];
+    EXPECT_NEAR(losses[size_t(i)], ref, 1e-5 * std::max(1.0, ref));
+    for (int64_t v = 0; v < Vp; ++v) psum += probs[size_t(i * Vp + v)];
+    EXPECT_NEAR(psum, 1.0, 1e-6);
+    for (int64_t v = V; v < Vp; ++v) EXPECT_EQ(probs[size_t(i * Vp + v)], 0.0f) << "padded prob";
+  }
+  std::vector<float> dlogits(logits.size(), 5.0f);
+  k::softmax_crossentropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), dloss,
+                                   N, V, Vp);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t v = V; v < Vp; ++v) EXPECT_EQ(dlogits[size_t(i * Vp + v)], 0.0f) << "padded grad";
+  fd_check("softmax_ce.dlogits", logits, dlogits, loss);  // padded columns: numeric 0 too
+  targets[1] = int32_t(V);  // a padded id is not a valid target
+  EXPECT_THROW(loss(), braid::Error);
+}
+
+TEST(KernelsFD, Attention) {
+  const int64_t B = 2, T = 5, C = 8, NH = 2;
+  auto qkv = randvec(size_t(B * T * 3 * C), 1);
+  auto r = randvec(size_t(B * T * C), 2);
+  std::vector<float> out(r.size()), qkvr(static_cast<size_t>(3 * B * T * C)), att(static_cast<size_t>(B * NH * T * T));
+  std::vector<float> fs(k::attention_forward_scratch_floats(B, T, C));
+  std::vector<float> bs(k::attention_backward_scratch_floats(B, T, C, NH));
+  auto loss = [&] {
+    k::attention_forward(out.data(), qkvr.data(), att.data(), fs.data(), qkv.data(), B, T, C, NH);
+    return dot(r, out.data());
+  };
+  loss();
+  // Causality: probabilities above the diagonal are exactly 0, rows sum to 1.
+  for (int64_t bh = 0; bh < B * NH; ++bh)
+    for (int64_t i = 0; i < T; ++i) {
+      double s = 0;
+      for (int64_t j = 0; j < T; ++j) {
+        const float p = att[size_t((bh * T + i) * T + j)];
+        if (j > i) {
+          EXPECT_EQ(p, 0.0f);
+        }
+        s += p;
+      }
+      EXPECT_NEAR(s, 1.0, 1e-6);
+    }
+  std::vector<float> dqkv(qkv.size(), 3.0f);
+  k::attention_backward(dqkv.data(), bs.data(), r.data(), qkvr.data(), att.data(), B, T, C, NH);
+  fd_check("attention.dqkv", qkv, dqkv, loss);
+}
+
+TEST(Kernels, AdamWMatchesClosedForm) {
+  const size_t n = 37;
+  auto p = randvec(n, 1), g0 = randvec(n, 2);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  std::vector<double> pd(p.begin(), p.end()), md(n, 0.0), vd(n, 0.0);
+  const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+  for (int64_t t = 1; t <= 3; ++t) {
+    std::vector<float> g(n);
+    for (size_t i = 0; i < n; ++i) g[i] = g0[i] * float(t);  // vary over steps
+    k::adamw_update(p.data(), g.data(), m.data(), v.data(), n, float(lr), float(b1), float(b2),
+                    float(eps), float(wd), t);
+    for (size_t i = 0; i < n; ++i) {
+      md[i] = b1 * md[i] + (1 - b1) * g[i];
+      vd[i] = b2 * vd[i] + (1 - b2) * double(g[i]) * g[i];
+      const double mh = md[i] / (1 - std::pow(b1, double(t)));
+      const double vh = vd[i] / (1 - std::pow(b2, double(t)));
+      pd[i] = pd[i] - lr * wd * pd[i] - lr * mh / (std::sqrt(vh) + eps);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(p[i], pd[i], 2e-6) << i;
+  EXPECT_THROW(k::adamw_update(p.data(), g0.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f,
+                               1e-8f, 0.0f, 0),
+               braid::Error);
+}

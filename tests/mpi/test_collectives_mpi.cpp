@@ -1,0 +1,41 @@
+// The shared collective test bodies (tests/common/collective_cases.h) under mpirun:
+// one process per rank, ring and MPI-native algorithms.
+#include <gtest/gtest.h>
+
+#include "common/collective_cases.h"
+#include "mpi/mpi_world.h"
+
+namespace braid {
+namespace {
+
+namespace tc = test_cases;
+using test_mpi::world;
+
+TEST(CollectiveMpi, Backend) {
+  EXPECT_EQ(world().backend(), "mpi");
+  EXPECT_GE(world().size(), 1);
+}
+TEST(CollectiveMpi, AllReduce) { tc::all_reduce_suite(world()); }
+TEST(CollectiveMpi, AllReduceLarge) { tc::all_reduce_large(world()); }
+TEST(CollectiveMpi, AllGather) { tc::all_gather_suite(world()); }
+TEST(CollectiveMpi, ReduceScatter) { tc::reduce_scatter_suite(world()); }
+TEST(CollectiveMpi, AllToAll) { tc::all_to_all_suite(world()); }
+TEST(CollectiveMpi, Broadcast) { tc::broadcast_suite(world()); }
+TEST(CollectiveMpi, Barrier) { tc::barrier_suite(world()); }
+TEST(CollectiveMpi, PointToPoint) { tc::p2p_suite(world()); }
+TEST(CollectiveMpi, Async) { tc::async_suite(world()); }
+TEST(CollectiveMpi, Split) { tc::split_suite(world()); }
+TEST(CollectiveMpi, BytesAccounting) { tc::bytes_suite(world()); }
+TEST(CollectiveMpi, WorkedExamples) {
+  if (world().size() != 2) GTEST_SKIP() << "the worked examples are for 2 ranks";
+  tc::worked_examples(world());
+}
+// Worked examples on 2-rank sub-groups when the world is larger.
+TEST(CollectiveMpi, WorkedExamplesInPairs) {
+  const int r = world().rank(), n = world().size();
+  auto pair = world().split(r / 2 < n / 2 ? r / 2 : -1, r);
+  if (pair) tc::worked_examples(*pair);
+}
+
+}  // namespace
+}  // namespace braid

@@ -1,0 +1,136 @@
+// Token file format: round trip, atomic write, and clear errors on bad files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "braid/core/error.h"
+#include "braid/train/token_file.h"
+
+namespace braid::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TokenFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("braid_token_file_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  static std::string slurp(const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+  static void spit(const std::string& p, const std::string& bytes) {
+    std::ofstream f(p, std::ios::binary | std::ios::trunc);
+    f << bytes;
+  }
+  static std::string error_of(const std::string& p) {
+    try {
+      read_token_file(p);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(TokenFileTest, RoundTripCreatesParentDirs) {
+  const std::vector<int32_t> ids = {50256, 0, 1, 15496, 995, 65535 % 50257, 50255};
+  const std::string p = path("a/b/c/train.bin");
+  write_token_file(p, ids, 50257);
+  const TokenFile tf = read_token_file(p);
+  EXPECT_EQ(tf.vocab_size, 50257u);
+  ASSERT_EQ(tf.tokens.size(), ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(tf.tokens[i], ids[i]);
+  // No temp file is left behind.
+  size_t files = 0;
+  for (auto it = fs::directory_iterator(fs::path(p).parent_path()); it != fs::directory_iterator(); ++it) ++files;
+  EXPECT_EQ(files, 1u);
+}
+
+TEST_F(TokenFileTest, ExactLayout) {
+  const std::string p = path("layout.bin");
+  write_token_file(p, std::vector<uint16_t>{0x1234, 0xC350}, 50257);
+  const std::string b = slurp(p);
+  ASSERT_EQ(b.size(), 24u + 4u);
+  EXPECT_EQ(b.substr(0, 8), "BRAIDTOK");
+  EXPECT_EQ(b.substr(8, 4), std::string("\x01\x00\x00\x00", 4));        // version 1
+  EXPECT_EQ(b.substr(12, 4), std::string("\x51\xC4\x00\x00", 4));       // 50257
+  EXPECT_EQ(b.substr(16, 8), std::string("\x02\0\0\0\0\0\0\0", 8));     // count 2
+  EXPECT_EQ(b.substr(24), std::string("\x34\x12\x50\xC3", 4));          // little-endian ids
+}
+
+TEST_F(TokenFileTest, EmptyAndOverwrite) {
+  const std::string p = path("empty.bin");
+  write_token_file(p, std::vector<int32_t>{}, 50257);
+  EXPECT_TRUE(read_token_file(p).tokens.empty());
+  write_token_file(p, std::vector<int32_t>{7}, 50257);
+  EXPECT_EQ(read_token_file(p).tokens, std::vector<uint16_t>{7});
+}
+
+TEST_F(TokenFileTest, RejectsOutOfRangeIds) {
+  EXPECT_THROW(write_token_file(path("x.bin"), std::vector<int32_t>{50257}, 50257), Error);
+  EXPECT_THROW(write_token_file(path("x.bin"), std::vector<int32_t>{-1}, 50257), Error);
+  EXPECT_THROW(write_token_file(path("x.bin"), std::vector<int32_t>{1}, 70000), Error);
+  EXPECT_FALSE(fs::exists(path("x.bin")));
+}
+
+TEST_F(TokenFileTest, MissingFileNamesPathAndFix) {
+  const std::string msg = error_of(path("nope.bin"));
+  EXPECT_NE(msg.find("nope.bin"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("braid prepare-data"), std::string::npos) << msg;
+}
+
+TEST_F(TokenFileTest, CorruptFilesAreConfigErrors) {
+  const std::string good = path("good.bin");
+  write_token_file(good, std::vector<int32_t>{1, 2, 3, 4}, 50257);
+  const std::string bytes = slurp(good);
+
+  const std::string magic = path("magic.bin");
+  std::string m = bytes;
+  m[0] = 'X';
+  spit(magic, m);
+  EXPECT_NE(error_of(magic).find("magic"), std::string::npos) << error_of(magic);
+
+  const std::string version = path("version.bin");
+  std::string v = bytes;
+  v[8] = 2;
+  spit(version, v);
+  EXPECT_NE(error_of(version).find("version"), std::string::npos);
+
+  const std::string truncated = path("truncated.bin");
+  spit(truncated, bytes.substr(0, bytes.size() - 1));
+  EXPECT_NE(error_of(truncated).find("truncated"), std::string::npos) << error_of(truncated);
+
+  const std::string header_only = path("short.bin");
+  spit(header_only, bytes.substr(0, 10));
+  EXPECT_NE(error_of(header_only).find("header"), std::string::npos);
+
+  const std::string longer = path("long.bin");
+  spit(longer, bytes + "xx");
+  EXPECT_FALSE(error_of(longer).empty());
+
+  const std::string bad_id = path("bad_id.bin");
+  std::string b = bytes;
+  b[24] = '\xff', b[25] = '\xff';
+  spit(bad_id, b);
+  EXPECT_NE(error_of(bad_id).find("vocab_size"), std::string::npos);
+
+  for (const auto& p : {magic, version, truncated, header_only, longer, bad_id})
+    EXPECT_NE(error_of(p).find(p), std::string::npos) << "error must name the path " << p;
+}
+
+}  // namespace
+}  // namespace braid::data
