@@ -35,7 +35,11 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
   try {
     train::TrainOptions opt = a.opt;
     const bool log = opt.verbose && world.rank() == 0;
-    opt.peak_flops_per_rank = train::measure_matmul_peak_flops(0.3);
+    // Each rank measures its matmul ceiling; the best of them is the reference,
+    // so a rank slowed by a noisy neighbour does not inflate everyone's MFU.
+    float peak = static_cast<float>(train::measure_matmul_peak_flops(0.5));
+    if (world.size() > 1) world.all_reduce(&peak, &peak, 1, DType::f32, comm::ReduceOp::max);
+    opt.peak_flops_per_rank = static_cast<double>(peak);
     train::Trainer trainer(opt, world, train, val);
     if (log) {
       const auto& c = trainer.model().config();
@@ -85,6 +89,8 @@ void add_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   auto& o = a->opt;
   CLI::App* c = app.add_subcommand("train", "Train a GPT-2 model (data-parallel over MPI ranks)");
+  // A later flag overrides an earlier one, so scripts can append to defaults.
+  c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   c->add_option("--model", o.model, "Model config: tiny, small, gpt2")->capture_default_str();
   c->add_option("--train-data", a->train_data, "Training token file (braid prepare-data)")->capture_default_str();
   c->add_option("--val-data", a->val_data, "Validation token file ('' disables)")->capture_default_str();

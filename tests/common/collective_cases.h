@@ -128,11 +128,12 @@ inline void reduce_scatter_case(Communicator& c, size_t count, DType dt, ReduceO
     c.reduce_scatter(in.data(), in.at(r * count), count, dt, op, a);
     expect_elems(in, want, r * count, what);
     // Blocks other than ours are left untouched.
-    for (int q = 0; q < n; ++q)
-      if (q != r)
-        EXPECT_EQ(0, std::memcmp(in.at(q * count), before.b.data() + q * count * dtype_size(dt),
-                                 count * dtype_size(dt)))
-            << what << ": block " << q << " modified";
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      EXPECT_EQ(0, std::memcmp(in.at(q * count), before.b.data() + q * count * dtype_size(dt),
+                               count * dtype_size(dt)))
+          << what << ": block " << q << " modified";
+    }
   } else {
     c.reduce_scatter(in.data(), out.data(), count, dt, op, a);
     expect_elems(out, want, 0, what);
@@ -180,13 +181,37 @@ inline size_t set_chunk(Communicator& c, size_t bytes) {
   return old;
 }
 
+/// Which all-reduce algorithm "ours" uses: the default size-based choice, the ring at
+/// every size, or recursive halving/doubling at every size (power-of-two groups > 2).
+enum class ArMode { defaults, ring_only, halving };
+inline void set_all_reduce_mode(Communicator& c, ArMode m) {
+  auto* b = dynamic_cast<comm::CommBase*>(&c);
+  if (!b) return;
+  const comm::algo::RingOptions d;
+  auto& o = b->ring_options();
+  o.doubling_all_reduce_max_bytes = m == ArMode::defaults ? d.doubling_all_reduce_max_bytes : 0;
+  o.doubling_all_reduce_max_bytes_2ranks =
+      m == ArMode::defaults ? d.doubling_all_reduce_max_bytes_2ranks : 0;
+  o.halving_all_reduce_max_bytes = m == ArMode::defaults ? d.halving_all_reduce_max_bytes
+                                   : m == ArMode::halving ? size_t{1} << 40
+                                                          : 0;
+}
+inline void set_doubling(Communicator& c, bool on) {
+  set_all_reduce_mode(c, on ? ArMode::defaults : ArMode::ring_only);
+}
+
 inline void all_reduce_suite(Communicator& c) {
-  for (size_t count : counts_for(c.size()))
-    for (DType dt : kDtypes)
-      for (ReduceOp op : kOps)
-        for (Algorithm a : kAlgos)
-          for (bool ip : {false, true}) all_reduce_case(c, count, dt, op, a, ip);
-  // Many chunks per segment, odd chunk sizes, depth > chunks and < chunks.
+  for (ArMode m : {ArMode::defaults, ArMode::ring_only, ArMode::halving}) {
+    set_all_reduce_mode(c, m);
+    for (size_t count : counts_for(c.size()))
+      for (DType dt : kDtypes)
+        for (ReduceOp op : kOps)
+          for (Algorithm a : kAlgos)
+            for (bool ip : {false, true}) all_reduce_case(c, count, dt, op, a, ip);
+  }
+  // Ring only from here. Many chunks per segment, odd chunk sizes, depth > chunks and
+  // < chunks.
+  set_all_reduce_mode(c, ArMode::ring_only);
   const size_t old = set_chunk(c, 12);
   for (size_t count : {size_t{7}, size_t{13}, size_t{1021}})
     for (DType dt : kDtypes)
@@ -194,6 +219,7 @@ inline void all_reduce_suite(Communicator& c) {
   set_chunk(c, 256);
   for (bool ip : {false, true}) all_reduce_case(c, 1021, DType::bf16, ReduceOp::sum, Algorithm::ring, ip);
   set_chunk(c, old);
+  set_doubling(c, true);
 }
 
 inline void all_reduce_large(Communicator& c) {
@@ -201,6 +227,18 @@ inline void all_reduce_large(Communicator& c) {
   for (Algorithm a : kAlgos)
     for (bool ip : {false, true}) all_reduce_case(c, count, DType::f32, ReduceOp::sum, a, ip);
   all_reduce_case(c, count, DType::bf16, ReduceOp::avg, Algorithm::ring, false);
+  // Recursive doubling at a size with several chunks of the ring (when it applies).
+  auto* b = dynamic_cast<comm::CommBase*>(&c);
+  if (b) {
+    const auto saved = b->ring_options();
+    b->ring_options().doubling_all_reduce_max_bytes = size_t{1} << 30;
+    b->ring_options().doubling_all_reduce_max_bytes_2ranks = size_t{1} << 30;
+    for (bool ip : {false, true}) all_reduce_case(c, count, DType::f32, ReduceOp::max, Algorithm::ring, ip);
+    b->ring_options() = saved;
+    set_all_reduce_mode(c, ArMode::halving);
+    for (bool ip : {false, true}) all_reduce_case(c, count + 2, DType::bf16, ReduceOp::avg, Algorithm::ring, ip);
+    b->ring_options() = saved;
+  }
 }
 
 inline void all_gather_suite(Communicator& c) {
@@ -308,7 +346,7 @@ inline void async_suite(Communicator& c) {
     for (size_t i = 0; i < count; ++i) ar1.set(i, value(11, r, i));
     for (size_t i = 0; i < count + 5; ++i) ar2.set(i, value(12, r, i));
     for (size_t i = 0; i < 13; ++i) ag_in.set(i, value(13, r, i));
-    for (size_t i = 0; i < 7 * n; ++i) rs_in.set(i, value(14, r, i));
+    for (size_t i = 0; i < 7 * static_cast<size_t>(n); ++i) rs_in.set(i, value(14, r, i));
     std::vector<comm::WorkPtr> ws;
     ws.push_back(c.all_reduce_async(ar1.data(), ar1.data(), count, DType::f32, ReduceOp::sum, a));
     ws.push_back(c.all_reduce_async(ar2.data(), ar2.data(), count + 5, DType::bf16, ReduceOp::max, a));
@@ -409,8 +447,10 @@ inline void bytes_suite(Communicator& c) {
   const int n = c.size();
   const size_t count = 1000 * static_cast<size_t>(n);
   std::vector<float> v(count, 1.f);
+  set_doubling(c, false);
   const uint64_t s0 = c.bytes_sent(), r0 = c.bytes_received();
   c.all_reduce(v.data(), v.data(), count, DType::f32, ReduceOp::sum, Algorithm::ring);
+  set_doubling(c, true);
   const uint64_t want = n == 1 ? 0 : 2 * static_cast<uint64_t>(n - 1) * 1000 * 4;
   EXPECT_EQ(c.bytes_sent() - s0, want);
   EXPECT_EQ(c.bytes_received() - r0, want);

@@ -39,3 +39,14 @@ TEST(CollectiveMpi, WorkedExamplesInPairs) {
 
 }  // namespace
 }  // namespace braid
+
+namespace braid {
+namespace {
+// Checks the exit-code plumbing of main.cpp by hand (disabled in normal runs):
+//   mpirun -np 2 test_mpi --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_*'
+// must exit non-zero although rank 0 passes.
+TEST(CollectiveMpi, DISABLED_FailsOnLastRankOnly) {
+  EXPECT_NE(test_mpi::world().rank(), test_mpi::world().size() - 1) << "deliberate failure";
+}
+}  // namespace
+}  // namespace braid

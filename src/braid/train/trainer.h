@@ -19,13 +19,13 @@ namespace braid::train {
 
 struct TrainOptions {
   std::string model = "small";
-  int64_t steps = 300;
+  int64_t steps = 800;
   int64_t global_batch = 16;  // sequences per optimizer step, over all DP ranks
-  int64_t micro_batch = 4;    // sequences per forward/backward on one rank
+  int64_t micro_batch = 8;    // sequences per forward/backward on one rank
   int64_t seq_len = 128;
-  float lr = 1e-3f;
-  float min_lr = 1e-4f;
-  int64_t warmup_steps = 20;
+  float lr = 2e-3f;
+  float min_lr = 2e-4f;
+  int64_t warmup_steps = 40;
   float weight_decay = 0.1f;
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   float grad_clip = 1.0f;  // 0 disables

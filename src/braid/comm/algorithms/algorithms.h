@@ -23,6 +23,16 @@ struct RingOptions {
   size_t chunk_bytes = size_t{1} << 20;  // pipelining unit of the rings, bytes
   int depth = 4;                         // receives posted ahead of the one being reduced
   size_t chain_broadcast_min_bytes = size_t{256} << 10;  // pipelined chain above this
+  // All-reduce of at most this many bytes on a power-of-two group uses recursive
+  // doubling (log2 n rounds instead of 2(n-1): fewer round trips where latency
+  // dominates). Thresholds measured on the 2-core dev machine (OpenMPI 4.1, vader/CMA):
+  // with 2 ranks a single whole-buffer exchange beats the ring up to 4 MiB; with 4
+  // ranks doubling wins up to ~64 KiB, Rabenseifner around 256 KiB, the ring from 1 MiB.
+  size_t doubling_all_reduce_max_bytes = size_t{128} << 10;
+  size_t doubling_all_reduce_max_bytes_2ranks = size_t{4} << 20;
+  // Above that and up to this, power-of-two groups of more than 2 ranks use
+  // Rabenseifner's algorithm (2 log2 n steps instead of the ring's 2(n-1)).
+  size_t halving_all_reduce_max_bytes = size_t{512} << 10;
 };
 
 /// Grow-only scratch memory owned by a communicator (pre-touched, huge pages advised
@@ -38,7 +48,9 @@ class Workspace {
   Buffer bufs_[4];
 };
 
-/// recv[i] = op over ranks of send[i]; send == recv in place. Ring reduce-scatter then
+/// recv[i] = op over ranks of send[i]; send == recv in place. Dispatches to
+/// doubling_all_reduce for small messages on power-of-two groups (see RingOptions),
+/// otherwise ring reduce-scatter then
 /// ring all-gather over count split into size() segments (uneven when count % size != 0),
 /// each cut into chunks of opts.chunk_bytes which are forwarded as soon as they are
 /// reduced, so reduction of one chunk overlaps the transfer of the next. The final
@@ -47,6 +59,20 @@ class Workspace {
 /// Traffic per rank: 2 (n-1)/n * count * elem bytes sent and received.
 void ring_all_reduce(Communicator& comm, Workspace& ws, const RingOptions& opts, const void* send,
                      void* recv, size_t count, DType dtype, ReduceOp op);
+
+/// Recursive doubling (Thakur, Rabenseifner & Gropp 2005), power-of-two sizes only:
+/// round k exchanges the whole partial with rank ^ 2^k. Each pair combines in rank
+/// order (lower op higher), so both partners compute identical bits and all ranks end
+/// bitwise identical. Traffic: log2(n) * count elements each way per rank.
+void doubling_all_reduce(Communicator& comm, Workspace& ws, const void* send, void* recv,
+                         size_t count, DType dtype, ReduceOp op);
+
+/// Rabenseifner (Thakur, Rabenseifner & Gropp 2005), power-of-two sizes only:
+/// reduce-scatter by recursive halving (rank r ends with the final value of segment r,
+/// computed there only) then all-gather by recursive doubling. Same traffic as the
+/// ring, (n-1)/n * count each way per phase, in log2(n) steps per phase.
+void halving_doubling_all_reduce(Communicator& comm, Workspace& ws, const void* send,
+                                 void* recv, size_t count, DType dtype, ReduceOp op);
 
 /// send: size()*count elements; recv: count elements = block rank() of the reduction.
 /// recv may equal send + rank*count. Other blocks of send are not modified.
@@ -63,7 +89,7 @@ void ring_all_gather(Communicator& comm, const RingOptions& opts, const void* se
 void pairwise_all_to_all(Communicator& comm, const void* send, void* recv, size_t count,
                          DType dtype);
 
-/// Binomial tree below opts.chain_broadcast_min_bytes, pipelined chain (chunks of
+/// Binomial tree below opts.chain_broadcast_min_bytes (or with 2 ranks), pipelined chain (chunks of
 /// opts.chunk_bytes forwarded root -> root+1 -> ...) above.
 void broadcast(Communicator& comm, const RingOptions& opts, void* buf, size_t count, DType dtype,
                int root);

@@ -159,6 +159,13 @@ void ring_all_reduce(Communicator& comm, Workspace& ws, const RingOptions& opts,
     if (send != recv) std::memcpy(recv, send, count * esz);
     return;
   }
+  const size_t doubling_max =
+      n == 2 ? opts.doubling_all_reduce_max_bytes_2ranks : opts.doubling_all_reduce_max_bytes;
+  if ((n & (n - 1)) == 0 && count * esz <= doubling_max)
+    return doubling_all_reduce(comm, ws, send, recv, count, dtype, op);
+  if ((n & (n - 1)) == 0 && n > 2 && count * esz <= opts.halving_all_reduce_max_bytes &&
+      count >= static_cast<size_t>(n))
+    return halving_doubling_all_reduce(comm, ws, send, recv, count, dtype, op);
   Ring R(comm, dtype, opts.chunk_bytes);
   R.split_uneven(count);
   const auto* in = static_cast<const std::byte*>(send);
@@ -172,10 +179,89 @@ void ring_all_reduce(Communicator& comm, Workspace& ws, const RingOptions& opts,
   S.own = in;
   S.step0_src = [&](int j) { return in + R.off[j] * esz; };
   S.dst = [&](int, int j) { return out + R.off[j] * esz; };
-  // The all-gather receive of step t overwrites the segment sent at step t-(n-1)
-  // (from `in` when in place, or the partial in `out`).
-  S.hazard_send_step_on_recv = [n](int t) { return t - (n - 1); };
+  // The all-gather receive of step t overwrites the segment sent at step t-(n-1): a
+  // partial in `out`, or (step 0) `in`, which is the same memory only when in place.
+  const bool in_place = send == recv;
+  S.hazard_send_step_on_recv = [n, in_place](int t) {
+    const int hs = t - (n - 1);
+    return (hs > 0 || in_place) ? hs : -1;
+  };
   run_stream(R, &ws, opts, S);
+}
+
+void doubling_all_reduce(Communicator& comm, Workspace& ws, const void* send, void* recv,
+                         size_t count, DType dtype, ReduceOp op) {
+  const int n = comm.size(), r = comm.rank();
+  BRAID_CHECK((n & (n - 1)) == 0, "recursive doubling needs a power-of-two group, got ", n);
+  const size_t bytes = count * dtype_size(dtype);
+  if (count == 0) return;
+  if (n == 1) {
+    if (send != recv) std::memcpy(recv, send, bytes);
+    return;
+  }
+  auto* tmp = static_cast<std::byte*>(ws.get(0, bytes));
+  const void* cur = send;  // first round reads the input, later ones the partial in recv
+  for (int mask = 1; mask < n; mask <<= 1) {
+    const int partner = r ^ mask;
+    comm.sendrecv(cur, bytes, partner, tmp, bytes, partner, kCollectiveTag);
+    const bool last = mask * 2 >= n;
+    const float div = (last && op == ReduceOp::avg) ? static_cast<float>(n) : 0.f;
+    // lower rank's partial op higher rank's: the same bits on both partners.
+    if (r < partner)
+      reduce_elems(recv, cur, tmp, count, dtype, op, div);
+    else
+      reduce_elems(recv, tmp, cur, count, dtype, op, div);
+    cur = recv;
+  }
+}
+
+void halving_doubling_all_reduce(Communicator& comm, Workspace& ws, const void* send,
+                                 void* recv, size_t count, DType dtype, ReduceOp op) {
+  const int n = comm.size(), r = comm.rank();
+  BRAID_CHECK((n & (n - 1)) == 0, "recursive halving needs a power-of-two group, got ", n);
+  const size_t esz = dtype_size(dtype);
+  if (count == 0) return;
+  if (n == 1) {
+    if (send != recv) std::memcpy(recv, send, count * esz);
+    return;
+  }
+  Ring R(comm, dtype, 1);
+  R.split_uneven(count);
+  auto off = [&](int j) { return j == n ? count : R.off[j]; };  // element offset of block j
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* out = static_cast<std::byte*>(recv);
+  auto* tmp = static_cast<std::byte*>(ws.get(0, (count / 2 + n) * esz));
+  // Reduce-scatter: keep the half of the current block range that contains block r.
+  const std::byte* cur = in;  // first round reads the input, later ones the partial in out
+  int lo = 0, hi = n;
+  for (int mask = n / 2; mask >= 1; mask /= 2) {
+    const int partner = r ^ mask, mid = lo + (hi - lo) / 2;
+    const bool keep_low = (r & mask) == 0;
+    const int klo = keep_low ? lo : mid, khi = keep_low ? mid : hi;
+    const int slo = keep_low ? mid : lo, shi = keep_low ? hi : mid;
+    const size_t kn = off(khi) - off(klo), sn = off(shi) - off(slo);
+    comm.sendrecv(cur + off(slo) * esz, sn * esz, partner, tmp, kn * esz, partner, kCollectiveTag);
+    const float div = (mask == 1 && op == ReduceOp::avg) ? static_cast<float>(n) : 0.f;
+    std::byte* d = out + off(klo) * esz;
+    const std::byte* mine = cur + off(klo) * esz;
+    // lower rank's partial op higher rank's, whichever rank computes it.
+    if (r < partner)
+      reduce_elems(d, mine, tmp, kn, dtype, op, div);
+    else
+      reduce_elems(d, tmp, mine, kn, dtype, op, div);
+    cur = out;
+    lo = klo;
+    hi = khi;
+  }
+  // All-gather: exchange the owned block range with the neighbour range, doubling it.
+  for (int mask = 1; mask < n; mask *= 2) {
+    const int partner = r ^ mask;
+    const int plo = lo ^ mask, phi = plo + (hi - lo);  // partner's range (aligned groups)
+    comm.sendrecv(out + off(lo) * esz, (off(hi) - off(lo)) * esz, partner, out + off(plo) * esz,
+                  (off(phi) - off(plo)) * esz, partner, kCollectiveTag);
+    lo = std::min(lo, plo);
+    hi = lo + 2 * (phi - plo);
+  }
 }
 
 void ring_reduce_scatter(Communicator& comm, Workspace& ws, const RingOptions& opts,
@@ -222,7 +308,8 @@ void ring_all_gather(Communicator& comm, const RingOptions& opts, const void* se
   std::byte* mine = out + static_cast<size_t>(r) * count * esz;
   if (in != mine) std::memcpy(mine, in, count * esz);
   if (n == 1) return;
-  Ring R(comm, dtype, opts.chunk_bytes);
+  // With two ranks nothing is forwarded, so chunking would only add messages.
+  Ring R(comm, dtype, n == 2 ? count * esz : opts.chunk_bytes);
   R.split_blocks(count);
   Stream S;
   S.steps = n - 1;

@@ -18,7 +18,7 @@ void broadcast(Communicator& comm, const RingOptions& opts, void* buf, size_t co
   auto* p = static_cast<std::byte*>(buf);
   const int tag = kCollectiveTag;
 
-  if (bytes < opts.chain_broadcast_min_bytes) {
+  if (bytes < opts.chain_broadcast_min_bytes || n == 2) {  // n == 2: nothing to pipeline
     // Binomial tree: in round `mask` the ranks vr < mask (which hold the data) send to
     // vr + mask; log2(n) rounds, the latency-optimal choice for small messages.
     for (int mask = 1; mask < n; mask <<= 1) {
