@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs braid's dependencies from Debian's packages and npm, then builds.
+# OpenBLAS is there for PyTorch (test oracle and benchmark peer): without it
+# Debian's torch falls back to the reference BLAS, ~50x slower.
 # Idempotent: re-running skips what is already present.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -7,7 +9,7 @@ cd "$root"
 
 pkgs=(g++ cmake ninja-build pkg-config openmpi-bin libopenmpi-dev libdnnl-dev
       libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
-      python3-torch python3-numpy nodejs npm)
+      python3-torch python3-numpy libopenblas0-pthread nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
