@@ -41,6 +41,9 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
                      o.min_lr, " must satisfy 0 <= min-lr <= lr, lr > 0");
   BRAID_CONFIG_CHECK(o.warmup_steps >= 0, "--warmup ", o.warmup_steps, " must be >= 0");
   BRAID_CONFIG_CHECK(o.grad_clip >= 0, "--grad-clip ", o.grad_clip, " must be >= 0 (0 disables)");
+  BRAID_CONFIG_CHECK(o.zero == 0 || o.zero == 1, "--zero ", o.zero,
+                     " is not available: stages 2 and 3 are not implemented yet; use 0 (DDP) or 1 "
+                     "(optimizer states sharded)");
   BRAID_CONFIG_CHECK(o.bucket_mb > 0, "--bucket-mb ", o.bucket_mb, " must be positive");
   BRAID_CONFIG_CHECK(o.val_every >= 0 && o.val_batches > 0, "--val-every ", o.val_every,
                      " must be >= 0 and --val-batches ", o.val_batches, " > 0");
@@ -60,14 +63,47 @@ Trainer::Trainer(const TrainOptions& opt, comm::Communicator& world,
   }
   model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_);
   const size_t n = model_->num_params();
-  m_ = Buffer(n * sizeof(float), MemCategory::optimizer, &ledger_);
-  v_ = Buffer(n * sizeof(float), MemCategory::optimizer, &ledger_);
+  const size_t bucket_bytes = static_cast<size_t>(opt.bucket_mb * 1024 * 1024);
+  std::vector<parallel::ZeroStage1::Segment> owned;
+  if (opt.zero == 1) {
+    zero_ = std::make_unique<parallel::ZeroStage1>(world_, model_->params(), model_->grads(), n,
+                                                   bucket_bytes, opt.overlap, opt.algo, &ledger_);
+    owned = zero_->owned();
+  } else {
+    ddp_ = std::make_unique<parallel::DDPGradSync>(world_, model_->grads(), n, bucket_bytes,
+                                                   opt.overlap, opt.algo);
+    owned.push_back({0, n, 0});
+  }
+  // Cut the owned pieces at parameter boundaries (alignment gaps between
+  // parameters are updated without decay; their gradient is always zero).
+  for (const auto& seg : owned) {
+    size_t pos = seg.offset;
+    const size_t end = seg.offset + seg.len;
+    while (pos < end) {
+      bool decay = false;
+      size_t stop = end;
+      for (const auto& p : model_->param_table()) {
+        if (pos >= p.offset && pos < p.offset + p.numel) {
+          decay = p.weight_decay;
+          stop = std::min(end, p.offset + p.numel);
+          break;
+        }
+        if (p.offset > pos) {
+          stop = std::min(end, p.offset);
+          break;
+        }
+      }
+      update_segments_.push_back({pos, stop - pos, seg.shard + (pos - seg.offset), decay});
+      pos = stop;
+    }
+  }
+  size_t state = 0;
+  for (const auto& u : update_segments_) state = std::max(state, u.state + u.len);
+  m_ = Buffer(state * sizeof(float), MemCategory::optimizer, &ledger_);
+  v_ = Buffer(state * sizeof(float), MemCategory::optimizer, &ledger_);
   const size_t bt = static_cast<size_t>(opt.micro_batch * opt.seq_len);
   tokens_ = Buffer(bt * sizeof(int32_t), MemCategory::activations, &ledger_);
   targets_ = Buffer(bt * sizeof(int32_t), MemCategory::activations, &ledger_);
-  ddp_ = std::make_unique<parallel::DDPGradSync>(
-      world_, model_->grads(), n, static_cast<size_t>(opt.bucket_mb * 1024 * 1024), opt.overlap,
-      opt.algo);
   sampler_ = std::make_unique<DistributedSampler>(train.size(), opt.seq_len, opt.global_batch,
                                                   opt.seed, dp_rank_, dp_size_);
   sched_ = LrSchedule{opt.lr, opt.min_lr, opt.warmup_steps, opt.steps};
@@ -85,30 +121,42 @@ uint64_t Trainer::param_hash() const {
 }
 
 float Trainer::clip_and_norm() {
-  // After DDP every replica holds the same averaged gradient, so the norm (and
-  // the clip decision) is identical on every rank without another collective.
-  const float* g = model_->grads();
-  const size_t n = model_->num_params();
+  // The global norm counts every element once: over the segments this rank
+  // owns, then summed over ranks under ZeRO. Without ZeRO every replica holds
+  // the same averaged gradient, so no collective is needed.
+  float* g = model_->grads();
   double ss = 0;
-#pragma omp parallel for reduction(+ : ss) schedule(static)
-  for (size_t i = 0; i < n; ++i) ss += static_cast<double>(g[i]) * g[i];
+  for (const auto& u : update_segments_) {
+    const float* p = g + u.offset;
+    double part = 0;
+#pragma omp parallel for reduction(+ : part) schedule(static)
+    for (size_t i = 0; i < u.len; ++i) part += static_cast<double>(p[i]) * p[i];
+    ss += part;
+  }
+  if (zero_ && dp_size_ > 1) {
+    float f = static_cast<float>(ss);
+    world_.all_reduce(&f, &f, 1, DType::f32, comm::ReduceOp::sum);
+    ss = f;
+  }
   const float norm = static_cast<float>(std::sqrt(ss));
   if (opt_.grad_clip > 0 && norm > opt_.grad_clip) {
     const float s = opt_.grad_clip / (norm + 1e-6f);
-    float* gw = model_->grads();
+    for (const auto& u : update_segments_) {
+      float* p = g + u.offset;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; ++i) gw[i] *= s;
+      for (size_t i = 0; i < u.len; ++i) p[i] *= s;
+    }
   }
   return norm;
 }
 
 void Trainer::adamw(float lr, int64_t t) {
-  for (const auto& p : model_->param_table()) {
-    kernels::adamw_update(model_->params() + p.offset, model_->grads() + p.offset,
-                          m_.as<float>() + p.offset, v_.as<float>() + p.offset, p.numel, lr,
-                          opt_.beta1, opt_.beta2, opt_.eps, p.weight_decay ? opt_.weight_decay : 0.f,
-                          t);
+  for (const auto& u : update_segments_) {
+    kernels::adamw_update(model_->params() + u.offset, model_->grads() + u.offset,
+                          m_.as<float>() + u.state, v_.as<float>() + u.state, u.len, lr, opt_.beta1,
+                          opt_.beta2, opt_.eps, u.decay ? opt_.weight_decay : 0.f, t);
   }
+  if (zero_) zero_->gather_params();
 }
 
 StepRecord Trainer::train_step(int64_t step) {
@@ -127,13 +175,22 @@ StepRecord Trainer::train_step(int64_t step) {
     loss_sum += model_->forward(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
     if (micro + 1 == accum_steps_) {
       // Only the last micro-batch's backward releases buckets: one sync per step.
-      ddp_->begin_sync();
-      model_->backward(scale, [this](size_t lo, size_t hi) { ddp_->on_ready(lo, hi); });
+      if (zero_) {
+        zero_->begin_sync();
+        model_->backward(scale, [this](size_t lo, size_t hi) { zero_->on_ready(lo, hi); });
+      } else {
+        ddp_->begin_sync();
+        model_->backward(scale, [this](size_t lo, size_t hi) { ddp_->on_ready(lo, hi); });
+      }
     } else {
       model_->backward(scale);
     }
   }
-  ddp_->finish_sync();
+  if (zero_) {
+    zero_->finish_sync();
+  } else {
+    ddp_->finish_sync();
+  }
   float loss = static_cast<float>(loss_sum / static_cast<double>(accum_steps_));
   if (dp_size_ > 1) {
     world_.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
@@ -226,24 +283,54 @@ std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t
 }
 
 void Trainer::save(const std::string& path, int64_t next_step) {
-  if (world_.rank() != 0) return;  // DP replicas are identical; rank 0 writes
+  // Checkpoints hold the full AdamW state whatever the sharding, so any layout
+  // can resume any other. Under ZeRO the shards are assembled by a sum in
+  // which every element has exactly one non-zero contributor (exact).
+  const size_t n = model_->num_params();
+  std::vector<float> m, v;
+  const float* mp = m_.as<float>();
+  const float* vp = v_.as<float>();
+  if (zero_) {
+    m.assign(n, 0.f);
+    v.assign(n, 0.f);
+    for (const auto& u : update_segments_) {
+      std::copy_n(m_.as<float>() + u.state, u.len, m.data() + u.offset);
+      std::copy_n(v_.as<float>() + u.state, u.len, v.data() + u.offset);
+    }
+    if (dp_size_ > 1) {
+      world_.all_reduce(m.data(), m.data(), n, DType::f32, comm::ReduceOp::sum);
+      world_.all_reduce(v.data(), v.data(), n, DType::f32, comm::ReduceOp::sum);
+    }
+    mp = m.data();
+    vp = v.data();
+  }
+  if (world_.rank() != 0) return;  // DP replicas hold identical parameters; rank 0 writes
   CheckpointView ck;
   ck.header = {{"format", "braid-checkpoint"}, {"model", opt_.model},
-               {"step", next_step},            {"n_params", model_->num_params()},
+               {"step", next_step},            {"n_params", n},
                {"seed", opt_.seed},            {"global_batch", opt_.global_batch},
                {"seq_len", opt_.seq_len}};
   ck.params = model_->params();
-  ck.m = m_.as<float>();
-  ck.v = v_.as<float>();
+  ck.m = mp;
+  ck.v = vp;
   save_checkpoint(path, ck);
+}
+
+int64_t Trainer::load(const std::string& path) {
+  const size_t n = model_->num_params();
+  std::vector<float> m(n), v(n);
+  auto hdr = load_checkpoint(path, n, model_->params(), m.data(), v.data());
+  for (const auto& u : update_segments_) {
+    std::copy_n(m.data() + u.offset, u.len, m_.as<float>() + u.state);
+    std::copy_n(v.data() + u.offset, u.len, v_.as<float>() + u.state);
+  }
+  return hdr.at("step").get<int64_t>();
 }
 
 std::vector<StepRecord> Trainer::run() {
   const bool log = opt_.verbose && world_.rank() == 0;
   if (!opt_.resume_path.empty()) {
-    auto hdr = load_checkpoint(opt_.resume_path, model_->num_params(), model_->params(),
-                               m_.as<float>(), v_.as<float>());
-    start_step_ = hdr.at("step").get<int64_t>();
+    start_step_ = load(opt_.resume_path);
     if (log) std::printf("resumed from %s at step %lld\n", opt_.resume_path.c_str(), static_cast<long long>(start_step_));
   }
   std::ofstream metrics;

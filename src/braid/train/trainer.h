@@ -12,6 +12,7 @@
 #include "braid/core/memory.h"
 #include "braid/model/gpt.h"
 #include "braid/parallel/ddp.h"
+#include "braid/parallel/zero.h"
 #include "braid/train/lr_schedule.h"
 #include "braid/train/sampler.h"
 
@@ -33,6 +34,7 @@ struct TrainOptions {
   int dp = 0;  // 0: all ranks
   double bucket_mb = 4.0;
   bool overlap = true;
+  int zero = 0;  // ZeRO stage: 0 (DDP) or 1 (AdamW moments sharded over DP)
   comm::Algorithm algo = comm::Algorithm::ring;
   int64_t val_every = 50;    // 0 disables
   int64_t val_batches = 4;   // global batches per validation
@@ -86,7 +88,10 @@ class Trainer {
   int64_t start_step() const { return start_step_; }
   /// FNV-1a hash of the parameter bytes.
   uint64_t param_hash() const;
+  /// Writes a checkpoint (collective under ZeRO: every rank must call it).
   void save(const std::string& path, int64_t next_step);
+  /// Loads parameters and this rank's AdamW state; returns the step to resume at.
+  int64_t load(const std::string& path);
 
  private:
   float clip_and_norm();
@@ -98,9 +103,17 @@ class Trainer {
   const std::vector<uint16_t>* val_;
   MemoryLedger ledger_;
   std::unique_ptr<model::GPT> model_;
-  Buffer m_, v_;                 // AdamW moments (n_params)
+  Buffer m_, v_;                 // AdamW moments: (n_params), or (shard) under ZeRO-1
   Buffer tokens_, targets_;      // (micro_batch, T) int32
-  std::unique_ptr<parallel::DDPGradSync> ddp_;
+  std::unique_ptr<parallel::DDPGradSync> ddp_;   // zero == 0
+  std::unique_ptr<parallel::ZeroStage1> zero_;   // zero == 1
+  /// The pieces of the flat buffer this rank updates (everything without ZeRO),
+  /// split at parameter boundaries so each piece has one weight-decay setting.
+  struct UpdateSegment {
+    size_t offset, len, state;  // flat offset, elements, offset in m_/v_
+    bool decay;
+  };
+  std::vector<UpdateSegment> update_segments_;
   std::unique_ptr<DistributedSampler> sampler_;
   LrSchedule sched_;
   int dp_size_, dp_rank_;
