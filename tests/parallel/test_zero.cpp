@@ -183,3 +183,28 @@ TEST(ZeroStage1, CheckpointsResumeAcrossLayouts) {
   expect_close(ddp, tail, "resume zero1/dp3 as ddp/dp2");
   std::filesystem::remove(path);
 }
+
+TEST(ZeroStage1, MovesWhatDdpMoves) {
+  // Ring all-reduce sends 2Ψ(N−1)/N elements per rank; ZeRO-1's reduce-scatter
+  // plus all-gather sends Ψ(N−1)/N each. Small extras: the loss and norm scalars
+  // and the padding of the one bucket whose size N does not divide.
+  const auto data = tokens(20000, 29);
+  auto o = opts();
+  o.steps = 2;
+  o.check_replicas = false;
+  for (int N : {2, 3, 4}) {
+    const double psi = [&] {
+      model::GPT g(model::GPTConfig::preset("tiny"), 1, 16);
+      return static_cast<double>(g.num_params());
+    }();
+    const double expect = 2.0 * psi * (N - 1) / N * sizeof(float);
+    for (int z : {0, 1}) {
+      o.zero = z;
+      const ZRun r = run(o, N, data);
+      for (const auto& s : r.steps) {
+        EXPECT_NEAR(static_cast<double>(s.comm_bytes_sent), expect, 0.01 * expect)
+            << "N=" << N << " zero=" << z;
+      }
+    }
+  }
+}

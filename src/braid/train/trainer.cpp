@@ -161,6 +161,7 @@ void Trainer::adamw(float lr, int64_t t) {
 
 StepRecord Trainer::train_step(int64_t step) {
   const auto t0 = Clock::now();
+  const uint64_t sent0 = world_.bytes_sent();
   if (opt_.inject_failure_rank == world_.rank() && opt_.inject_failure_step == step) {
     throw Error(detail::concat("injected failure on rank ", world_.rank(), " at step ", step));
   }
@@ -209,6 +210,7 @@ StepRecord Trainer::train_step(int64_t step) {
             (opt_.peak_flops_per_rank * world_.size());
   }
   r.peak_mem_bytes = ledger_.peak_total();
+  r.comm_bytes_sent = world_.bytes_sent() - sent0;
   if (opt_.check_replicas && dp_size_ > 1) {
     r.param_hash = param_hash();
     std::vector<uint64_t> all(static_cast<size_t>(dp_size_));
@@ -351,7 +353,8 @@ std::vector<StepRecord> Trainer::run() {
     if (metrics.is_open()) {
       nlohmann::json j = {{"step", step + 1},        {"loss", r.loss},     {"lr", r.lr},
                           {"grad_norm", r.grad_norm}, {"tokens_per_sec", r.tokens_per_sec},
-                          {"ms", r.ms},               {"mfu", r.mfu},      {"peak_mem_bytes", r.peak_mem_bytes}};
+                          {"ms", r.ms},               {"mfu", r.mfu},      {"peak_mem_bytes", r.peak_mem_bytes},
+                          {"comm_bytes_sent", r.comm_bytes_sent}};
       metrics << j.dump() << "\n" << std::flush;
     }
     const bool last = step + 1 == opt_.steps;

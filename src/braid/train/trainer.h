@@ -62,6 +62,7 @@ struct StepRecord {
   float loss = 0, lr = 0, grad_norm = 0;
   double ms = 0, tokens_per_sec = 0, mfu = 0;
   size_t peak_mem_bytes = 0;
+  uint64_t comm_bytes_sent = 0;  // payload this rank sent during the step (all collectives)
   uint64_t param_hash = 0;
 };
 
