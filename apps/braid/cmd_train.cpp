@@ -37,10 +37,11 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
     const bool log = opt.verbose && world.rank() == 0;
     // Each rank measures its matmul ceiling; the best of them is the reference,
     // so a rank slowed by a noisy neighbour does not inflate everyone's MFU.
-    float peak = static_cast<float>(train::measure_matmul_peak_flops(0.5));
+    float peak = static_cast<float>(train::measure_matmul_peak_flops(1.0));
     if (world.size() > 1) world.all_reduce(&peak, &peak, 1, DType::f32, comm::ReduceOp::max);
     opt.peak_flops_per_rank = static_cast<double>(peak);
     train::Trainer trainer(opt, world, train, val);
+    opt = trainer.options();
     if (log) {
       const auto& c = trainer.model().config();
       std::printf("braid train | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params) | ranks %d (dp=%d, zero=%d, %s) | "
@@ -97,7 +98,7 @@ void add_train(CLI::App& app) {
   c->add_option("--steps", o.steps, "Optimizer steps")->capture_default_str();
   c->add_option("--batch", o.global_batch, "Global batch in sequences (over all DP ranks)")->capture_default_str();
   c->add_option("--micro-batch", o.micro_batch, "Sequences per forward/backward on one rank")->capture_default_str();
-  c->add_option("--seq-len", o.seq_len, "Sequence length T")->capture_default_str();
+  c->add_option("--seq-len", o.seq_len, "Sequence length T (0: min(128, the model's block size))")->capture_default_str();
   c->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
   c->add_option("--min-lr", o.min_lr, "Final learning rate of the cosine decay")->capture_default_str();
   c->add_option("--warmup", o.warmup_steps, "Linear warm-up steps")->capture_default_str();
@@ -131,7 +132,7 @@ void add_train(CLI::App& app) {
         a->opt.inject_failure_rank = std::stoi(s.substr(0, colon));
         a->opt.inject_failure_step = std::stoll(s.substr(colon + 1));
         return true;
-      }, "Testing: throw on RANK at STEP (RANK:STEP)");
+      }, "Testing: throw on RANK at STEP (RANK:STEP)")->type_name("RANK:STEP");
   c->add_flag("--quiet", [&o](int64_t) { o.verbose = false; }, "Print nothing per step");
 
   c->callback([a] {

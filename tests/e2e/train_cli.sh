@@ -38,7 +38,7 @@ assert len(steps) == 6, steps
 for r in steps:
     for k in ("step", "loss", "lr", "grad_norm", "tokens_per_sec", "mfu", "peak_mem_bytes"):
         assert k in r, (k, r)
-assert [v["step"] for v in vals] == [3, 6], vals
+assert [v["step"] for v in vals] == [0, 3, 6], vals
 PY
 
 # 2. Config errors name the values and the fix, exit non-zero, on every launch mode.

@@ -36,7 +36,7 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
                      " or change --micro-batch");
   BRAID_CONFIG_CHECK(o.seq_len > 0 && o.seq_len <= cfg.block_size, "--seq-len ", o.seq_len,
                      " must be in [1, ", cfg.block_size, "] (block_size of model '", cfg.name,
-                     "')");
+                     "'); pass --seq-len ", cfg.block_size, " or less, or a model with a longer context");
   BRAID_CONFIG_CHECK(o.lr > 0 && o.min_lr >= 0 && o.min_lr <= o.lr, "--lr ", o.lr, " and --min-lr ",
                      o.min_lr, " must satisfy 0 <= min-lr <= lr, lr > 0");
   BRAID_CONFIG_CHECK(o.warmup_steps >= 0, "--warmup ", o.warmup_steps, " must be >= 0");
@@ -49,9 +49,18 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
                      " must be >= 0 and --val-batches ", o.val_batches, " > 0");
 }
 
-Trainer::Trainer(const TrainOptions& opt, comm::Communicator& world,
+TrainOptions resolve_options(TrainOptions o, const model::GPTConfig& cfg) {
+  if (o.seq_len == 0) o.seq_len = std::min<int64_t>(128, cfg.block_size);
+  return o;
+}
+
+Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                  const std::vector<uint16_t>& train, const std::vector<uint16_t>* val)
-    : opt_(opt), world_(world), train_(train), val_(val) {
+    : opt_(resolve_options(options, model::GPTConfig::preset(options.model))),
+      world_(world),
+      train_(train),
+      val_(val) {
+  const TrainOptions& opt = opt_;
   const model::GPTConfig cfg = model::GPTConfig::preset(opt.model);
   validate_options(opt, world.size(), cfg);
   dp_size_ = world.size();
@@ -341,6 +350,16 @@ std::vector<StepRecord> Trainer::run() {
     BRAID_CONFIG_CHECK(metrics.good(), "cannot open --metrics-out ", opt_.metrics_out);
   }
   std::vector<StepRecord> out;
+  const bool validate = val_ && !val_->empty() && opt_.val_every > 0;
+  auto run_validation = [&](int64_t step) {
+    const float vl = evaluate();
+    if (log) {
+      std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step), vl);
+      std::fflush(stdout);
+    }
+    if (metrics.is_open()) metrics << nlohmann::json{{"step", step}, {"val_loss", vl}}.dump() << "\n" << std::flush;
+  };
+  if (validate && start_step_ == 0) run_validation(0);  // the starting point of the curve
   for (int64_t step = start_step_; step < opt_.steps; ++step) {
     StepRecord r = train_step(step);
     out.push_back(r);
@@ -358,14 +377,7 @@ std::vector<StepRecord> Trainer::run() {
       metrics << j.dump() << "\n" << std::flush;
     }
     const bool last = step + 1 == opt_.steps;
-    if (val_ && !val_->empty() && opt_.val_every > 0 && ((step + 1) % opt_.val_every == 0 || last)) {
-      const float vl = evaluate();
-      if (log) {
-        std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step + 1), vl);
-        std::fflush(stdout);
-      }
-      if (metrics.is_open()) metrics << nlohmann::json{{"step", step + 1}, {"val_loss", vl}}.dump() << "\n" << std::flush;
-    }
+    if (validate && ((step + 1) % opt_.val_every == 0 || last)) run_validation(step + 1);
     if (!opt_.save_path.empty() && ((opt_.save_every > 0 && (step + 1) % opt_.save_every == 0) || last)) {
       save(opt_.save_path, step + 1);
     }

@@ -23,7 +23,7 @@ struct TrainOptions {
   int64_t steps = 800;
   int64_t global_batch = 16;  // sequences per optimizer step, over all DP ranks
   int64_t micro_batch = 8;    // sequences per forward/backward on one rank
-  int64_t seq_len = 128;
+  int64_t seq_len = 0;        // 0: min(128, block_size)
   float lr = 2e-3f;
   float min_lr = 2e-4f;
   int64_t warmup_steps = 40;
@@ -57,6 +57,9 @@ struct TrainOptions {
 /// the values and the fix.
 void validate_options(const TrainOptions& opt, int world_size, const model::GPTConfig& cfg);
 
+/// Fills defaults that depend on the model (seq_len 0 -> min(128, block_size)).
+TrainOptions resolve_options(TrainOptions opt, const model::GPTConfig& cfg);
+
 struct StepRecord {
   int64_t step = 0;
   float loss = 0, lr = 0, grad_norm = 0;
@@ -85,6 +88,8 @@ class Trainer {
   std::vector<int32_t> sample(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed);
 
   model::GPT& model() { return *model_; }
+  /// The options in force (model-dependent defaults resolved).
+  const TrainOptions& options() const { return opt_; }
   const MemoryLedger& ledger() const { return ledger_; }
   int64_t start_step() const { return start_step_; }
   /// FNV-1a hash of the parameter bytes.
