@@ -11,6 +11,7 @@
 #include "braid/core/rng.h"
 #include "braid/kernels/cpu/adamw.h"
 #include "braid/train/checkpoint.h"
+#include "braid/train/mfu.h"
 
 namespace braid::train {
 
@@ -377,7 +378,16 @@ std::vector<StepRecord> Trainer::run() {
       metrics << j.dump() << "\n" << std::flush;
     }
     const bool last = step + 1 == opt_.steps;
-    if (validate && ((step + 1) % opt_.val_every == 0 || last)) run_validation(step + 1);
+    if (validate && ((step + 1) % opt_.val_every == 0 || last)) {
+      run_validation(step + 1);
+      if (opt_.peak_flops_per_rank > 0 && !last) {
+        // A start-up measurement on a busy machine reads low; refresh the
+        // ceiling now and then and keep the best, so MFU stays honest.
+        float peak = static_cast<float>(measure_matmul_peak_flops(0.2));
+        if (dp_size_ > 1) world_.all_reduce(&peak, &peak, 1, DType::f32, comm::ReduceOp::max);
+        opt_.peak_flops_per_rank = std::max(opt_.peak_flops_per_rank, static_cast<double>(peak));
+      }
+    }
     if (!opt_.save_path.empty() && ((opt_.save_every > 0 && (step + 1) % opt_.save_every == 0) || last)) {
       save(opt_.save_path, step + 1);
     }
