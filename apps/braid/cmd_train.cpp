@@ -72,7 +72,9 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
   } catch (const ConfigError&) {
     throw;  // the same on every rank: no rank prefix
   } catch (const std::exception& e) {
-    if (world.size() > 1) throw Error(detail::concat("rank ", world.rank(), ": ", e.what()));
+    // run_local names the failing rank itself; under MPI each process does it here.
+    if (world.size() > 1 && world.backend() != "local")
+      throw Error(detail::concat("rank ", world.rank(), ": ", e.what()));
     throw;
   }
 }
@@ -81,7 +83,13 @@ std::vector<uint16_t> load_tokens(const std::string& path, const char* what) {
   BRAID_CONFIG_CHECK(std::filesystem::exists(path), what, " data file '", path,
                      "' not found; run `braid prepare-data` (or scripts/setup.sh) from the "
                      "repository root, or pass --", what, "-data FILE");
-  return data::read_token_file(path).tokens;
+  data::TokenFile f = data::read_token_file(path);
+  // Token files written for another vocabulary would train on meaningless ids.
+  const int64_t v = model::GPTConfig::preset("gpt2").vocab_size;
+  BRAID_CONFIG_CHECK(f.vocab_size == v, what, " data file '", path, "' was tokenized for a vocabulary of ",
+                     f.vocab_size, " but braid's GPT-2 models use ", v,
+                     "; re-create it with `braid prepare-data`");
+  return std::move(f.tokens);
 }
 
 }  // namespace
@@ -127,10 +135,13 @@ void add_train(CLI::App& app) {
   c->add_option("--ranks", a->local_ranks, "Ranks for --backend local")->capture_default_str();
   c->add_option("--inject-failure", [a](const std::vector<std::string>& v) {
         const auto& s = v.at(0);
-        const auto colon = s.find(':');
-        BRAID_CONFIG_CHECK(colon != std::string::npos, "--inject-failure wants RANK:STEP, got '", s, "'");
-        a->opt.inject_failure_rank = std::stoi(s.substr(0, colon));
-        a->opt.inject_failure_step = std::stoll(s.substr(colon + 1));
+        int rank = -1;
+        long long step = -1;
+        char tail = 0;
+        BRAID_CONFIG_CHECK(std::sscanf(s.c_str(), "%d:%lld%c", &rank, &step, &tail) == 2 && rank >= 0 && step >= 0,
+                           "--inject-failure wants RANK:STEP with non-negative integers, got '", s, "'");
+        a->opt.inject_failure_rank = rank;
+        a->opt.inject_failure_step = step;
         return true;
       }, "Testing: throw on RANK at STEP (RANK:STEP)")->type_name("RANK:STEP");
   c->add_flag("--quiet", [&o](int64_t) { o.verbose = false; }, "Print nothing per step");

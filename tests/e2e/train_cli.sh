@@ -41,6 +41,18 @@ for r in steps:
 assert [v["step"] for v in vals] == [0, 3, 6], vals
 PY
 
+# 1b. A run that dies after a checkpoint, resumed: the metrics file reads as one run.
+timeout 300 "${MPIRUN[@]}" -np 2 "$BRAID" train "${common[@]}" --steps 6 --val-every 0 --quiet \
+  --metrics-out "$tmp/r.jsonl" --save "$tmp/r.ckpt" --save-every 3 --inject-failure 1:4 >/dev/null 2>&1 \
+  && fail "injected failure did not fail"
+timeout 300 "${MPIRUN[@]}" -np 2 "$BRAID" train "${common[@]}" --steps 6 --val-every 0 --quiet \
+  --metrics-out "$tmp/r.jsonl" --resume "$tmp/r.ckpt" > "$tmp/r.txt" 2>&1 || { cat "$tmp/r.txt"; fail "resume"; }
+/usr/bin/python3 - "$tmp/r.jsonl" <<'PY' || fail "resumed metrics file"
+import json, sys
+steps = [json.loads(l)["step"] for l in open(sys.argv[1])]
+assert steps == [1, 2, 3, 4, 5, 6], steps
+PY
+
 # 2. Config errors name the values and the fix, exit non-zero, on every launch mode.
 out=$("$BRAID" train "${common[@]}" --batch 5 --micro-batch 2 --steps 1 2>&1); rc=$?
 [ $rc -ne 0 ] || fail "bad batch accepted"

@@ -212,3 +212,41 @@ TEST(Trainer, ConfigErrorsNameTheValuesAndTheFix) {
   o.seq_len = 100000;
   EXPECT_THROW(train::validate_options(o, 1, cfg), ConfigError);
 }
+
+TEST(Trainer, BadDataAndCheckpointSettingsFailAtStartUp) {
+  const auto data = synthetic_tokens(20000, 17);
+  auto o = tiny_opts();
+  o.steps = 2;
+  o.val_every = 1;
+  const std::vector<uint16_t> short_val(16, 5);  // seq_len 16 needs 17
+  comm::run_local(1, [&](comm::Communicator& w) {
+    EXPECT_THROW(train::Trainer(o, w, data, &short_val), ConfigError);
+    const std::vector<uint16_t> bad_val(100, 60000);
+    EXPECT_THROW(train::Trainer(o, w, data, &bad_val), ConfigError);
+    auto s = o;
+    s.save_path = std::filesystem::temp_directory_path().string();  // a directory
+    EXPECT_THROW(train::Trainer(s, w, data, nullptr), ConfigError);
+  });
+  // Resuming with another data order is refused.
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("braid_ckpt_mismatch_" + std::to_string(::getpid()) + ".ckpt")).string();
+  auto a = tiny_opts();
+  a.steps = 2;
+  a.save_path = path;
+  run_dp(a, 1, data);
+  for (int which = 0; which < 3; ++which) {
+    auto b = tiny_opts();
+    b.steps = 4;
+    b.resume_path = path;
+    if (which == 0) b.seed = 7;
+    if (which == 1) b.global_batch = 24;
+    if (which == 2) b.steps = 2;  // nothing left to train
+    try {
+      run_dp(b, 1, data);
+      ADD_FAILURE() << "resume variant " << which << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove(path);
+}

@@ -23,6 +23,7 @@ void write_all(int fd, const void* p, size_t n, const std::string& path) {
     ssize_t w = ::write(fd, c, n);
     if (w < 0) {
       ::close(fd);
+      ::unlink(path.c_str());
       throw Error("writing checkpoint " + path + " failed: " + std::strerror(errno));
     }
     c += w;
@@ -47,8 +48,16 @@ void save_checkpoint(const std::string& path, const CheckpointView& ck) {
   write_all(fd, ck.params, n * 4, tmp);
   write_all(fd, ck.m, n * 4, tmp);
   write_all(fd, ck.v, n * 4, tmp);
-  if (::fsync(fd) != 0 || ::close(fd) != 0) throw Error("cannot flush " + tmp);
-  std::filesystem::rename(tmp, path);
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw Error("cannot flush " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    ::unlink(tmp.c_str());
+    throw Error("cannot move checkpoint into place at " + path + ": " + ec.message());
+  }
 }
 
 nlohmann::json load_checkpoint(const std::string& path, size_t n_params, float* params, float* m,
@@ -64,7 +73,9 @@ nlohmann::json load_checkpoint(const std::string& path, size_t n_params, float* 
                      "checkpoint ", path, " is not a braid v", kVersion, " checkpoint (bad header)");
   std::string hdr(hlen, '\0');
   f.read(hdr.data(), static_cast<std::streamsize>(hlen));
-  nlohmann::json header = nlohmann::json::parse(hdr);
+  nlohmann::json header = nlohmann::json::parse(hdr, nullptr, false);
+  BRAID_CONFIG_CHECK(f.good() && header.is_object() && header.contains("n_params") && header.contains("step"),
+                     "checkpoint ", path, " is corrupt (unreadable header)");
   const size_t n = header.at("n_params").get<size_t>();
   BRAID_CONFIG_CHECK(n == n_params, "checkpoint ", path, " holds ", n,
                      " parameters but the model has ", n_params,

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "braid/core/error.h"
@@ -20,9 +22,45 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
+// Fails early (before any training) when a checkpoint could not be written.
+void check_writable(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  BRAID_CONFIG_CHECK(!fs::is_directory(path, ec), "--save ", path,
+                     " is a directory; give a file name inside it");
+  const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  fs::create_directories(parent, ec);
+  const fs::path probe = parent / (".braid_write_probe_" + std::to_string(::getpid()));
+  std::ofstream f(probe);
+  const bool ok = f.good();
+  f.close();
+  fs::remove(probe, ec);
+  BRAID_CONFIG_CHECK(ok, "--save ", path, ": cannot write in ", parent.string(),
+                     "; choose a writable location");
+}
+
+// On resume, drop the metrics rows the interrupted run wrote after its last
+// checkpoint, so the file reads as one uninterrupted run.
+void truncate_metrics(const std::string& path, int64_t start_step) {
+  std::ifstream in(path);
+  if (!in.good()) return;
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() > start_step) continue;
+    kept += line + "\n";
+  }
+  in.close();
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::ofstream(tmp) << kept;
+  std::filesystem::rename(tmp, path);
+}
+
 }  // namespace
 
 void validate_options(const TrainOptions& o, int world_size, const model::GPTConfig& cfg) {
+  BRAID_CONFIG_CHECK(o.dp >= 0, "--dp ", o.dp, " must be >= 0 (0 means all ranks)");
   const int dp = o.dp == 0 ? world_size : o.dp;
   BRAID_CONFIG_CHECK(dp == world_size, "--dp ", o.dp, " but the job has ", world_size,
                      " ranks; the product of the parallel degrees must equal the number of "
@@ -40,12 +78,19 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
                      "'); pass --seq-len ", cfg.block_size, " or less, or a model with a longer context");
   BRAID_CONFIG_CHECK(o.lr > 0 && o.min_lr >= 0 && o.min_lr <= o.lr, "--lr ", o.lr, " and --min-lr ",
                      o.min_lr, " must satisfy 0 <= min-lr <= lr, lr > 0");
+  BRAID_CONFIG_CHECK(std::isfinite(o.lr) && std::isfinite(o.min_lr), "--lr ", o.lr, " and --min-lr ",
+                     o.min_lr, " must be finite");
+  BRAID_CONFIG_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "--beta1 ", o.beta1,
+                     " and --beta2 ", o.beta2, " must be in [0, 1) (typical: 0.9 and 0.95)");
+  BRAID_CONFIG_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "--weight-decay ",
+                     o.weight_decay, " must be finite and >= 0");
   BRAID_CONFIG_CHECK(o.warmup_steps >= 0, "--warmup ", o.warmup_steps, " must be >= 0");
   BRAID_CONFIG_CHECK(o.grad_clip >= 0, "--grad-clip ", o.grad_clip, " must be >= 0 (0 disables)");
   BRAID_CONFIG_CHECK(o.zero == 0 || o.zero == 1, "--zero ", o.zero,
                      " is not available: stages 2 and 3 are not implemented yet; use 0 (DDP) or 1 "
                      "(optimizer states sharded)");
-  BRAID_CONFIG_CHECK(o.bucket_mb > 0, "--bucket-mb ", o.bucket_mb, " must be positive");
+  BRAID_CONFIG_CHECK(o.bucket_mb > 0 && o.bucket_mb <= 65536, "--bucket-mb ", o.bucket_mb,
+                     " must be in (0, 65536]");
   BRAID_CONFIG_CHECK(o.val_every >= 0 && o.val_batches > 0, "--val-every ", o.val_every,
                      " must be >= 0 and --val-batches ", o.val_batches, " > 0");
 }
@@ -67,10 +112,20 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   dp_size_ = world.size();
   dp_rank_ = world.rank();
   accum_steps_ = opt.global_batch / (dp_size_ * opt.micro_batch);
-  for (uint16_t t : {train.empty() ? uint16_t{0} : *std::max_element(train.begin(), train.end())}) {
-    BRAID_CONFIG_CHECK(t < cfg.vocab_size, "training data holds token id ", t,
-                       " outside the model's vocabulary of ", cfg.vocab_size);
+  auto check_ids = [&](const std::vector<uint16_t>& d, const char* what) {
+    const uint16_t mx = d.empty() ? uint16_t{0} : *std::max_element(d.begin(), d.end());
+    BRAID_CONFIG_CHECK(mx < cfg.vocab_size, what, " data holds token id ", mx,
+                       " outside the model's vocabulary of ", cfg.vocab_size,
+                       "; re-create it with `braid prepare-data`");
+  };
+  check_ids(train, "training");
+  if (val && opt.val_every > 0) {
+    check_ids(*val, "validation");
+    BRAID_CONFIG_CHECK(val->size() > static_cast<size_t>(opt.seq_len) + 1, "validation data holds ",
+                       val->size(), " tokens, fewer than one sequence of --seq-len ", opt.seq_len,
+                       " + 1; use more validation data, a shorter --seq-len, or --val-every 0");
   }
+  if (!opt.save_path.empty()) check_writable(opt.save_path);
   model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_);
   const size_t n = model_->num_params();
   const size_t bucket_bytes = static_cast<size_t>(opt.bucket_mb * 1024 * 1024);
@@ -206,6 +261,9 @@ StepRecord Trainer::train_step(int64_t step) {
   if (dp_size_ > 1) {
     world_.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
   }
+  // Same value on every rank after the all-reduce, so every rank stops together.
+  BRAID_CONFIG_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
+                     "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
   StepRecord r;
   r.step = step;
   r.loss = loss;
@@ -332,11 +390,24 @@ int64_t Trainer::load(const std::string& path) {
   const size_t n = model_->num_params();
   std::vector<float> m(n), v(n);
   auto hdr = load_checkpoint(path, n, model_->params(), m.data(), v.data());
+  // The data order depends on (seed, global batch, seq len): a resumed run only
+  // continues the saved one if they match.
+  auto same = [&](const char* key, int64_t now, const char* flag) {
+    const int64_t then = hdr.value(key, now);
+    BRAID_CONFIG_CHECK(then == now, "checkpoint ", path, " was saved with ", flag, " ", then,
+                       " but this run has ", flag, " ", now, "; resume with the same value");
+  };
+  same("seed", static_cast<int64_t>(opt_.seed), "--seed");
+  same("global_batch", opt_.global_batch, "--batch");
+  same("seq_len", opt_.seq_len, "--seq-len");
+  const int64_t step = hdr.at("step").get<int64_t>();
+  BRAID_CONFIG_CHECK(step < opt_.steps, "checkpoint ", path, " is at step ", step, " and --steps ",
+                     opt_.steps, " leaves nothing to train; pass a larger --steps");
   for (const auto& u : update_segments_) {
     std::copy_n(m.data() + u.offset, u.len, m_.as<float>() + u.state);
     std::copy_n(v.data() + u.offset, u.len, v_.as<float>() + u.state);
   }
-  return hdr.at("step").get<int64_t>();
+  return step;
 }
 
 std::vector<StepRecord> Trainer::run() {
@@ -347,6 +418,7 @@ std::vector<StepRecord> Trainer::run() {
   }
   std::ofstream metrics;
   if (!opt_.metrics_out.empty() && world_.rank() == 0) {
+    if (start_step_ > 0) truncate_metrics(opt_.metrics_out, start_step_);
     metrics.open(opt_.metrics_out, start_step_ > 0 ? std::ios::app : std::ios::trunc);
     BRAID_CONFIG_CHECK(metrics.good(), "cannot open --metrics-out ", opt_.metrics_out);
   }
