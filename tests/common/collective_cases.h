@@ -241,11 +241,43 @@ inline void all_reduce_large(Communicator& c) {
   }
 }
 
+/// Runs `body` once per algorithm variant of "ours", forced through the tuning
+/// options (so every code path is tested, not only the one the size picks), then
+/// restores the defaults.
+template <typename Set, typename Body>
+inline void for_each_variant(Communicator& c, std::initializer_list<Set> sets, Body body) {
+  auto* b = dynamic_cast<comm::CommBase*>(&c);
+  if (!b) {
+    body();
+    return;
+  }
+  const auto saved = b->ring_options();
+  for (const Set& set : sets) {
+    b->ring_options() = saved;
+    set(b->ring_options());
+    body();
+  }
+  b->ring_options() = saved;
+}
+using OptSet = void (*)(comm::algo::RingOptions&);
+
 inline void all_gather_suite(Communicator& c) {
-  for (size_t count : counts_for(c.size()))
-    for (DType dt : kDtypes)
-      for (Algorithm a : kAlgos)
-        for (bool ip : {false, true}) all_gather_case(c, count, dt, a, ip);
+  const OptSet defaults = [](comm::algo::RingOptions&) {};
+  const OptSet ring = [](comm::algo::RingOptions& o) {
+    o.doubling_all_gather_max_bytes = 0;
+    o.direct_all_gather_max_bytes = 0;
+  };
+  const OptSet direct = [](comm::algo::RingOptions& o) {
+    o.doubling_all_gather_max_bytes = 0;
+    o.direct_all_gather_max_bytes = size_t{1} << 40;
+  };
+  const OptSet doubling = [](comm::algo::RingOptions& o) { o.doubling_all_gather_max_bytes = size_t{1} << 40; };
+  for_each_variant(c, {defaults, ring, direct, doubling}, [&] {
+    for (size_t count : counts_for(c.size()))
+      for (DType dt : kDtypes)
+        for (Algorithm a : kAlgos)
+          for (bool ip : {false, true}) all_gather_case(c, count, dt, a, ip);
+  });
   const size_t old = set_chunk(c, 12);
   for (bool ip : {false, true}) all_gather_case(c, 1021, DType::f16, Algorithm::ring, ip);
   set_chunk(c, old);
@@ -266,19 +298,38 @@ inline void reduce_scatter_suite(Communicator& c) {
 }
 
 inline void all_to_all_suite(Communicator& c) {
-  for (size_t count : counts_for(c.size()))
-    for (DType dt : kDtypes)
-      for (Algorithm a : kAlgos) all_to_all_case(c, count, dt, a);
+  const OptSet direct = [](comm::algo::RingOptions& o) { o.direct_all_to_all = true; };
+  const OptSet pairwise = [](comm::algo::RingOptions& o) { o.direct_all_to_all = false; };
+  for_each_variant(c, {direct, pairwise}, [&] {
+    for (size_t count : counts_for(c.size()))
+      for (DType dt : kDtypes)
+        for (Algorithm a : kAlgos) all_to_all_case(c, count, dt, a);
+  });
 }
 
 inline void broadcast_suite(Communicator& c) {
-  for (int root = 0; root < c.size(); ++root)
-    for (size_t count : counts_for(c.size()))
-      for (Algorithm a : kAlgos) broadcast_case(c, count, DType::f32, root, a);
+  const OptSet defaults = [](comm::algo::RingOptions&) {};
+  const OptSet tree_or_chain = [](comm::algo::RingOptions& o) {
+    o.flat_broadcast_max_bytes = 0;
+    o.scatter_broadcast_max_bytes = 0;
+  };
+  const OptSet flat = [](comm::algo::RingOptions& o) { o.flat_broadcast_max_bytes = size_t{1} << 40; };
+  const OptSet scatter = [](comm::algo::RingOptions& o) {
+    o.flat_broadcast_max_bytes = 0;
+    o.scatter_broadcast_max_bytes = size_t{1} << 40;
+  };
+  for_each_variant(c, {defaults, tree_or_chain, flat, scatter}, [&] {
+    for (int root = 0; root < c.size(); ++root)
+      for (size_t count : counts_for(c.size()))
+        for (Algorithm a : kAlgos) broadcast_case(c, count, DType::f32, root, a);
+  });
   // Pipelined chain: above chain_broadcast_min_bytes, several chunks.
   const size_t old = set_chunk(c, 4096);
-  for (int root : {0, c.size() - 1})
-    for (DType dt : {DType::f32, DType::bf16}) broadcast_case(c, (size_t{1} << 17) + 5, dt, root, Algorithm::ring);
+  for_each_variant(c, {tree_or_chain}, [&] {
+    for (int root : {0, c.size() - 1})
+      for (DType dt : {DType::f32, DType::bf16})
+        broadcast_case(c, (size_t{1} << 17) + 5, dt, root, Algorithm::ring);
+  });
   set_chunk(c, old);
   broadcast_case(c, (size_t{1} << 20) + 3, DType::f32, 0, Algorithm::ring);
 }

@@ -9,6 +9,16 @@ namespace braid::comm {
 CommBase::CommBase() {
   if (const char* s = std::getenv("BRAID_COMM_CHUNK_BYTES")) ring_opts_.chunk_bytes = std::strtoull(s, nullptr, 10);
   if (const char* s = std::getenv("BRAID_COMM_DEPTH")) ring_opts_.depth = std::atoi(s);
+  auto env_bytes = [](const char* name, size_t& v) {
+    if (const char* s = std::getenv(name)) v = std::strtoull(s, nullptr, 10);
+  };
+  env_bytes("BRAID_COMM_AR_HALVING_MAX", ring_opts_.halving_all_reduce_max_bytes);
+  env_bytes("BRAID_COMM_AG_DOUBLING_MAX", ring_opts_.doubling_all_gather_max_bytes);
+  env_bytes("BRAID_COMM_AG_DIRECT_MAX", ring_opts_.direct_all_gather_max_bytes);
+  env_bytes("BRAID_COMM_BCAST_TREE_MAX", ring_opts_.chain_broadcast_min_bytes);
+  env_bytes("BRAID_COMM_BCAST_FLAT_MAX", ring_opts_.flat_broadcast_max_bytes);
+  env_bytes("BRAID_COMM_BCAST_SCATTER_MAX", ring_opts_.scatter_broadcast_max_bytes);
+  if (const char* s = std::getenv("BRAID_COMM_A2A_DIRECT")) ring_opts_.direct_all_to_all = std::atoi(s) != 0;
   if (ring_opts_.chunk_bytes == 0) ring_opts_.chunk_bytes = size_t{1} << 20;
   if (ring_opts_.depth < 1) ring_opts_.depth = 1;
 }
@@ -102,7 +112,7 @@ void CommBase::do_all_gather(const void* send, void* recv, size_t count, DType d
   if (algo == Algorithm::native)
     native_all_gather(send, recv, count, dtype);
   else
-    algo::ring_all_gather(*this, ring_opts_, send, recv, count, dtype);
+    algo::all_gather(*this, ring_opts_, send, recv, count, dtype);
 }
 
 void CommBase::do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
@@ -134,7 +144,7 @@ void CommBase::all_to_all(const void* send, void* recv, size_t count, DType dtyp
     if (algo == Algorithm::native)
       native_all_to_all(send, recv, count, dtype);
     else
-      algo::pairwise_all_to_all(*this, send, recv, count, dtype);
+      algo::all_to_all(*this, ring_opts_, send, recv, count, dtype);
   });
 }
 
@@ -173,14 +183,14 @@ void CommBase::native_all_reduce(const void* send, void* recv, size_t count, DTy
   algo::ring_all_reduce(*this, workspace_, ring_opts_, send, recv, count, dtype, op);
 }
 void CommBase::native_all_gather(const void* send, void* recv, size_t count, DType dtype) {
-  algo::ring_all_gather(*this, ring_opts_, send, recv, count, dtype);
+  algo::all_gather(*this, ring_opts_, send, recv, count, dtype);
 }
 void CommBase::native_reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
                                      ReduceOp op) {
   algo::ring_reduce_scatter(*this, workspace_, ring_opts_, send, recv, count, dtype, op);
 }
 void CommBase::native_all_to_all(const void* send, void* recv, size_t count, DType dtype) {
-  algo::pairwise_all_to_all(*this, send, recv, count, dtype);
+  algo::all_to_all(*this, ring_opts_, send, recv, count, dtype);
 }
 void CommBase::native_broadcast(void* buf, size_t count, DType dtype, int root) {
   algo::broadcast(*this, ring_opts_, buf, count, dtype, root);

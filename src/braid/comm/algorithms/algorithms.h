@@ -27,12 +27,29 @@ struct RingOptions {
   // doubling (log2 n rounds instead of 2(n-1): fewer round trips where latency
   // dominates). Thresholds measured on the 2-core dev machine (OpenMPI 4.1, vader/CMA):
   // with 2 ranks a single whole-buffer exchange beats the ring up to 4 MiB; with 4
-  // ranks doubling wins up to ~64 KiB, Rabenseifner around 256 KiB, the ring from 1 MiB.
+  // ranks doubling wins up to ~64 KiB, Rabenseifner to ~1 MiB, the ring above.
   size_t doubling_all_reduce_max_bytes = size_t{128} << 10;
   size_t doubling_all_reduce_max_bytes_2ranks = size_t{4} << 20;
   // Above that and up to this, power-of-two groups of more than 2 ranks use
   // Rabenseifner's algorithm (2 log2 n steps instead of the ring's 2(n-1)).
-  size_t halving_all_reduce_max_bytes = size_t{512} << 10;
+  size_t halving_all_reduce_max_bytes = size_t{1} << 20;
+  // All-gather with more than 2 ranks (output bytes = size() * count * elem): power-of-two
+  // groups use recursive doubling up to doubling_all_gather_max_bytes (log2 n exchanges of
+  // whole block ranges); otherwise direct (every block posted to every peer at once) up to
+  // direct_all_gather_max_bytes; the pipelined ring above. With 2 ranks all are one
+  // exchange and the ring (unchunked) is used.
+  size_t doubling_all_gather_max_bytes = size_t{32} << 20;
+  size_t direct_all_gather_max_bytes = size_t{32} << 20;
+  // All-to-all: post every receive and send at once (one round) instead of n-1 pairwise
+  // sendrecv rounds.
+  bool direct_all_to_all = true;
+  // Broadcast with more than 2 ranks of at least chain_broadcast_min_bytes and below
+  // this: scatter + all-gather (van de Geijn); the pipelined chain from here on.
+  size_t scatter_broadcast_max_bytes = size_t{32} << 20;
+  // Broadcast with more than 2 ranks up to this: flat tree (the root posts a send to
+  // every rank at once). Single-copy shared-memory transports (CMA/XPMEM) let each
+  // receiver copy in parallel, so this beats the binomial tree at mid sizes.
+  size_t flat_broadcast_max_bytes = size_t{4} << 20;  // inclusive
 };
 
 /// Grow-only scratch memory owned by a communicator (pre-touched, huge pages advised
@@ -84,13 +101,40 @@ void ring_reduce_scatter(Communicator& comm, Workspace& ws, const RingOptions& o
 void ring_all_gather(Communicator& comm, const RingOptions& opts, const void* send, void* recv,
                      size_t count, DType dtype);
 
+/// Dispatcher used by the communicators: recursive doubling, direct or ring all-gather
+/// (see RingOptions). Same contract as ring_all_gather.
+void all_gather(Communicator& comm, const RingOptions& opts, const void* send, void* recv,
+                size_t count, DType dtype);
+
+/// Recursive doubling all-gather (Thakur, Rabenseifner & Gropp 2005), power-of-two
+/// sizes only: round k exchanges the 2^k blocks held so far with rank ^ 2^k.
+void doubling_all_gather(Communicator& comm, const void* send, void* recv, size_t count,
+                         DType dtype);
+
+/// Direct all-gather: every rank posts all n-1 receives and n-1 sends of its block at
+/// once and waits for them (one round, n-1 messages each way).
+void direct_all_gather(Communicator& comm, const void* send, void* recv, size_t count,
+                       DType dtype);
+
+/// Dispatcher used by the communicators: direct or pairwise (see RingOptions).
+void all_to_all(Communicator& comm, const RingOptions& opts, const void* send, void* recv,
+                size_t count, DType dtype);
+
+/// Direct all-to-all: all n-1 receives then all n-1 sends (to r+1, r+2, ...) posted at
+/// once, then waited. send/recv must not overlap.
+void direct_all_to_all(Communicator& comm, const void* send, void* recv, size_t count,
+                       DType dtype);
+
 /// Pairwise exchange: in step s (1..n-1) rank r sends block (r+s)%n and receives block
 /// (r-s)%n. send/recv: size()*count elements, must not overlap.
 void pairwise_all_to_all(Communicator& comm, const void* send, void* recv, size_t count,
                          DType dtype);
 
-/// Binomial tree below opts.chain_broadcast_min_bytes (or with 2 ranks), pipelined chain (chunks of
-/// opts.chunk_bytes forwarded root -> root+1 -> ...) above.
+/// More than 2 ranks and at most opts.flat_broadcast_max_bytes: flat tree (root sends to all
+/// at once). Otherwise binomial tree below opts.chain_broadcast_min_bytes (or with 2 ranks); scatter of the
+/// buffer in n-1 pieces to the non-roots then a direct all-gather among them below
+/// opts.scatter_broadcast_max_bytes; pipelined chain (chunks of opts.chunk_bytes
+/// forwarded root -> root+1 -> ...) above.
 void broadcast(Communicator& comm, const RingOptions& opts, void* buf, size_t count, DType dtype,
                int root);
 

@@ -1,5 +1,6 @@
 // Broadcast (binomial tree / pipelined chain), pairwise all-to-all and the
 // dissemination barrier, all over point-to-point calls.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -18,6 +19,18 @@ void broadcast(Communicator& comm, const RingOptions& opts, void* buf, size_t co
   auto* p = static_cast<std::byte*>(buf);
   const int tag = kCollectiveTag;
 
+  if (n > 2 && bytes <= opts.flat_broadcast_max_bytes) {
+    // Flat tree: one round, every receiver pulls the whole buffer from the root.
+    if (vr == 0) {
+      std::vector<WorkPtr> ws;
+      ws.reserve(static_cast<size_t>(n));
+      for (int s = 1; s < n; ++s) ws.push_back(comm.isend(p, bytes, (root + s) % n, tag));
+      for (auto& w : ws) w->wait();
+    } else {
+      comm.recv(p, bytes, root, tag);
+    }
+    return;
+  }
   if (bytes < opts.chain_broadcast_min_bytes || n == 2) {  // n == 2: nothing to pipeline
     // Binomial tree: in round `mask` the ranks vr < mask (which hold the data) send to
     // vr + mask; log2(n) rounds, the latency-optimal choice for small messages.
@@ -28,6 +41,44 @@ void broadcast(Communicator& comm, const RingOptions& opts, void* buf, size_t co
         comm.recv(p, bytes, (vr - mask + root) % n, tag);
       }
     }
+    return;
+  }
+  if (bytes < opts.scatter_broadcast_max_bytes) {
+    // Scatter + all-gather (van de Geijn): the root sends piece k of n-1 to non-root
+    // vr = k+1, which then sends it to every other non-root (all messages posted at
+    // once). The root sends the buffer once; each non-root receives it once.
+    const int m = n - 1;
+    auto piece = [&](int k, size_t& o, size_t& l) {  // uneven split of bytes into m pieces
+      const size_t base = bytes / m, rem = bytes % m;
+      const size_t kk = static_cast<size_t>(k);
+      o = kk * base + std::min(kk, rem);
+      l = base + (kk < rem ? 1 : 0);
+    };
+    auto real = [&](int v) { return (v + root) % n; };
+    std::vector<WorkPtr> ws;
+    ws.reserve(2 * static_cast<size_t>(n));
+    size_t o, l;
+    if (vr == 0) {
+      for (int k = 0; k < m; ++k) {
+        piece(k, o, l);
+        if (l) ws.push_back(comm.isend(p + o, l, real(k + 1), tag));
+      }
+    } else {
+      const int me = vr - 1;
+      piece(me, o, l);
+      WorkPtr mine = l ? comm.irecv(p + o, l, root, tag) : nullptr;
+      for (int s = 1; s < m; ++s) {
+        const int k = (me - s + m) % m;
+        piece(k, o, l);
+        if (l) ws.push_back(comm.irecv(p + o, l, real(k + 1), tag));
+      }
+      if (mine) {
+        mine->wait();
+        piece(me, o, l);
+        for (int s = 1; s < m; ++s) ws.push_back(comm.isend(p + o, l, real((me + s) % m + 1), tag));
+      }
+    }
+    for (auto& w : ws) w->wait();
     return;
   }
   // Pipelined chain root -> root+1 -> ... : each chunk is forwarded as soon as it
