@@ -43,14 +43,17 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
     train::Trainer trainer(opt, world, train, val);
     opt = trainer.options();
     if (log) {
+      const int dp = opt.dp_mode == "ps" ? world.size() - 1 : world.size();
       const auto& c = trainer.model().config();
-      std::printf("braid train | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params) | ranks %d (dp=%d, zero=%d, %s) | "
+      std::printf("braid train | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params) | ranks %d (dp=%d%s, zero=%d, %s) | "
                   "batch %lld = %d x %lld x %lld accum | T=%lld | matmul peak %.1f GFLOP/s per rank\n",
                   c.name.c_str(), (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd,
                   (long long)c.vocab_size, (long long)c.padded_vocab_size,
-                  trainer.model().num_params() / 1e6, world.size(), world.size(), opt.zero, world.backend().c_str(),
-                  (long long)opt.global_batch, world.size(), (long long)opt.micro_batch,
-                  (long long)(opt.global_batch / (world.size() * opt.micro_batch)), (long long)opt.seq_len,
+                  trainer.model().num_params() / 1e6, world.size(), opt.dp_mode == "ps" ? world.size() - 1 : world.size(),
+                  opt.dp_mode == "ps" ? (opt.ps_async ? " + async parameter server" : " + parameter server") : "",
+                  opt.zero, world.backend().c_str(),
+                  (long long)opt.global_batch, dp, (long long)opt.micro_batch,
+                  (long long)(opt.global_batch / (dp * opt.micro_batch)), (long long)opt.seq_len,
                   opt.peak_flops_per_rank / 1e9);
       std::fflush(stdout);
     }
@@ -116,6 +119,9 @@ void add_train(CLI::App& app) {
   c->add_option("--grad-clip", o.grad_clip, "Clip the global gradient norm (0 disables)")->capture_default_str();
   c->add_option("--seed", o.seed, "Seed for weights and data order")->capture_default_str();
   c->add_option("--dp", o.dp, "Data-parallel degree (0: all ranks)")->capture_default_str();
+  c->add_option("--dp-mode", o.dp_mode, "ddp (ring all-reduce) or ps (rank 0 is a parameter server, the others workers)")->capture_default_str();
+  c->add_flag("--ps-async", o.ps_async, "Parameter server: apply each worker's gradient as it arrives");
+  c->add_option("--staleness", o.staleness, "Asynchronous PS: a worker may run at most this many iterations ahead of the slowest")->capture_default_str();
   c->add_option("--zero", o.zero, "ZeRO stage: 0 (DDP all-reduce) or 1 (AdamW moments sharded over DP)")->capture_default_str();
   c->add_option("--bucket-mb", o.bucket_mb, "DDP gradient bucket size in MiB")->capture_default_str();
   c->add_flag("--no-overlap", [&o](int64_t) { o.overlap = false; }, "All-reduce after backward instead of during it");

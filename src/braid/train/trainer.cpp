@@ -61,10 +61,22 @@ void truncate_metrics(const std::string& path, int64_t start_step) {
 
 void validate_options(const TrainOptions& o, int world_size, const model::GPTConfig& cfg) {
   BRAID_CONFIG_CHECK(o.dp >= 0, "--dp ", o.dp, " must be >= 0 (0 means all ranks)");
-  const int dp = o.dp == 0 ? world_size : o.dp;
-  BRAID_CONFIG_CHECK(dp == world_size, "--dp ", o.dp, " but the job has ", world_size,
-                     " ranks; the product of the parallel degrees must equal the number of "
-                     "ranks (launch with mpirun -np ", dp, ", or pass --dp ", world_size, ")");
+  BRAID_CONFIG_CHECK(o.dp_mode == "ddp" || o.dp_mode == "ps", "--dp-mode '", o.dp_mode,
+                     "' is not known; use ddp or ps");
+  const bool ps = o.dp_mode == "ps";
+  BRAID_CONFIG_CHECK(!ps || world_size >= 2, "--dp-mode ps needs at least 2 ranks (1 server + "
+                     "workers) but the job has ", world_size, "; launch with mpirun -np 3 or more");
+  BRAID_CONFIG_CHECK(!ps || o.zero == 0, "--zero ", o.zero, " shards over DP ranks, but with "
+                     "--dp-mode ps the server holds the optimizer; use --zero 0");
+  BRAID_CONFIG_CHECK(!o.ps_async || ps, "--ps-async needs --dp-mode ps");
+  BRAID_CONFIG_CHECK(o.staleness >= 0, "--staleness ", o.staleness, " must be >= 0");
+  const int ranks_for_dp = ps ? world_size - 1 : world_size;
+  const int dp = o.dp == 0 ? ranks_for_dp : o.dp;
+  BRAID_CONFIG_CHECK(dp == ranks_for_dp, "--dp ", o.dp, " but the job has ", world_size, " ranks",
+                     ps ? " (1 server + workers)" : "",
+                     "; the product of the parallel degrees must equal the number of "
+                     "ranks (launch with mpirun -np ", ps ? dp + 1 : dp, ", or pass --dp ",
+                     ranks_for_dp, ")");
   BRAID_CONFIG_CHECK(o.steps > 0, "--steps ", o.steps, " must be positive");
   BRAID_CONFIG_CHECK(o.micro_batch > 0 && o.global_batch > 0, "--batch ", o.global_batch,
                      " and --micro-batch ", o.micro_batch, " must be positive");
@@ -109,8 +121,9 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   const TrainOptions& opt = opt_;
   const model::GPTConfig cfg = model::GPTConfig::preset(opt.model);
   validate_options(opt, world.size(), cfg);
-  dp_size_ = world.size();
-  dp_rank_ = world.rank();
+  ps_ = opt.dp_mode == "ps";
+  dp_size_ = ps_ ? world.size() - 1 : world.size();
+  dp_rank_ = ps_ ? world.rank() - 1 : world.rank();
   accum_steps_ = opt.global_batch / (dp_size_ * opt.micro_batch);
   auto check_ids = [&](const std::vector<uint16_t>& d, const char* what) {
     const uint16_t mx = d.empty() ? uint16_t{0} : *std::max_element(d.begin(), d.end());
@@ -134,6 +147,11 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
     zero_ = std::make_unique<parallel::ZeroStage1>(world_, model_->params(), model_->grads(), n,
                                                    bucket_bytes, opt.overlap, opt.algo, &ledger_);
     owned = zero_->owned();
+  } else if (ps_) {
+    if (world_.rank() == 0) {
+      owned.push_back({0, n, 0});  // the server updates everything
+      ps_recv_ = Buffer(n * sizeof(float), MemCategory::comm, &ledger_);
+    }
   } else {
     ddp_ = std::make_unique<parallel::DDPGradSync>(world_, model_->grads(), n, bucket_bytes,
                                                    opt.overlap, opt.algo);
@@ -170,7 +188,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   tokens_ = Buffer(bt * sizeof(int32_t), MemCategory::activations, &ledger_);
   targets_ = Buffer(bt * sizeof(int32_t), MemCategory::activations, &ledger_);
   sampler_ = std::make_unique<DistributedSampler>(train.size(), opt.seq_len, opt.global_batch,
-                                                  opt.seed, dp_rank_, dp_size_);
+                                                  opt.seed, std::max(dp_rank_, 0), dp_size_);
   sched_ = LrSchedule{opt.lr, opt.min_lr, opt.warmup_steps, opt.steps};
   model_->init_weights(opt.seed);
 }
@@ -224,12 +242,7 @@ void Trainer::adamw(float lr, int64_t t) {
   if (zero_) zero_->gather_params();
 }
 
-StepRecord Trainer::train_step(int64_t step) {
-  const auto t0 = Clock::now();
-  const uint64_t sent0 = world_.bytes_sent();
-  if (opt_.inject_failure_rank == world_.rank() && opt_.inject_failure_step == step) {
-    throw Error(detail::concat("injected failure on rank ", world_.rank(), " at step ", step));
-  }
+double Trainer::forward_backward(int64_t step, bool release_buckets) {
   const int64_t B = opt_.micro_batch, T = opt_.seq_len;
   const std::vector<size_t> offsets = sampler_->rank_offsets(step);
   model_->zero_grad();
@@ -239,7 +252,7 @@ StepRecord Trainer::train_step(int64_t step) {
     gather_batch(train_.data(), offsets.data() + micro * B, B, T, tokens_.as<int32_t>(),
                  targets_.as<int32_t>());
     loss_sum += model_->forward(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
-    if (micro + 1 == accum_steps_) {
+    if (micro + 1 == accum_steps_ && release_buckets) {
       // Only the last micro-batch's backward releases buckets: one sync per step.
       if (zero_) {
         zero_->begin_sync();
@@ -252,12 +265,51 @@ StepRecord Trainer::train_step(int64_t step) {
       model_->backward(scale);
     }
   }
+  return loss_sum / static_cast<double>(accum_steps_);
+}
+
+void Trainer::maybe_inject_failure(int64_t step) const {
+  if (opt_.inject_failure_rank == world_.rank() && opt_.inject_failure_step == step) {
+    throw Error(detail::concat("injected failure on rank ", world_.rank(), " at step ", step));
+  }
+}
+
+void Trainer::finish_record(StepRecord& r, double seconds, uint64_t sent0, uint64_t recv0) {
+  const int64_t T = opt_.seq_len;
+  r.ms = seconds * 1e3;
+  const double tokens = static_cast<double>(opt_.global_batch * T);
+  r.tokens_per_sec = tokens / seconds;
+  if (opt_.peak_flops_per_rank > 0) {
+    // Only ranks that compute count towards the available FLOP/s.
+    r.mfu = static_cast<double>(model_->flops_per_token(T)) * r.tokens_per_sec /
+            (opt_.peak_flops_per_rank * dp_size_);
+  }
+  r.peak_mem_bytes = ledger_.peak_total();
+  r.comm_bytes_sent = world_.bytes_sent() - sent0;
+  r.comm_bytes_received = world_.bytes_received() - recv0;
+  if (opt_.check_replicas && world_.size() > 1) {
+    r.param_hash = param_hash();
+    std::vector<uint64_t> all(static_cast<size_t>(world_.size()));
+    // Raw bytes travel as f32 pairs; all-gather copies bits without arithmetic.
+    world_.all_gather(&r.param_hash, all.data(), 2, DType::f32);
+    for (int q = 0; q < world_.size(); ++q) {
+      BRAID_CHECK(all[static_cast<size_t>(q)] == r.param_hash, "replicas diverged at step ",
+                  r.step, ": rank ", q, " parameter hash differs from rank ", world_.rank());
+    }
+  }
+}
+
+StepRecord Trainer::train_step(int64_t step) {
+  if (ps_) return ps_sync_step(step);
+  const auto t0 = Clock::now();
+  const uint64_t sent0 = world_.bytes_sent(), recv0 = world_.bytes_received();
+  maybe_inject_failure(step);
+  float loss = static_cast<float>(forward_backward(step, true));
   if (zero_) {
     zero_->finish_sync();
   } else {
     ddp_->finish_sync();
   }
-  float loss = static_cast<float>(loss_sum / static_cast<double>(accum_steps_));
   if (dp_size_ > 1) {
     world_.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
   }
@@ -270,25 +322,7 @@ StepRecord Trainer::train_step(int64_t step) {
   r.grad_norm = clip_and_norm();
   r.lr = sched_.at(step);
   adamw(r.lr, step + 1);
-  r.ms = seconds_since(t0) * 1e3;
-  const double tokens = static_cast<double>(opt_.global_batch * T);
-  r.tokens_per_sec = tokens / (r.ms * 1e-3);
-  if (opt_.peak_flops_per_rank > 0) {
-    r.mfu = static_cast<double>(model_->flops_per_token(T)) * r.tokens_per_sec /
-            (opt_.peak_flops_per_rank * world_.size());
-  }
-  r.peak_mem_bytes = ledger_.peak_total();
-  r.comm_bytes_sent = world_.bytes_sent() - sent0;
-  if (opt_.check_replicas && dp_size_ > 1) {
-    r.param_hash = param_hash();
-    std::vector<uint64_t> all(static_cast<size_t>(dp_size_));
-    // Raw bytes travel as f32 pairs; all-gather copies bits without arithmetic.
-    world_.all_gather(&r.param_hash, all.data(), 2, DType::f32);
-    for (int q = 0; q < dp_size_; ++q) {
-      BRAID_CHECK(all[static_cast<size_t>(q)] == r.param_hash, "DP replicas diverged at step ",
-                  step, ": rank ", q, " parameter hash differs from rank ", world_.rank());
-    }
-  }
+  finish_record(r, seconds_since(t0), sent0, recv0);
   return r;
 }
 
@@ -296,7 +330,11 @@ float Trainer::evaluate() {
   BRAID_CHECK(val_ != nullptr && !val_->empty(), "no validation data");
   const int64_t B = opt_.micro_batch, T = opt_.seq_len;
   const size_t windows = val_->size() - static_cast<size_t>(T);
-  const int64_t per_rank = opt_.global_batch / dp_size_;
+  // Under a parameter server the server evaluates alone; otherwise each DP rank
+  // takes its slice and the losses are averaged.
+  const int eval_size = ps_ ? 1 : dp_size_;
+  const int eval_rank = ps_ ? 0 : dp_rank_;
+  const int64_t per_rank = opt_.global_batch / eval_size;
   double sum = 0;
   int64_t count = 0;
   std::vector<size_t> offs(static_cast<size_t>(B));
@@ -304,7 +342,7 @@ float Trainer::evaluate() {
     for (int64_t micro = 0; micro < per_rank / B; ++micro) {
       for (int64_t b = 0; b < B; ++b) {
         // Fixed, evenly spaced windows: the same validation set every time.
-        const int64_t j = vb * opt_.global_batch + dp_rank_ * per_rank + micro * B + b;
+        const int64_t j = vb * opt_.global_batch + eval_rank * per_rank + micro * B + b;
         offs[static_cast<size_t>(b)] = static_cast<size_t>(j * T) % windows;
       }
       gather_batch(val_->data(), offs.data(), B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
@@ -313,7 +351,7 @@ float Trainer::evaluate() {
     }
   }
   float loss = static_cast<float>(sum / static_cast<double>(count));
-  if (dp_size_ > 1) world_.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
+  if (eval_size > 1) world_.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
   return loss;
 }
 
@@ -425,6 +463,7 @@ std::vector<StepRecord> Trainer::run() {
   std::vector<StepRecord> out;
   const bool validate = val_ && !val_->empty() && opt_.val_every > 0;
   auto run_validation = [&](int64_t step) {
+    if (ps_ && world_.rank() != 0) return;  // the server evaluates alone
     const float vl = evaluate();
     if (log) {
       std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step), vl);
@@ -432,23 +471,40 @@ std::vector<StepRecord> Trainer::run() {
     }
     if (metrics.is_open()) metrics << nlohmann::json{{"step", step}, {"val_loss", vl}}.dump() << "\n" << std::flush;
   };
-  if (validate && start_step_ == 0) run_validation(0);  // the starting point of the curve
-  for (int64_t step = start_step_; step < opt_.steps; ++step) {
-    StepRecord r = train_step(step);
-    out.push_back(r);
+  auto log_step = [&](const StepRecord& r) {
     if (log) {
-      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | %7.1f ms | MFU %5.1f%% | mem %s\n",
-                  static_cast<long long>(step + 1), static_cast<long long>(opt_.steps), r.loss, r.lr,
+      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | %7.1f ms | MFU %5.1f%% | mem %s",
+                  static_cast<long long>(r.step + 1), static_cast<long long>(opt_.steps), r.loss, r.lr,
                   r.grad_norm, r.tokens_per_sec, r.ms, r.mfu * 100, format_bytes(static_cast<double>(r.peak_mem_bytes)).c_str());
+      if (ps_) {
+        std::printf(" | server sent %s recv %s", format_bytes(static_cast<double>(r.comm_bytes_sent)).c_str(),
+                    format_bytes(static_cast<double>(r.comm_bytes_received)).c_str());
+      }
+      if (ps_ && opt_.ps_async) std::printf(" | staleness <= %lld", static_cast<long long>(r.staleness_max));
+      std::printf("\n");
       std::fflush(stdout);
     }
     if (metrics.is_open()) {
-      nlohmann::json j = {{"step", step + 1},        {"loss", r.loss},     {"lr", r.lr},
+      nlohmann::json j = {{"step", r.step + 1},       {"loss", r.loss},     {"lr", r.lr},
                           {"grad_norm", r.grad_norm}, {"tokens_per_sec", r.tokens_per_sec},
                           {"ms", r.ms},               {"mfu", r.mfu},      {"peak_mem_bytes", r.peak_mem_bytes},
-                          {"comm_bytes_sent", r.comm_bytes_sent}};
+                          {"comm_bytes_sent", r.comm_bytes_sent}, {"comm_bytes_received", r.comm_bytes_received}};
+      if (ps_ && opt_.ps_async) j["staleness_max"] = r.staleness_max;
       metrics << j.dump() << "\n" << std::flush;
     }
+  };
+  if (validate && start_step_ == 0) run_validation(0);  // the starting point of the curve
+  if (ps_ && opt_.ps_async) {
+    out = run_ps_async();
+    for (const auto& r : out) log_step(r);
+    if (validate) run_validation(opt_.steps);
+    if (!opt_.save_path.empty()) save(opt_.save_path, opt_.steps);
+    return out;
+  }
+  for (int64_t step = start_step_; step < opt_.steps; ++step) {
+    StepRecord r = train_step(step);
+    out.push_back(r);
+    log_step(r);
     const bool last = step + 1 == opt_.steps;
     if (validate && ((step + 1) % opt_.val_every == 0 || last)) {
       run_validation(step + 1);
@@ -456,7 +512,7 @@ std::vector<StepRecord> Trainer::run() {
         // A start-up measurement on a busy machine reads low; refresh the
         // ceiling now and then and keep the best, so MFU stays honest.
         float peak = static_cast<float>(measure_matmul_peak_flops(0.2));
-        if (dp_size_ > 1) world_.all_reduce(&peak, &peak, 1, DType::f32, comm::ReduceOp::max);
+        if (world_.size() > 1) world_.all_reduce(&peak, &peak, 1, DType::f32, comm::ReduceOp::max);
         opt_.peak_flops_per_rank = std::max(opt_.peak_flops_per_rank, static_cast<double>(peak));
       }
     }

@@ -35,6 +35,9 @@ struct TrainOptions {
   double bucket_mb = 4.0;
   bool overlap = true;
   int zero = 0;  // ZeRO stage: 0 (DDP) or 1 (AdamW moments sharded over DP)
+  std::string dp_mode = "ddp";  // "ddp" (all-reduce) or "ps" (rank 0 is a parameter server)
+  bool ps_async = false;        // ps: apply each worker's gradient as it arrives
+  int64_t staleness = 0;        // ps async: a worker runs at most this many iterations ahead
   comm::Algorithm algo = comm::Algorithm::ring;
   int64_t val_every = 50;    // 0 disables
   int64_t val_batches = 4;   // global batches per validation
@@ -65,7 +68,9 @@ struct StepRecord {
   float loss = 0, lr = 0, grad_norm = 0;
   double ms = 0, tokens_per_sec = 0, mfu = 0;
   size_t peak_mem_bytes = 0;
-  uint64_t comm_bytes_sent = 0;  // payload this rank sent during the step (all collectives)
+  uint64_t comm_bytes_sent = 0;      // payload this rank sent during the step (all collectives)
+  uint64_t comm_bytes_received = 0;  // payload this rank received during the step
+  int64_t staleness_max = 0;         // ps async: most updates a gradient missed
   uint64_t param_hash = 0;
 };
 
@@ -102,6 +107,16 @@ class Trainer {
  private:
   float clip_and_norm();
   void adamw(float lr, int64_t t);
+  /// Forward and backward over this rank's micro-batches of `step`; returns the
+  /// mean loss. release_buckets: report finished gradient ranges to DDP/ZeRO.
+  double forward_backward(int64_t step, bool release_buckets);
+  void maybe_inject_failure(int64_t step) const;
+  /// Fills timing, throughput, MFU, memory and traffic; checks replicas if asked.
+  void finish_record(StepRecord& r, double seconds, uint64_t sent0, uint64_t recv0);
+  // Parameter server (trainer_ps.cpp): rank 0 serves, ranks 1..N-1 work.
+  StepRecord ps_sync_step(int64_t step);
+  std::vector<StepRecord> run_ps_async();
+  void ps_apply(float lr, int64_t t, StepRecord& r);
 
   TrainOptions opt_;
   comm::Communicator& world_;
@@ -122,7 +137,9 @@ class Trainer {
   std::vector<UpdateSegment> update_segments_;
   std::unique_ptr<DistributedSampler> sampler_;
   LrSchedule sched_;
-  int dp_size_, dp_rank_;
+  bool ps_ = false;              // --dp-mode ps
+  Buffer ps_recv_;               // server: (n_params) receive buffer for pushed gradients
+  int dp_size_, dp_rank_;        // under ps: the workers (rank - 1); the server has -1
   int64_t accum_steps_;
   int64_t start_step_ = 0;
 };

@@ -1,0 +1,221 @@
+// Classic parameter-server data parallelism (Li et al. 2014, "Scaling
+// Distributed Machine Learning with the Parameter Server"): rank 0 holds the
+// parameters and the AdamW state; workers (ranks 1..N-1) push gradients and pull
+// parameters. Synchronous mode sums the W pushes in worker order, divides once
+// and takes one step: the same run as DDP with W ranks. Asynchronous mode applies
+// each push as it arrives under a stale-synchronous bound (Ho et al. 2013): a
+// worker may start iteration i only when every worker has finished iteration
+// i - k - 1, so a gradient is computed on weights missing at most the updates of
+// k iterations of the others.
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "braid/core/error.h"
+#include "braid/train/trainer.h"
+
+namespace braid::train {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr int kTagPushHeader = 7101, kTagPushGrads = 7102, kTagPullHeader = 7103,
+              kTagPullParams = 7104;
+
+struct PushHeader {
+  int64_t version;  // server version of the weights the gradient was computed on
+  int64_t iteration;
+  float loss;
+  float pad;
+};
+struct PullHeader {
+  int64_t version;
+  float loss;       // mean loss of the step (sync) or of the last update (async)
+  float grad_norm;
+  float lr;
+  float pad;
+};
+}  // namespace
+
+void Trainer::ps_apply(float lr, int64_t t, StepRecord& r) {
+  r.grad_norm = clip_and_norm();
+  r.lr = lr;
+  adamw(lr, t);
+}
+
+StepRecord Trainer::ps_sync_step(int64_t step) {
+  const auto t0 = Clock::now();
+  const uint64_t sent0 = world_.bytes_sent(), recv0 = world_.bytes_received();
+  maybe_inject_failure(step);
+  const size_t n = model_->num_params();
+  const size_t bytes = n * sizeof(float);
+  StepRecord r;
+  r.step = step;
+  PullHeader pull{};
+  if (world_.rank() == 0) {
+    // Sum the pushes in worker order (deterministic), then divide once, as the
+    // ring's average does.
+    float* acc = model_->grads();
+    float loss_sum = 0;
+    for (int w = 1; w < world_.size(); ++w) {
+      PushHeader h{};
+      world_.recv(&h, sizeof h, w, kTagPushHeader);
+      float* dst = w == 1 ? acc : ps_recv_.as<float>();
+      world_.recv(dst, bytes, w, kTagPushGrads);
+      if (w > 1) {
+        const float* g = ps_recv_.as<float>();
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; ++i) acc[i] += g[i];
+      }
+      loss_sum += h.loss;
+    }
+    // Divide (not multiply by 1/W) exactly as the collectives' average does.
+    const float W = static_cast<float>(dp_size_);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) acc[i] /= W;
+    const float loss = static_cast<float>(loss_sum) / W;
+    BRAID_CONFIG_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
+                       "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
+    r.loss = loss;
+    ps_apply(sched_.at(step), step + 1, r);
+    pull = {step + 1, r.loss, r.grad_norm, r.lr, 0.f};
+    for (int w = 1; w < world_.size(); ++w) {
+      world_.send(&pull, sizeof pull, w, kTagPullHeader);
+      world_.send(model_->params(), bytes, w, kTagPullParams);
+    }
+  } else {
+    // Workers average the loss over ranks like DDP does: the server sums in order.
+    const float loss = static_cast<float>(forward_backward(step, false));
+    PushHeader h{step, step, loss, 0.f};
+    world_.send(&h, sizeof h, 0, kTagPushHeader);
+    world_.send(model_->grads(), bytes, 0, kTagPushGrads);
+    world_.recv(&pull, sizeof pull, 0, kTagPullHeader);
+    world_.recv(model_->params(), bytes, 0, kTagPullParams);
+    BRAID_CONFIG_CHECK(std::isfinite(pull.loss), "the loss became ", pull.loss, " at step ", step,
+                       "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
+    r.loss = pull.loss;
+    r.grad_norm = pull.grad_norm;
+    r.lr = pull.lr;
+  }
+  finish_record(r, std::chrono::duration<double>(Clock::now() - t0).count(), sent0, recv0);
+  return r;
+}
+
+std::vector<StepRecord> Trainer::run_ps_async() {
+  const size_t n = model_->num_params();
+  const size_t bytes = n * sizeof(float);
+  const int W = dp_size_;
+  const int64_t iters = opt_.steps;  // per worker; the server applies W * steps updates
+  std::vector<StepRecord> out;
+  if (world_.rank() != 0) {
+    PullHeader pull{};
+    world_.recv(&pull, sizeof pull, 0, kTagPullHeader);
+    world_.recv(model_->params(), bytes, 0, kTagPullParams);
+    for (int64_t i = start_step_; i < iters; ++i) {
+      const auto t0 = Clock::now();
+      const uint64_t sent0 = world_.bytes_sent(), recv0 = world_.bytes_received();
+      maybe_inject_failure(i);
+      const float loss = static_cast<float>(forward_backward(i, false));
+      PushHeader h{pull.version, i, loss, 0.f};
+      world_.send(&h, sizeof h, 0, kTagPushHeader);
+      world_.send(model_->grads(), bytes, 0, kTagPushGrads);
+      world_.recv(&pull, sizeof pull, 0, kTagPullHeader);
+      world_.recv(model_->params(), bytes, 0, kTagPullParams);
+      StepRecord r;
+      r.step = i;
+      r.loss = loss;
+      r.grad_norm = pull.grad_norm;
+      r.lr = pull.lr;
+      const bool check = opt_.check_replicas;
+      opt_.check_replicas = false;  // replicas differ while running asynchronously
+      finish_record(r, std::chrono::duration<double>(Clock::now() - t0).count(), sent0, recv0);
+      opt_.check_replicas = check;
+      out.push_back(r);
+    }
+  } else {
+    // Server: every worker starts from the same weights.
+    int64_t version = start_step_ * W;
+    PullHeader pull{version, 0.f, 0.f, sched_.at(start_step_), 0.f};
+    for (int w = 1; w <= W; ++w) {
+      world_.send(&pull, sizeof pull, w, kTagPullHeader);
+      world_.send(model_->params(), bytes, w, kTagPullParams);
+    }
+    std::vector<int64_t> done(static_cast<size_t>(W + 1), start_step_);  // iterations pushed
+    std::vector<bool> waiting(static_cast<size_t>(W + 1), false);        // pushed, no reply yet
+    std::vector<PushHeader> hdr(static_cast<size_t>(W + 1));
+    std::vector<comm::WorkPtr> pending(static_cast<size_t>(W + 1));
+    for (int w = 1; w <= W; ++w) {
+      if (start_step_ < iters) pending[static_cast<size_t>(w)] = world_.irecv(&hdr[static_cast<size_t>(w)], sizeof(PushHeader), w, kTagPushHeader);
+    }
+    const int64_t total = (iters - start_step_) * W;
+    StepRecord round;  // one record per W updates
+    double round_loss = 0;
+    int64_t round_count = 0, stale_max = 0;
+    auto t_round = Clock::now();
+    uint64_t sent0 = world_.bytes_sent(), recv0 = world_.bytes_received();
+    for (int64_t applied = 0; applied < total;) {
+      bool progressed = false;
+      for (int w = 1; w <= W; ++w) {
+        auto& p = pending[static_cast<size_t>(w)];
+        if (!p || !p->test()) continue;
+        p->wait();
+        p.reset();
+        progressed = true;
+        const PushHeader h = hdr[static_cast<size_t>(w)];
+        world_.recv(model_->grads(), bytes, w, kTagPushGrads);
+        BRAID_CONFIG_CHECK(std::isfinite(h.loss), "the loss became ", h.loss, " on worker ", w,
+                           " at iteration ", h.iteration, "; training diverged: lower --lr");
+        const int64_t stale = version - h.version;
+        stale_max = std::max(stale_max, stale);
+        StepRecord r;
+        ps_apply(sched_.at(version / W), version + 1, r);
+        ++version;
+        ++applied;
+        ++done[static_cast<size_t>(w)];
+        waiting[static_cast<size_t>(w)] = true;
+        round_loss += h.loss;
+        round.grad_norm = r.grad_norm;
+        round.lr = r.lr;
+        if (++round_count == W) {
+          round.step = version / W - 1;
+          round.loss = static_cast<float>(round_loss / W);
+          round.staleness_max = stale_max;
+          const bool check = opt_.check_replicas;
+          opt_.check_replicas = false;
+          finish_record(round, std::chrono::duration<double>(Clock::now() - t_round).count(), sent0, recv0);
+          opt_.check_replicas = check;
+          out.push_back(round);
+          round = StepRecord{};
+          round_loss = 0;
+          round_count = 0;
+          stale_max = 0;
+          t_round = Clock::now();
+          sent0 = world_.bytes_sent();
+          recv0 = world_.bytes_received();
+        }
+      }
+      // Release waiting workers whose next iteration respects the bound.
+      int64_t slowest = iters;
+      for (int w = 1; w <= W; ++w) slowest = std::min(slowest, done[static_cast<size_t>(w)]);
+      for (int w = 1; w <= W; ++w) {
+        if (!waiting[static_cast<size_t>(w)]) continue;
+        const int64_t next = done[static_cast<size_t>(w)];  // the iteration it would start
+        if (next < iters && next - slowest > opt_.staleness) continue;
+        waiting[static_cast<size_t>(w)] = false;
+        pull = {version, hdr[static_cast<size_t>(w)].loss, round.grad_norm, sched_.at(version / W), 0.f};
+        world_.send(&pull, sizeof pull, w, kTagPullHeader);
+        world_.send(model_->params(), bytes, w, kTagPullParams);
+        progressed = true;
+        if (next < iters) {
+          pending[static_cast<size_t>(w)] = world_.irecv(&hdr[static_cast<size_t>(w)], sizeof(PushHeader), w, kTagPushHeader);
+        }
+      }
+      if (!progressed) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  // Every rank ends with the server's final weights.
+  world_.broadcast(model_->params(), n, DType::f32, 0);
+  return out;
+}
+
+}  // namespace braid::train
