@@ -72,4 +72,11 @@ out=$(timeout 120 "${MPIRUN[@]}" -np 3 "$BRAID" train "${common[@]}" --batch 6 -
 [ $rc -ne 124 ] || fail "job hung after a rank failed"
 [ $rc -ne 0 ] || fail "job exited 0 after a rank failed"
 echo "$out" | grep -q "rank 1: injected failure on rank 1 at step 2" || fail "failure message: $out"
+# 4. Parameter server under mpirun: synchronous (replicas checked) and asynchronous.
+timeout 300 "${MPIRUN[@]}" -np 3 "$BRAID" train "${common[@]}" --dp-mode ps --steps 3 --val-every 0 \
+  --check-replicas > "$tmp/ps.txt" 2>&1 || { cat "$tmp/ps.txt"; fail "ps sync"; }
+grep -q "parameter server" "$tmp/ps.txt" || fail "ps header"
+timeout 300 "${MPIRUN[@]}" -np 3 "$BRAID" train "${common[@]}" --dp-mode ps --ps-async --staleness 1 \
+  --steps 3 --val-every 0 > "$tmp/psa.txt" 2>&1 || { cat "$tmp/psa.txt"; fail "ps async"; }
+grep -q "staleness <=" "$tmp/psa.txt" || fail "ps async records"
 echo "PASS"
