@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   braid::cli::add_train(app);
   braid::cli::add_bench_comm(app);
   braid::cli::add_bench_step(app);
+  braid::cli::add_plan(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

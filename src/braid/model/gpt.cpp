@@ -1,5 +1,6 @@
 #include "braid/model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -57,28 +58,36 @@ constexpr size_t kAlign = 16;  // floats (64 bytes)
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
-GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger)
-    : cfg_(cfg), max_B_(max_B), max_T_(max_T) {
-  cfg_.validate();
-  BRAID_CONFIG_CHECK(max_B > 0 && max_T > 0, "GPT: max_B=", max_B, " and max_T=", max_T,
-                     " must be positive");
-  BRAID_CONFIG_CHECK(max_T <= cfg_.block_size, "GPT: sequence length ", max_T,
-                     " exceeds block_size=", cfg_.block_size, " of model '", cfg_.name,
-                     "'; use T <= ", cfg_.block_size);
-  const int64_t C = cfg_.n_embd, L = cfg_.n_layer, Vp = cfg_.padded_vocab_size;
+size_t GPTMemoryPlan::bytes(MemCategory c) const {
+  switch (c) {
+    case MemCategory::compute_params: return params_bytes;
+    case MemCategory::grads: return grads_bytes;
+    case MemCategory::activations: return acts_bytes + tokens_bytes;
+    case MemCategory::workspace: return workspace_bytes;
+    default: return 0;
+  }
+}
+
+size_t GPTMemoryPlan::total_bytes() const {
+  return params_bytes + grads_bytes + acts_bytes + tokens_bytes + workspace_bytes;
+}
+
+size_t GPT::build_param_table(const GPTConfig& cfg, std::vector<ParamInfo>* table,
+                              std::vector<size_t>* layer_begin) {
+  const int64_t C = cfg.n_embd, L = cfg.n_layer, Vp = cfg.padded_vocab_size;
   size_t off = 0;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, bool wd, int layer) {
     size_t n = 1;
     for (int64_t s : shape) n *= size_t(s);
-    table_.push_back({name, std::move(shape), off, n, wd, layer});
+    table->push_back({name, std::move(shape), off, n, wd, layer});
     off = align_up(off + n);
   };
   add("wte.weight", {Vp, C}, true, -1);
-  add("wpe.weight", {cfg_.block_size, C}, true, -1);
+  add("wpe.weight", {cfg.block_size, C}, true, -1);
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     const int li = int(l);
-    layer_begin_.push_back(off);
+    layer_begin->push_back(off);
     add(p + "ln_1.weight", {C}, false, li);
     add(p + "ln_1.bias", {C}, false, li);
     add(p + "attn.c_attn.weight", {3 * C, C}, true, li);
@@ -92,18 +101,59 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
     add(p + "mlp.c_proj.weight", {C, 4 * C}, true, li);
     add(p + "mlp.c_proj.bias", {C}, false, li);
   }
-  layer_begin_.push_back(off);
+  layer_begin->push_back(off);
   add("ln_f.weight", {C}, false, int(L));
   add("ln_f.bias", {C}, false, int(L));
-  num_params_ = off;
-  layer_begin_.push_back(off);
-  params_ = Buffer(num_params_ * sizeof(float), MemCategory::compute_params, ledger);
-  grads_ = Buffer(num_params_ * sizeof(float), MemCategory::grads, ledger);
+  layer_begin->push_back(off);
+  return off;
+}
 
-  const size_t BT = size_t(max_B * max_T), BTC = BT * size_t(C), NH = size_t(cfg_.n_head);
-  layer_act_floats_ = BTC * 21 + 4 * BT + size_t(max_B) * NH * size_t(max_T * max_T);
-  const size_t act_floats = layer_act_floats_ * size_t(L) + BTC * 2 + BT * 4 + BT * size_t(Vp);
-  acts_ = Buffer(act_floats * sizeof(float), MemCategory::activations, ledger);
+GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T) {
+  cfg.validate();
+  BRAID_CONFIG_CHECK(max_B > 0 && max_T > 0, "GPT: max_B=", max_B, " and max_T=", max_T,
+                     " must be positive");
+  BRAID_CONFIG_CHECK(max_T <= cfg.block_size, "GPT: sequence length ", max_T,
+                     " exceeds block_size=", cfg.block_size, " of model '", cfg.name,
+                     "'; use T <= ", cfg.block_size);
+  GPTMemoryPlan m;
+  std::vector<ParamInfo> table;
+  std::vector<size_t> layer_begin;
+  m.num_params = build_param_table(cfg, &table, &layer_begin);
+  m.params_bytes = m.num_params * sizeof(float);
+  m.grads_bytes = m.num_params * sizeof(float);
+
+  const int64_t C = cfg.n_embd, L = cfg.n_layer, Vp = cfg.padded_vocab_size;
+  const size_t BT = size_t(max_B * max_T), BTC = BT * size_t(C), NH = size_t(cfg.n_head);
+  // Per block (see layer_acts): ln1, atty, attproj, res2, ln2, fcproj, res3 (7 BTC),
+  // qkv, qkvr (3 BTC each), fch, fch_gelu (4 BTC each) = 21 BTC; 4 LayerNorm
+  // statistics of BT; the attention matrix B x NH x T x T.
+  m.layer_act_floats = BTC * 21 + 4 * BT + size_t(max_B) * NH * size_t(max_T * max_T);
+  // Head: encoded, lnf (BTC each), lnf_mean, lnf_rstd, lse, losses (BT each), logits (BT x Vp).
+  m.act_floats = m.layer_act_floats * size_t(L) + BTC * 2 + BT * 4 + BT * size_t(Vp);
+  m.acts_bytes = m.act_floats * sizeof(float);
+  const size_t att_scratch =
+      std::max(k::attention_forward_scratch_floats(max_B, max_T, C),
+               k::attention_backward_scratch_floats(max_B, max_T, C, cfg.n_head));
+  // dres, dln, datty (BTC each), dqkv (3 BTC), dfch (4 BTC), dlogits (BT x Vp), attention scratch.
+  m.scratch_floats = BTC * 10 + BT * size_t(Vp) + att_scratch;
+  m.workspace_bytes = m.scratch_floats * sizeof(float);
+  m.tokens_bytes = 2 * BT * sizeof(int32_t);
+  return m;
+}
+
+GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger)
+    : cfg_(cfg), max_B_(max_B), max_T_(max_T) {
+  // Validates cfg, max_B and max_T; every size below comes from the plan.
+  const GPTMemoryPlan plan = memory_plan(cfg_, max_B, max_T);
+  num_params_ = build_param_table(cfg_, &table_, &layer_begin_);
+  BRAID_CHECK(num_params_ == plan.num_params, "parameter table out of sync with memory_plan");
+  params_ = Buffer(plan.params_bytes, MemCategory::compute_params, ledger);
+  grads_ = Buffer(plan.grads_bytes, MemCategory::grads, ledger);
+
+  const int64_t C = cfg_.n_embd, L = cfg_.n_layer, Vp = cfg_.padded_vocab_size;
+  const size_t BT = size_t(max_B * max_T), BTC = BT * size_t(C);
+  layer_act_floats_ = plan.layer_act_floats;
+  acts_ = Buffer(plan.acts_bytes, MemCategory::activations, ledger);
   float* a = acts_.as<float>() + layer_act_floats_ * size_t(L);
   encoded_ = a, a += BTC;
   lnf_ = a, a += BTC;
@@ -112,12 +162,9 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   lse_ = a, a += BT;
   losses_ = a, a += BT;
   logits_ = a, a += BT * size_t(Vp);
+  BRAID_CHECK(a == acts_.as<float>() + plan.act_floats, "activation layout out of sync with memory_plan");
 
-  const size_t att_scratch =
-      std::max(k::attention_forward_scratch_floats(max_B, max_T, C),
-               k::attention_backward_scratch_floats(max_B, max_T, C, cfg_.n_head));
-  const size_t scratch_floats = BTC * 10 + BT * size_t(Vp) + att_scratch;
-  scratch_ = Buffer(scratch_floats * sizeof(float), MemCategory::workspace, ledger);
+  scratch_ = Buffer(plan.workspace_bytes, MemCategory::workspace, ledger);
   float* s = scratch_.as<float>();
   dres_ = s, s += BTC;
   dln_ = s, s += BTC;
@@ -126,7 +173,9 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   dfch_ = s, s += 4 * BTC;
   dlogits_ = s, s += BT * size_t(Vp);
   att_scratch_ = s;
-  tokens_buf_ = Buffer(2 * BT * sizeof(int32_t), MemCategory::activations, ledger);
+  BRAID_CHECK(size_t(s - scratch_.as<float>()) <= plan.scratch_floats,
+              "scratch layout out of sync with memory_plan");
+  tokens_buf_ = Buffer(plan.tokens_bytes, MemCategory::activations, ledger);
   tokens_ = tokens_buf_.as<int32_t>();
   targets_ = tokens_ + BT;
 }

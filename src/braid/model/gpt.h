@@ -42,6 +42,27 @@ struct ParamInfo {
   int layer;                   // -1 embeddings, 0..L-1 blocks, L final LayerNorm
 };
 
+/// What GPT(cfg, max_B, max_T) allocates, computed without allocating
+/// (GPT::memory_plan). The constructor allocates exactly these buffers, so the
+/// plan and the MemoryLedger agree by construction. Sizes in bytes unless named
+/// *_floats / num_params (elements).
+struct GPTMemoryPlan {
+  size_t num_params = 0;        // elements of the flat parameter buffer (incl. alignment gaps)
+  size_t layer_act_floats = 0;  // activation floats of one transformer block
+  size_t act_floats = 0;        // floats of the activation buffer (all blocks + head)
+  size_t scratch_floats = 0;    // floats of the backward scratch buffer
+  size_t params_bytes = 0;      // compute_params: num_params f32
+  size_t grads_bytes = 0;       // grads: num_params f32
+  size_t acts_bytes = 0;        // activations: act_floats f32
+  size_t tokens_bytes = 0;      // activations: (max_B, max_T) x 2 int32 (tokens, targets)
+  size_t workspace_bytes = 0;   // workspace: scratch_floats f32
+
+  /// Bytes of category c (0 for categories GPT does not allocate).
+  size_t bytes(MemCategory c) const;
+  /// Sum over all categories, in bytes.
+  size_t total_bytes() const;
+};
+
 /// GPT-2 language model on one rank.
 ///
 /// Parameter order in the flat buffer (HF names): wte.weight (Vp, C),
@@ -61,6 +82,11 @@ class GPT {
   /// in `ledger` if given. Throws ConfigError on an invalid config or when
   /// max_T > block_size.
   GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger = nullptr);
+
+  /// The buffers the constructor would allocate for (cfg, max_B, max_T), in
+  /// bytes per category, computed without allocating them (cheap even for
+  /// gpt2). Throws ConfigError in the same cases as the constructor.
+  static GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T);
 
   const GPTConfig& config() const { return cfg_; }
   const std::vector<ParamInfo>& param_table() const { return table_; }
@@ -119,6 +145,9 @@ class GPT {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *qkvr, *att, *atty, *attproj, *res2, *ln2,
         *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *res3;
   };
+  /// Builds the parameter table for cfg; returns num_params (elements).
+  static size_t build_param_table(const GPTConfig& cfg, std::vector<ParamInfo>* table,
+                                  std::vector<size_t>* layer_begin);
   LayerParams layer_params(float* base, int64_t l) const;
   LayerActs layer_acts(int64_t l) const;
 

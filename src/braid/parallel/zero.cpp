@@ -7,37 +7,53 @@
 
 namespace braid::parallel {
 
+std::vector<ZeroStage1::Bucket> ZeroStage1::make_buckets(size_t n, size_t N, size_t bucket_bytes) {
+  BRAID_CONFIG_CHECK(bucket_bytes >= sizeof(float), "--bucket-mb gives a bucket of ", bucket_bytes,
+                     " bytes; a bucket must hold at least one f32 gradient (use a size > 0)");
+  // Full buckets hold a multiple of N elements so only the lowest one needs padding.
+  const size_t per = std::max<size_t>(bucket_bytes / sizeof(float) / N, 1) * N;
+  std::vector<Bucket> buckets;
+  for (size_t hi = n; hi > 0;) {
+    const size_t lo = hi > per ? hi - per : 0;
+    const size_t c = (hi - lo + N - 1) / N;
+    buckets.push_back({lo, hi, c, (hi - lo) % N != 0, nullptr});
+    hi = lo;
+  }
+  return buckets;
+}
+
+ZeroStage1::Plan ZeroStage1::plan(size_t n, int world, int rank, size_t bucket_bytes) {
+  BRAID_CONFIG_CHECK(world >= 1 && rank >= 0 && rank < world, "ZeRO-1 plan: rank ", rank,
+                     " outside a group of ", world, " ranks");
+  const size_t N = static_cast<size_t>(world);
+  const size_t r = static_cast<size_t>(rank);
+  const std::vector<Bucket> buckets = make_buckets(n, N, bucket_bytes);
+  Plan p;
+  size_t staged_elems = 0;
+  for (const auto& b : buckets)
+    if (b.staged) staged_elems = std::max(staged_elems, N * b.c);
+  // Owned segments in increasing offset order (the optimizer walks them).
+  for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) {
+    const size_t a = std::min(it->lo + r * it->c, it->hi);
+    const size_t b = std::min(it->lo + (r + 1) * it->c, it->hi);
+    if (b > a) {
+      p.owned.push_back({a, b - a, p.shard_size});
+      p.shard_size += b - a;
+    }
+  }
+  if (staged_elems > 0 && N > 1) p.staging_bytes = staged_elems * sizeof(float);
+  return p;
+}
+
 ZeroStage1::ZeroStage1(comm::Communicator& dp, float* params, float* grads, size_t n,
                        size_t bucket_bytes, bool overlap, comm::Algorithm algo,
                        MemoryLedger* ledger)
     : dp_(dp), params_(params), grads_(grads), n_(n), overlap_(overlap), algo_(algo) {
-  BRAID_CONFIG_CHECK(bucket_bytes >= sizeof(float), "--bucket-mb gives a bucket of ", bucket_bytes,
-                     " bytes; a bucket must hold at least one f32 gradient (use a size > 0)");
-  const size_t N = static_cast<size_t>(dp.size());
-  const size_t r = static_cast<size_t>(dp.rank());
-  // Full buckets hold a multiple of N elements so only the lowest one needs padding.
-  size_t per = std::max<size_t>(bucket_bytes / sizeof(float) / N, 1) * N;
-  size_t staged_elems = 0;
-  for (size_t hi = n; hi > 0;) {
-    const size_t lo = hi > per ? hi - per : 0;
-    const size_t c = (hi - lo + N - 1) / N;
-    const bool staged = (hi - lo) % N != 0;
-    if (staged) staged_elems = std::max(staged_elems, N * c);
-    buckets_.push_back({lo, hi, c, staged, nullptr});
-    hi = lo;
-  }
-  // Owned segments in increasing offset order (the optimizer walks them).
-  for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
-    const size_t a = std::min(it->lo + r * it->c, it->hi);
-    const size_t b = std::min(it->lo + (r + 1) * it->c, it->hi);
-    if (b > a) {
-      owned_.push_back({a, b - a, shard_size_});
-      shard_size_ += b - a;
-    }
-  }
-  if (staged_elems > 0 && N > 1) {
-    staging_ = Buffer(staged_elems * sizeof(float), MemCategory::comm, ledger);
-  }
+  Plan p = plan(n, dp.size(), dp.rank(), bucket_bytes);
+  buckets_ = make_buckets(n, static_cast<size_t>(dp.size()), bucket_bytes);
+  owned_ = std::move(p.owned);
+  shard_size_ = p.shard_size;
+  if (p.staging_bytes > 0) staging_ = Buffer(p.staging_bytes, MemCategory::comm, ledger);
   ready_lo_ = n_;
 }
 

@@ -27,6 +27,18 @@ class ZeroStage1 {
     size_t shard;   // element offset in the rank's packed shard (optimizer state)
   };
 
+  /// What rank `rank` of a DP group of `world` ranks owns and allocates for an
+  /// n-element flat buffer cut into buckets of bucket_bytes; computed without
+  /// allocating, by the same bucket logic the constructor uses.
+  struct Plan {
+    std::vector<Segment> owned;  // increasing offsets, packed shard offsets
+    size_t shard_size = 0;       // elements owned (optimizer state per moment)
+    size_t staging_bytes = 0;    // comm staging buffer: N x c f32 of the lowest
+                                 // bucket when N does not divide its size, else 0
+  };
+  /// Throws ConfigError for bucket_bytes < 4, world < 1 or rank outside [0, world).
+  static Plan plan(size_t n, int world, int rank, size_t bucket_bytes);
+
   /// params/grads: (n,) f32, must outlive this object. bucket_bytes >= 4.
   /// Throws ConfigError for a bucket smaller than one element.
   ZeroStage1(comm::Communicator& dp, float* params, float* grads, size_t n, size_t bucket_bytes,
@@ -52,6 +64,8 @@ class ZeroStage1 {
     bool staged;       // (hi-lo) % N != 0: goes through the padded staging buffer
     comm::WorkPtr work;
   };
+  /// Buckets from the end of the buffer; full ones hold a multiple of N elements.
+  static std::vector<Bucket> make_buckets(size_t n, size_t N, size_t bucket_bytes);
   void launch_reduce(size_t k);
   void unstage_grads(size_t k);
 

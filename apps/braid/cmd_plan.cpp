@@ -1,0 +1,78 @@
+// `braid plan`: predicts, without running or allocating, the per-rank peak
+// memory by category that `braid train` reports at the end of a run.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "braid/commands.h"
+#include "braid/core/error.h"
+#include "braid/train/plan.h"
+
+namespace braid::cli {
+
+namespace {
+struct PlanArgs {
+  train::TrainOptions opt;
+  int ranks = 1;
+  bool all_ranks = false;
+};
+}  // namespace
+
+void add_plan(CLI::App& app) {
+  auto a = std::make_shared<PlanArgs>();
+  auto& o = a->opt;
+  CLI::App* c = app.add_subcommand(
+      "plan", "Predict the per-rank peak memory by category of `braid train` (allocates nothing)");
+  c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  c->add_option("--model", o.model, "Model config: tiny, small, gpt2")->capture_default_str();
+  c->add_option("--ranks", a->ranks, "Ranks of the job (the DP degree)")->capture_default_str();
+  c->add_option("--dp-mode", o.dp_mode, "ddp or ps (rank 0 is a parameter server)")->capture_default_str();
+  c->add_option("--zero", o.zero, "ZeRO stage: 0 (DDP) or 1 (AdamW moments sharded over DP)")->capture_default_str();
+  c->add_option("--batch", o.global_batch, "Global batch in sequences (over all DP ranks)")->capture_default_str();
+  c->add_option("--micro-batch", o.micro_batch, "Sequences per forward/backward on one rank")->capture_default_str();
+  c->add_option("--seq-len", o.seq_len, "Sequence length T (0: min(128, the model's block size))")->capture_default_str();
+  c->add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB")->capture_default_str();
+  c->add_flag("--all-ranks", a->all_ranks, "Print every rank (default: every rank up to 8, else rank 0 and the largest)");
+
+  c->callback([a] {
+    train::TrainOptions opt = a->opt;
+    BRAID_CONFIG_CHECK(a->ranks >= 1, "--ranks ", a->ranks, " must be >= 1");
+    std::vector<train::MemoryPlan> all;
+    all.reserve(static_cast<size_t>(a->ranks));
+    for (int r = 0; r < a->ranks; ++r) all.push_back(train::plan_memory(opt, a->ranks, r));
+    std::vector<train::MemoryPlan> shown;
+    if (a->all_ranks || a->ranks <= 8) {
+      shown = all;
+    } else {
+      shown.push_back(all[0]);
+      auto mx = std::max_element(all.begin(), all.end(),
+                                 [](const auto& x, const auto& y) { return x.total() < y.total(); });
+      if (mx->rank != 0) shown.push_back(*mx);
+    }
+    const train::MemoryPlan& p0 = all[0];
+    const auto& cfg = p0.config;
+    const auto& ro = p0.options;
+    const int dp = ro.dp_mode == "ps" ? a->ranks - 1 : a->ranks;
+    std::printf("braid plan | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params) | ranks %d "
+                "(dp=%d%s, zero=%d) | batch %lld = %d x %lld x %lld accum | T=%lld | bucket %.2f MiB\n",
+                cfg.name.c_str(), (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
+                (long long)cfg.vocab_size, (long long)cfg.padded_vocab_size, p0.num_params / 1e6,
+                a->ranks, dp, ro.dp_mode == "ps" ? " + parameter server" : "", ro.zero,
+                (long long)ro.global_batch, dp, (long long)ro.micro_batch,
+                (long long)(ro.global_batch / (dp * ro.micro_batch)),
+                (long long)ro.seq_len, ro.bucket_mb);
+    std::printf("\npredicted peak MemoryLedger bytes per rank (%s):\n%s",
+                shown.size() == all.size() ? "every rank" : "rank 0 and the largest rank",
+                train::format_plan_table(shown).c_str());
+    size_t sum = 0, mx = 0;
+    for (const auto& p : all) sum += p.total(), mx = std::max(mx, p.total());
+    std::printf("total over %d ranks: %zu bytes (%s); largest rank: %zu bytes (%s)\n\n", a->ranks, sum,
+                format_bytes(static_cast<double>(sum)).c_str(), mx, format_bytes(static_cast<double>(mx)).c_str());
+    for (const auto& p : shown)
+      std::printf("as `braid train` prints it, rank %d: %s\n", p.rank, train::format_ledger_line(p).c_str());
+    std::printf("\n%s\n%s.\n", train::format_zero_formulas(shown).c_str(), train::kNotInLedger);
+  });
+}
+
+}  // namespace braid::cli

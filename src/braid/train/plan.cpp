@@ -1,0 +1,140 @@
+#include "braid/train/plan.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "braid/core/error.h"
+#include "braid/parallel/zero.h"
+
+namespace braid::train {
+
+const char* const kNotInLedger =
+    "not in the ledger, so not predicted: the comm library's internal scratch (ring-algorithm "
+    "workspace, MPI's own buffers), oneDNN/BLAS scratch, the token data held in host vectors, "
+    "the matmul-peak probe run before training, checkpoint save/load temporaries (full-size "
+    "m and v), thread stacks and the executable itself";
+
+size_t MemoryPlan::total() const {
+  size_t t = 0;
+  for (size_t b : bytes) t += b;
+  return t;
+}
+
+size_t MemoryPlan::model_state_bytes() const {
+  return at(MemCategory::compute_params) + at(MemCategory::master_params) +
+         at(MemCategory::grads) + at(MemCategory::optimizer);
+}
+
+MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
+  BRAID_CONFIG_CHECK(world_size >= 1, "--ranks ", world_size, " must be >= 1");
+  BRAID_CONFIG_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside [0, ", world_size, ")");
+  MemoryPlan p;
+  p.config = model::GPTConfig::preset(options.model);
+  p.options = resolve_options(options, p.config);
+  const TrainOptions& o = p.options;
+  validate_options(o, world_size, p.config);
+  p.world_size = world_size;
+  p.rank = rank;
+  auto add = [&p](MemCategory c, size_t b) { p.bytes[static_cast<size_t>(c)] += b; };
+
+  // GPT(cfg, micro_batch, seq_len): params, grads, activations, workspace.
+  const model::GPTMemoryPlan g = model::GPT::memory_plan(p.config, o.micro_batch, o.seq_len);
+  p.num_params = g.num_params;
+  for (size_t i = 0; i < kNumMemCategories; ++i)
+    add(static_cast<MemCategory>(i), g.bytes(static_cast<MemCategory>(i)));
+
+  // Gradient sync: DDP allocates nothing in the ledger; ZeRO-1 owns a shard
+  // and may stage the lowest bucket (same bucket size expression as Trainer).
+  const size_t bucket_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024);
+  if (o.zero == 1) {
+    const parallel::ZeroStage1::Plan z =
+        parallel::ZeroStage1::plan(g.num_params, world_size, rank, bucket_bytes);
+    p.optimizer_elems = z.shard_size;
+    add(MemCategory::comm, z.staging_bytes);
+  } else if (o.dp_mode == "ps") {
+    // Parameter server: the server (rank 0) holds the moments and a receive
+    // buffer for pushed gradients; workers hold no optimizer state.
+    p.optimizer_elems = rank == 0 ? g.num_params : 0;
+    if (rank == 0) add(MemCategory::comm, g.num_params * sizeof(float));
+  } else {
+    p.optimizer_elems = g.num_params;
+  }
+  // AdamW m and v, f32 each.
+  add(MemCategory::optimizer, 2 * p.optimizer_elems * sizeof(float));
+  // Trainer's tokens and targets: (micro_batch, seq_len) int32 each.
+  add(MemCategory::activations, 2 * static_cast<size_t>(o.micro_batch * o.seq_len) * sizeof(int32_t));
+  return p;
+}
+
+std::string format_ledger_line(const MemoryPlan& p) {
+  std::ostringstream os;
+  for (size_t i = 0; i < kNumMemCategories; ++i) {
+    os << mem_category_name(static_cast<MemCategory>(i)) << "="
+       << format_bytes(static_cast<double>(p.bytes[i]));
+    if (i + 1 < kNumMemCategories) os << " ";
+  }
+  os << " total=" << format_bytes(static_cast<double>(p.total()));
+  return os.str();
+}
+
+namespace {
+std::string cell(size_t bytes) {
+  char s[48];
+  std::snprintf(s, sizeof s, "%zu (%.2f MiB)", bytes, static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return s;
+}
+}  // namespace
+
+std::string format_plan_table(const std::vector<MemoryPlan>& plans) {
+  // One row per category, one column per rank: exact bytes and MiB.
+  std::ostringstream os;
+  char s[64];
+  std::snprintf(s, sizeof s, "%-14s", "category");
+  os << s;
+  for (const auto& p : plans) {
+    std::snprintf(s, sizeof s, " %27s", ("rank " + std::to_string(p.rank)).c_str());
+    os << s;
+  }
+  os << "\n";
+  auto row = [&](const char* name, auto get) {
+    std::snprintf(s, sizeof s, "%-14s", name);
+    os << s;
+    for (const auto& p : plans) {
+      std::snprintf(s, sizeof s, " %27s", cell(get(p)).c_str());
+      os << s;
+    }
+    os << "\n";
+  };
+  for (size_t i = 0; i < kNumMemCategories; ++i)
+    row(mem_category_name(static_cast<MemCategory>(i)), [i](const MemoryPlan& p) { return p.bytes[i]; });
+  row("total", [](const MemoryPlan& p) { return p.total(); });
+  return os.str();
+}
+
+std::string format_zero_formulas(const std::vector<MemoryPlan>& plans) {
+  std::ostringstream os;
+  if (plans.empty()) return "";
+  const double psi = static_cast<double>(plans[0].num_params);
+  const int N = plans[0].world_size;
+  const double ddp = 16 * psi, z1 = 4 * psi + 4 * psi + 8 * psi / N;
+  char s[320];
+  std::snprintf(s, sizeof s,
+                "model states per rank in fp32 (Psi = %zu elements incl. alignment gaps, N = %d):\n"
+                "  DDP     16 Psi                = %.0f bytes (%s)\n"
+                "  ZeRO-1  4 Psi + 4 Psi + 8 Psi/N = %.0f bytes (%s)\n",
+                plans[0].num_params, N, ddp, format_bytes(ddp).c_str(), z1, format_bytes(z1).c_str());
+  os << s;
+  for (const auto& p : plans) {
+    const double ref = p.options.zero == 1 ? z1 : ddp;
+    const double got = static_cast<double>(p.model_state_bytes());
+    std::snprintf(s, sizeof s,
+                  "  predicted rank %d: params + master + grads + optimizer = %zu bytes (%s), "
+                  "%+.0f bytes (%+.4f%%) vs %s\n",
+                  p.rank, p.model_state_bytes(), format_bytes(got).c_str(), got - ref,
+                  100.0 * (got - ref) / ref, p.options.zero == 1 ? "ZeRO-1" : "DDP");
+    os << s;
+  }
+  return os.str();
+}
+
+}  // namespace braid::train

@@ -1,0 +1,152 @@
+// `braid plan`: the predicted per-rank peak memory by category equals what the
+// Trainer's MemoryLedger records, for every category and every rank.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <mutex>
+#include <string>
+
+#include "braid/comm/backends/local.h"
+#include "braid/core/error.h"
+#include "braid/core/rng.h"
+#include "braid/train/plan.h"
+#include "braid/train/trainer.h"
+
+using namespace braid;
+
+namespace {
+
+std::vector<uint16_t> tokens(size_t n, uint64_t seed) {
+  std::vector<uint16_t> t(n);
+  Rng rng(seed);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint16_t>(rng.below(50257));
+  return t;
+}
+
+struct Case {
+  std::string model;
+  int64_t micro_batch, seq_len, accum;
+  double bucket_mb;
+};
+
+std::string describe(const Case& c, int N, int zero) {
+  return c.model + " N=" + std::to_string(N) + " zero=" + std::to_string(zero) +
+         " B=" + std::to_string(c.micro_batch) + " T=" + std::to_string(c.seq_len) +
+         " accum=" + std::to_string(c.accum) + " bucket_mb=" + std::to_string(c.bucket_mb);
+}
+
+// Builds the Trainer on N local ranks, runs one step and compares each rank's
+// ledger peaks with plan_memory for that rank.
+void check(const Case& c, int N, int zero, const std::vector<uint16_t>& data,
+           const std::string& dp_mode = "ddp") {
+  train::TrainOptions o;
+  o.model = c.model;
+  o.steps = 1;
+  o.val_every = 0;
+  o.verbose = false;
+  o.micro_batch = c.micro_batch;
+  o.seq_len = c.seq_len;
+  o.dp_mode = dp_mode;
+  o.global_batch = (dp_mode == "ps" ? N - 1 : N) * c.micro_batch * c.accum;
+  o.zero = zero;
+  o.bucket_mb = c.bucket_mb;
+  o.warmup_steps = 0;
+  std::vector<train::MemoryPlan> plans;
+  for (int r = 0; r < N; ++r) plans.push_back(train::plan_memory(o, N, r));
+  std::mutex mu;
+  comm::run_local(N, [&](comm::Communicator& w) {
+    train::Trainer t(o, w, data, nullptr);
+    t.run();
+    const MemoryLedger& led = t.ledger();
+    const train::MemoryPlan& p = plans[static_cast<size_t>(w.rank())];
+    std::lock_guard<std::mutex> lk(mu);
+    for (size_t i = 0; i < kNumMemCategories; ++i) {
+      const auto cat = static_cast<MemCategory>(i);
+      EXPECT_EQ(led.peak(cat), p.at(cat))
+          << describe(c, N, zero) << " rank " << w.rank() << " category " << mem_category_name(cat);
+    }
+    EXPECT_EQ(led.peak_total(), p.total()) << describe(c, N, zero) << " rank " << w.rank();
+    EXPECT_EQ(t.model().num_params(), p.num_params);
+  });
+}
+
+}  // namespace
+
+TEST(MemoryPlan, EqualsTheLedgerForEveryCategoryAndRank) {
+  const auto data = tokens(20000, 3);
+  const std::vector<Case> cases = {
+      {"tiny", 1, 16, 1, 4.0},  {"tiny", 2, 8, 2, 0.25},  {"tiny", 1, 64, 1, 1.0},
+      {"small", 1, 16, 1, 4.0}, {"small", 2, 8, 1, 0.5},
+  };
+  for (const auto& c : cases)
+    for (int N : {1, 2, 3, 4})
+      for (int zero : {0, 1}) check(c, N, zero, data);
+  // Parameter server: the server holds the moments and a gradient receive buffer.
+  for (int N : {2, 3}) check(cases[0], N, 0, data, "ps");
+}
+
+TEST(MemoryPlan, ZeroShardsAndStagingFollowTheBuckets) {
+  train::TrainOptions o;
+  o.model = "tiny";
+  o.micro_batch = 1;
+  o.seq_len = 16;
+  o.zero = 1;
+  o.bucket_mb = 1.0;
+  for (int N : {1, 2, 3, 4, 5}) {
+    o.global_batch = N;
+    size_t shards = 0;
+    for (int r = 0; r < N; ++r) {
+      const auto p = train::plan_memory(o, N, r);
+      shards += p.optimizer_elems;
+      EXPECT_EQ(p.at(MemCategory::optimizer), 2 * p.optimizer_elems * sizeof(float));
+      if (N == 1) {
+        EXPECT_EQ(p.at(MemCategory::comm), 0u);
+      }
+    }
+    // The shards partition the flat buffer.
+    EXPECT_EQ(shards, train::plan_memory(o, N, 0).num_params) << "N=" << N;
+  }
+  o.zero = 0;
+  o.global_batch = 2;
+  const auto ddp = train::plan_memory(o, 2, 1);
+  EXPECT_EQ(ddp.at(MemCategory::optimizer), 2 * ddp.num_params * sizeof(float));
+  EXPECT_EQ(ddp.at(MemCategory::comm), 0u);
+  EXPECT_EQ(ddp.model_state_bytes(), 16 * ddp.num_params);  // 16 Psi exactly without ZeRO
+}
+
+TEST(MemoryPlan, Gpt2IsPlannedWithoutAllocating) {
+  train::TrainOptions o;
+  o.model = "gpt2";
+  o.micro_batch = 8;
+  o.seq_len = 1024;
+  o.global_batch = 16;
+  o.zero = 1;
+  const size_t rss0 = process_peak_rss_bytes();
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto p = train::plan_memory(o, 2, 1);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // 124.4M parameters: wte 50304 x 768, wpe 1024 x 768, 12 blocks of
+  // 12 C^2 + 13 C, ln_f 2 C (C = 768 is a multiple of 16: no alignment gaps).
+  const size_t C = 768;
+  const size_t psi = 50304 * C + 1024 * C + 12 * (12 * C * C + 13 * C) + 2 * C;
+  EXPECT_EQ(p.num_params, psi);
+  EXPECT_EQ(p.at(MemCategory::compute_params), 4 * psi);
+  EXPECT_EQ(p.at(MemCategory::grads), 4 * psi);
+  EXPECT_GT(p.total(), size_t{10} << 30);  // ~16 GiB, mostly activations at B=8, T=1024
+  EXPECT_LT(s, 1.0);
+  EXPECT_LT(process_peak_rss_bytes() - rss0, size_t{64} << 20) << "plan_memory allocated";
+}
+
+TEST(MemoryPlan, InvalidOptionsThrowLikeTheTrainer) {
+  train::TrainOptions o;
+  o.model = "tiny";
+  o.global_batch = 6;
+  o.micro_batch = 4;
+  EXPECT_THROW(train::plan_memory(o, 2, 0), ConfigError);  // 6 % (2 x 4) != 0
+  o.global_batch = 8;
+  o.seq_len = 65;
+  EXPECT_THROW(train::plan_memory(o, 2, 0), ConfigError);  // > block_size 64
+  o.seq_len = 16;
+  EXPECT_THROW(train::plan_memory(o, 2, 2), ConfigError);  // rank outside the job
+  EXPECT_NO_THROW(train::plan_memory(o, 2, 1));
+}
