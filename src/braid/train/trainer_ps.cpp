@@ -5,8 +5,7 @@
 // and takes one step: the same run as DDP with W ranks. Asynchronous mode applies
 // each push as it arrives under a stale-synchronous bound (Ho et al. 2013): a
 // worker may start iteration i only when every worker has finished iteration
-// i - k - 1, so a gradient is computed on weights missing at most the updates of
-// k iterations of the others.
+// i - k - 1, so a gradient misses at most 2k+1 updates of each other worker.
 #include <chrono>
 #include <cmath>
 #include <cstring>
