@@ -13,21 +13,13 @@
 #include "braid/core/rng.h"
 #include "braid/train/sampler.h"
 #include "braid/train/trainer.h"
+#include "parallel/harness.h"
 
 using namespace braid;
 
 namespace {
 
-// A token stream with learnable structure (repeating phrases with noise).
-std::vector<uint16_t> synthetic_tokens(size_t n, uint64_t seed) {
-  std::vector<uint16_t> t(n);
-  Rng rng(seed);
-  for (size_t i = 0; i < n; ++i) {
-    t[i] = rng.uniform() < 0.2f ? static_cast<uint16_t>(rng.below(50257))
-                                : static_cast<uint16_t>((i * 7 + (i / 13) * 31) % 997 + 100);
-  }
-  return t;
-}
+using testing_harness::synthetic_tokens;
 
 train::TrainOptions tiny_opts() {
   train::TrainOptions o;
@@ -47,23 +39,15 @@ train::TrainOptions tiny_opts() {
   return o;
 }
 
+// Rank 0's records and every rank's final hash.
 struct RunResult {
   std::vector<train::StepRecord> steps;
-  std::vector<uint64_t> final_hash;  // per rank
+  std::vector<uint64_t> final_hash;
 };
 
 RunResult run_dp(const train::TrainOptions& o, int ranks, const std::vector<uint16_t>& data) {
-  RunResult res;
-  res.final_hash.resize(static_cast<size_t>(ranks));
-  std::mutex mu;
-  comm::run_local(ranks, [&](comm::Communicator& w) {
-    train::Trainer t(o, w, data, nullptr);
-    auto recs = t.run();
-    std::lock_guard<std::mutex> lk(mu);
-    res.final_hash[static_cast<size_t>(w.rank())] = t.param_hash();
-    if (w.rank() == 0) res.steps = recs;
-  });
-  return res;
+  auto r = testing_harness::run_ranks(o, ranks, data);
+  return {r.steps[0], r.hash};
 }
 
 }  // namespace

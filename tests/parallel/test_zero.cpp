@@ -12,19 +12,13 @@
 #include "braid/core/rng.h"
 #include "braid/parallel/zero.h"
 #include "braid/train/trainer.h"
+#include "parallel/harness.h"
 
 using namespace braid;
 
 namespace {
 
-std::vector<uint16_t> tokens(size_t n, uint64_t seed) {
-  std::vector<uint16_t> t(n);
-  Rng rng(seed);
-  for (size_t i = 0; i < n; ++i)
-    t[i] = rng.uniform() < 0.2f ? static_cast<uint16_t>(rng.below(50257))
-                                : static_cast<uint16_t>((i * 5 + (i / 11) * 17) % 883 + 200);
-  return t;
-}
+using testing_harness::synthetic_tokens;
 
 train::TrainOptions opts() {
   train::TrainOptions o;
@@ -45,23 +39,15 @@ train::TrainOptions opts() {
   return o;
 }
 
+// Rank 0's records and every rank's final hash.
 struct ZRun {
   std::vector<train::StepRecord> steps;
   std::vector<uint64_t> hash;
 };
 
 ZRun run(const train::TrainOptions& o, int ranks, const std::vector<uint16_t>& data) {
-  ZRun res;
-  res.hash.resize(static_cast<size_t>(ranks));
-  std::mutex mu;
-  comm::run_local(ranks, [&](comm::Communicator& w) {
-    train::Trainer t(o, w, data, nullptr);
-    auto recs = t.run();
-    std::lock_guard<std::mutex> lk(mu);
-    res.hash[static_cast<size_t>(w.rank())] = t.param_hash();
-    if (w.rank() == 0) res.steps = recs;
-  });
-  return res;
+  auto r = testing_harness::run_ranks(o, ranks, data);
+  return {r.steps[0], r.hash};
 }
 
 void expect_close(const ZRun& a, const ZRun& b, const std::string& what) {
@@ -128,7 +114,7 @@ TEST(ZeroStage1, OwnershipPartitionsTheBufferAndCollectivesAreExact) {
 }
 
 TEST(ZeroStage1, MatchesDdpAndSingleRank) {
-  const auto data = tokens(20000, 21);
+  const auto data = synthetic_tokens(20000, 21);
   auto o = opts();
   const ZRun single = run(o, 1, data);
   EXPECT_LT(single.steps.back().loss, single.steps.front().loss - 0.5f);
@@ -153,7 +139,7 @@ TEST(ZeroStage1, MatchesDdpAndSingleRank) {
 }
 
 TEST(ZeroStage1, CheckpointsResumeAcrossLayouts) {
-  const auto data = tokens(20000, 23);
+  const auto data = synthetic_tokens(20000, 23);
   auto o = opts();
   o.steps = 8;
   o.zero = 1;
@@ -188,7 +174,7 @@ TEST(ZeroStage1, MovesWhatDdpMoves) {
   // Ring all-reduce sends 2Ψ(N−1)/N elements per rank; ZeRO-1's reduce-scatter
   // plus all-gather sends Ψ(N−1)/N each. Small extras: the loss and norm scalars
   // and the padding of the one bucket whose size N does not divide.
-  const auto data = tokens(20000, 29);
+  const auto data = synthetic_tokens(20000, 29);
   auto o = opts();
   o.steps = 2;
   o.check_replicas = false;

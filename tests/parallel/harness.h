@@ -1,0 +1,49 @@
+// Shared helpers for the parallel tests: a synthetic token stream with
+// learnable structure, and a runner that trains on N local ranks.
+#pragma once
+#include <mutex>
+#include <vector>
+
+#include "braid/comm/backends/local.h"
+#include "braid/core/rng.h"
+#include "braid/train/trainer.h"
+
+namespace braid::testing_harness {
+
+/// Repeating phrases (ids in [100, 1097)) with 20 % uniform noise over the vocabulary.
+inline std::vector<uint16_t> synthetic_tokens(size_t n, uint64_t seed) {
+  std::vector<uint16_t> t(n);
+  Rng rng(seed);
+  for (size_t i = 0; i < n; ++i) {
+    t[i] = rng.uniform() < 0.2f ? static_cast<uint16_t>(rng.below(50257))
+                                : static_cast<uint16_t>((i * 7 + (i / 13) * 31) % 997 + 100);
+  }
+  return t;
+}
+
+struct RankRuns {
+  std::vector<std::vector<train::StepRecord>> steps;  // per rank
+  std::vector<uint64_t> hash;                         // final parameter hash per rank
+  std::vector<size_t> optimizer_bytes;                // peak optimizer bytes per rank
+};
+
+/// Trains with `o` on `ranks` threads (local backend); rethrows a rank's failure.
+inline RankRuns run_ranks(const train::TrainOptions& o, int ranks, const std::vector<uint16_t>& data) {
+  RankRuns res;
+  res.steps.resize(static_cast<size_t>(ranks));
+  res.hash.resize(static_cast<size_t>(ranks));
+  res.optimizer_bytes.resize(static_cast<size_t>(ranks));
+  std::mutex mu;
+  comm::run_local(ranks, [&](comm::Communicator& w) {
+    train::Trainer t(o, w, data, nullptr);
+    auto recs = t.run();
+    std::lock_guard<std::mutex> lk(mu);
+    const auto r = static_cast<size_t>(w.rank());
+    res.hash[r] = t.param_hash();
+    res.steps[r] = std::move(recs);
+    res.optimizer_bytes[r] = t.ledger().peak(MemCategory::optimizer);
+  });
+  return res;
+}
+
+}  // namespace braid::testing_harness
