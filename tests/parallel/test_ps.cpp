@@ -141,3 +141,25 @@ TEST(ParameterServer, ConfigErrors) {
   o.dp_mode = "bogus";
   EXPECT_THROW(train::validate_options(o, 3, cfg), ConfigError);
 }
+
+TEST(ParameterServer, AFailingServerOrWorkerStopsTheJob) {
+  const auto data = synthetic_tokens(20000, 6);
+  auto o = ps_opts();
+  o.steps = 4;
+  o.dp_mode = "ps";
+  for (bool async : {false, true}) {
+    for (int rank : {0, 2}) {
+      o.ps_async = async;
+      o.staleness = async ? 1 : 0;
+      o.inject_failure_rank = rank;
+      o.inject_failure_step = 1;
+      try {
+        ps_run(o, 3, data);
+        ADD_FAILURE() << "no failure: async=" << async << " rank " << rank;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("injected failure on rank " + std::to_string(rank)),
+                  std::string::npos) << e.what();
+      }
+    }
+  }
+}

@@ -10,7 +10,7 @@ DDPGradSync::DDPGradSync(comm::Communicator& dp, float* grads, size_t n, size_t 
                          bool overlap, comm::Algorithm algo)
     : dp_(dp), grads_(grads), n_(n), overlap_(overlap), algo_(algo) {
   BRAID_CONFIG_CHECK(bucket_bytes >= sizeof(float), "--bucket-mb gives a bucket of ", bucket_bytes,
-                     " bytes; a bucket must hold at least one f32 gradient (use a size > 0)");
+                     " bytes; a bucket must hold at least one f32 gradient (use a larger --bucket-mb, e.g. 4)");
   const size_t per = bucket_bytes / sizeof(float);
   for (size_t hi = n; hi > 0;) {
     const size_t lo = hi > per ? hi - per : 0;

@@ -9,7 +9,7 @@ namespace braid::parallel {
 
 std::vector<ZeroStage1::Bucket> ZeroStage1::make_buckets(size_t n, size_t N, size_t bucket_bytes) {
   BRAID_CONFIG_CHECK(bucket_bytes >= sizeof(float), "--bucket-mb gives a bucket of ", bucket_bytes,
-                     " bytes; a bucket must hold at least one f32 gradient (use a size > 0)");
+                     " bytes; a bucket must hold at least one f32 gradient (use a larger --bucket-mb, e.g. 4)");
   // Full buckets hold a multiple of N elements so only the lowest one needs padding.
   const size_t per = std::max<size_t>(bucket_bytes / sizeof(float) / N, 1) * N;
   std::vector<Bucket> buckets;

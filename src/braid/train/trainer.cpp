@@ -65,11 +65,13 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
                      "' is not known; use ddp or ps");
   const bool ps = o.dp_mode == "ps";
   BRAID_CONFIG_CHECK(!ps || world_size >= 2, "--dp-mode ps needs at least 2 ranks (1 server + "
-                     "workers) but the job has ", world_size, "; launch with mpirun -np 3 or more");
+                     "workers) but the job has ", world_size, "; launch with mpirun -np 2 or more");
   BRAID_CONFIG_CHECK(!ps || o.zero == 0, "--zero ", o.zero, " shards over DP ranks, but with "
                      "--dp-mode ps the server holds the optimizer; use --zero 0");
   BRAID_CONFIG_CHECK(!o.ps_async || ps, "--ps-async needs --dp-mode ps");
   BRAID_CONFIG_CHECK(o.staleness >= 0, "--staleness ", o.staleness, " must be >= 0");
+  BRAID_CONFIG_CHECK(o.staleness == 0 || o.ps_async, "--staleness ", o.staleness,
+                     " only applies to --dp-mode ps --ps-async; add --ps-async or drop it");
   const int ranks_for_dp = ps ? world_size - 1 : world_size;
   const int dp = o.dp == 0 ? ranks_for_dp : o.dp;
   BRAID_CONFIG_CHECK(dp == ranks_for_dp, "--dp ", o.dp, " but the job has ", world_size, " ranks",
@@ -99,8 +101,9 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
   BRAID_CONFIG_CHECK(o.warmup_steps >= 0, "--warmup ", o.warmup_steps, " must be >= 0");
   BRAID_CONFIG_CHECK(o.grad_clip >= 0, "--grad-clip ", o.grad_clip, " must be >= 0 (0 disables)");
   BRAID_CONFIG_CHECK(o.zero == 0 || o.zero == 1, "--zero ", o.zero,
-                     " is not available: stages 2 and 3 are not implemented yet; use 0 (DDP) or 1 "
-                     "(optimizer states sharded)");
+                     o.zero > 1 ? " is not available: stages 2 and 3 are not implemented yet"
+                                : " is not a ZeRO stage",
+                     "; use 0 (DDP) or 1 (optimizer states sharded)");
   BRAID_CONFIG_CHECK(o.bucket_mb > 0 && o.bucket_mb <= 65536, "--bucket-mb ", o.bucket_mb,
                      " must be in (0, 65536]");
   BRAID_CONFIG_CHECK(o.val_every >= 0 && o.val_batches > 0, "--val-every ", o.val_every,

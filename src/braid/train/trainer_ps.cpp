@@ -160,6 +160,7 @@ std::vector<StepRecord> Trainer::run_ps_async() {
         p->wait();
         p.reset();
         progressed = true;
+        if (version % W == 0) maybe_inject_failure(version / W);  // the server's round
         const PushHeader h = hdr[static_cast<size_t>(w)];
         world_.recv(model_->grads(), bytes, w, kTagPushGrads);
         BRAID_CONFIG_CHECK(std::isfinite(h.loss), "the loss became ", h.loss, " on worker ", w,
