@@ -21,6 +21,26 @@ inline std::vector<uint16_t> synthetic_tokens(size_t n, uint64_t seed) {
   return t;
 }
 
+/// The tiny model on short sequences with clipping that fires: the base of the
+/// parity tests (each test overrides what it varies).
+inline train::TrainOptions tiny_options(uint64_t seed) {
+  train::TrainOptions o;
+  o.model = "tiny";
+  o.steps = 20;
+  o.global_batch = 12;
+  o.micro_batch = 1;
+  o.seq_len = 16;
+  o.lr = 3e-3f;
+  o.min_lr = 3e-4f;
+  o.warmup_steps = 3;
+  o.grad_clip = 0.5f;  // low enough that clipping fires
+  o.val_every = 0;
+  o.verbose = false;
+  o.check_replicas = true;
+  o.seed = seed;
+  return o;
+}
+
 struct RankRuns {
   std::vector<std::vector<train::StepRecord>> steps;  // per rank
   std::vector<uint64_t> hash;                         // final parameter hash per rank
@@ -44,6 +64,17 @@ inline RankRuns run_ranks(const train::TrainOptions& o, int ranks, const std::ve
     res.optimizer_bytes[r] = t.ledger().peak(MemCategory::optimizer);
   });
   return res;
+}
+
+/// Rank 0's records and every rank's final hash.
+struct Rank0Run {
+  std::vector<train::StepRecord> steps;
+  std::vector<uint64_t> hash;
+};
+
+inline Rank0Run run_rank0(const train::TrainOptions& o, int ranks, const std::vector<uint16_t>& data) {
+  auto r = run_ranks(o, ranks, data);
+  return {r.steps[0], r.hash};
 }
 
 }  // namespace braid::testing_harness

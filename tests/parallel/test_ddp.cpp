@@ -21,34 +21,10 @@ namespace {
 
 using testing_harness::synthetic_tokens;
 
-train::TrainOptions tiny_opts() {
-  train::TrainOptions o;
-  o.model = "tiny";
-  o.steps = 20;
-  o.global_batch = 12;
-  o.micro_batch = 1;
-  o.seq_len = 16;
-  o.lr = 3e-3f;
-  o.min_lr = 3e-4f;
-  o.warmup_steps = 3;
-  o.grad_clip = 0.5f;  // low enough that clipping fires
-  o.val_every = 0;
-  o.verbose = false;
-  o.check_replicas = true;
-  o.seed = 42;
-  return o;
-}
+train::TrainOptions tiny_opts() { return testing_harness::tiny_options(42); }
 
-// Rank 0's records and every rank's final hash.
-struct RunResult {
-  std::vector<train::StepRecord> steps;
-  std::vector<uint64_t> final_hash;
-};
-
-RunResult run_dp(const train::TrainOptions& o, int ranks, const std::vector<uint16_t>& data) {
-  auto r = testing_harness::run_ranks(o, ranks, data);
-  return {r.steps[0], r.hash};
-}
+using RunResult = testing_harness::Rank0Run;
+const auto run_dp = testing_harness::run_rank0;
 
 }  // namespace
 
@@ -96,7 +72,7 @@ TEST(DDP, DataParallelDegreesMatchSingleRank) {
           << "dp=" << dp << " step " << i;
     }
     // check_replicas compared hashes after every step; the final ones too:
-    EXPECT_EQ(std::set<uint64_t>(r.final_hash.begin(), r.final_hash.end()).size(), 1u) << "dp=" << dp;
+    EXPECT_EQ(std::set<uint64_t>(r.hash.begin(), r.hash.end()).size(), 1u) << "dp=" << dp;
   }
 }
 
@@ -113,8 +89,8 @@ TEST(DDP, OverlapAndBucketSizeDoNotChangeTheArithmetic) {
   o.overlap = true;
   o.bucket_mb = 0.01;  // many small buckets
   const RunResult c = run_dp(o, 2, data);
-  EXPECT_EQ(a.final_hash, b.final_hash);
-  EXPECT_EQ(a.final_hash, c.final_hash);
+  EXPECT_EQ(a.hash, b.hash);
+  EXPECT_EQ(a.hash, c.hash);
   for (size_t i = 0; i < a.steps.size(); ++i) {
     EXPECT_EQ(a.steps[i].loss, b.steps[i].loss);
     EXPECT_EQ(a.steps[i].loss, c.steps[i].loss);
@@ -157,7 +133,7 @@ TEST(Checkpoint, ResumedRunContinuesTheUninterruptedOneExactly) {
     EXPECT_EQ(rest.steps[i].step, full.steps[4 + i].step);
     EXPECT_EQ(rest.steps[i].loss, full.steps[4 + i].loss) << "step " << 4 + i;
   }
-  EXPECT_EQ(rest.final_hash, full.final_hash);
+  EXPECT_EQ(rest.hash, full.hash);
   std::filesystem::remove(path);
 }
 

@@ -17,20 +17,10 @@ using namespace braid;
 namespace {
 
 train::TrainOptions ps_opts() {
-  train::TrainOptions o;
-  o.model = "tiny";
+  auto o = testing_harness::tiny_options(8);
   o.steps = 12;
   o.global_batch = 6;
-  o.micro_batch = 1;
-  o.seq_len = 16;
-  o.lr = 3e-3f;
-  o.min_lr = 3e-4f;
   o.warmup_steps = 2;
-  o.grad_clip = 0.5f;
-  o.val_every = 0;
-  o.verbose = false;
-  o.check_replicas = true;
-  o.seed = 8;
   return o;
 }
 

@@ -21,34 +21,13 @@ namespace {
 using testing_harness::synthetic_tokens;
 
 train::TrainOptions opts() {
-  train::TrainOptions o;
-  o.model = "tiny";
-  o.steps = 20;
-  o.global_batch = 12;
-  o.micro_batch = 1;
-  o.seq_len = 16;
-  o.lr = 3e-3f;
-  o.min_lr = 3e-4f;
-  o.warmup_steps = 3;
-  o.grad_clip = 0.5f;
-  o.val_every = 0;
-  o.verbose = false;
-  o.check_replicas = true;
-  o.seed = 4;
+  auto o = testing_harness::tiny_options(4);
   o.bucket_mb = 1.0;  // several buckets over the 3.3M-element tiny model
   return o;
 }
 
-// Rank 0's records and every rank's final hash.
-struct ZRun {
-  std::vector<train::StepRecord> steps;
-  std::vector<uint64_t> hash;
-};
-
-ZRun run(const train::TrainOptions& o, int ranks, const std::vector<uint16_t>& data) {
-  auto r = testing_harness::run_ranks(o, ranks, data);
-  return {r.steps[0], r.hash};
-}
+using ZRun = testing_harness::Rank0Run;
+const auto run = testing_harness::run_rank0;
 
 void expect_close(const ZRun& a, const ZRun& b, const std::string& what) {
   ASSERT_EQ(a.steps.size(), b.steps.size()) << what;
