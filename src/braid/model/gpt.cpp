@@ -108,7 +108,26 @@ size_t GPT::build_param_table(const GPTConfig& cfg, std::vector<ParamInfo>* tabl
   return off;
 }
 
-GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T) {
+std::vector<size_t> GPT::unit_bounds(const GPTConfig& cfg) {
+  cfg.validate();
+  std::vector<ParamInfo> table;
+  std::vector<size_t> layer_begin;
+  build_param_table(cfg, &table, &layer_begin);
+  std::vector<size_t> b{0};
+  b.insert(b.end(), layer_begin.begin(), layer_begin.end());
+  return b;
+}
+
+std::vector<ParamInfo> GPT::param_table(const GPTConfig& cfg) {
+  cfg.validate();
+  std::vector<ParamInfo> table;
+  std::vector<size_t> layer_begin;
+  build_param_table(cfg, &table, &layer_begin);
+  return table;
+}
+
+GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T,
+                               bool owns_state) {
   cfg.validate();
   BRAID_CONFIG_CHECK(max_B > 0 && max_T > 0, "GPT: max_B=", max_B, " and max_T=", max_T,
                      " must be positive");
@@ -119,8 +138,8 @@ GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_
   std::vector<ParamInfo> table;
   std::vector<size_t> layer_begin;
   m.num_params = build_param_table(cfg, &table, &layer_begin);
-  m.params_bytes = m.num_params * sizeof(float);
-  m.grads_bytes = m.num_params * sizeof(float);
+  m.params_bytes = owns_state ? m.num_params * sizeof(float) : 0;
+  m.grads_bytes = owns_state ? m.num_params * sizeof(float) : 0;
 
   const int64_t C = cfg.n_embd, L = cfg.n_layer, Vp = cfg.padded_vocab_size;
   const size_t BT = size_t(max_B * max_T), BTC = BT * size_t(C), NH = size_t(cfg.n_head);
@@ -141,14 +160,19 @@ GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_
   return m;
 }
 
-GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger)
-    : cfg_(cfg), max_B_(max_B), max_T_(max_T) {
+GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger,
+         UnitStorage* storage)
+    : cfg_(cfg), max_B_(max_B), max_T_(max_T), storage_(storage) {
   // Validates cfg, max_B and max_T; every size below comes from the plan.
-  const GPTMemoryPlan plan = memory_plan(cfg_, max_B, max_T);
+  const GPTMemoryPlan plan = memory_plan(cfg_, max_B, max_T, storage == nullptr);
   num_params_ = build_param_table(cfg_, &table_, &layer_begin_);
   BRAID_CHECK(num_params_ == plan.num_params, "parameter table out of sync with memory_plan");
-  params_ = Buffer(plan.params_bytes, MemCategory::compute_params, ledger);
-  grads_ = Buffer(plan.grads_bytes, MemCategory::grads, ledger);
+  units_.push_back(0);
+  units_.insert(units_.end(), layer_begin_.begin(), layer_begin_.end());
+  if (!storage_) {
+    params_ = Buffer(plan.params_bytes, MemCategory::compute_params, ledger);
+    grads_ = Buffer(plan.grads_bytes, MemCategory::grads, ledger);
+  }
 
   const int64_t C = cfg_.n_embd, L = cfg_.n_layer, Vp = cfg_.padded_vocab_size;
   const size_t BT = size_t(max_B * max_T), BTC = BT * size_t(C);
@@ -186,9 +210,11 @@ const ParamInfo& GPT::param(const std::string& name) const {
   throw Error(detail::concat(__FILE__, ":", __LINE__, ": no parameter named '", name, "'"));
 }
 
-GPT::LayerParams GPT::layer_params(float* base, int64_t l) const {
+GPT::LayerParams GPT::layer_params(const float* unit, int64_t l) const {
   const size_t first = 2 + size_t(l) * 12;  // index in table_ of h.l.ln_1.weight
-  auto at = [&](size_t i) { return base + table_[first + i].offset; };
+  const size_t begin = units_[size_t(l) + 1];
+  float* base = const_cast<float*>(unit);
+  auto at = [&](size_t i) { return base + (table_[first + i].offset - begin); };
   return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11)};
 }
 
@@ -224,31 +250,53 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
 }
 
 void GPT::init_weights(uint64_t seed) {
+  BRAID_CHECK(!storage_, "init_weights: the model has external storage; use init_weights_range");
+  init_weights_range(seed, params(), 0, num_params_);
+}
+
+void GPT::init_weights_range(uint64_t seed, float* dst, size_t lo, size_t hi) const {
+  BRAID_CHECK(lo <= hi && hi <= num_params_, "init_weights_range: [", lo, ", ", hi,
+              ") outside [0, ", num_params_, ")");
   const float std_base = 0.02f;
   const float std_proj = 0.02f / std::sqrt(2.0f * float(cfg_.n_layer));
-  float* P = params();
-  std::memset(P, 0, num_params_ * sizeof(float));
+  std::memset(dst, 0, (hi - lo) * sizeof(float));
   for (size_t pi = 0; pi < table_.size(); ++pi) {
     const ParamInfo& info = table_[pi];
-    float* w = P + info.offset;
     const bool is_ln = info.name.find("ln_") != std::string::npos;
     const bool is_bias = info.name.size() >= 5 && info.name.compare(info.name.size() - 5, 5, ".bias") == 0;
     if (is_bias) continue;  // zero
+    size_t n = info.numel;
+    if (info.name == "wte.weight") n = size_t(cfg_.vocab_size * cfg_.n_embd);  // padded rows 0
+    // Elements [a, b) of this tensor fall inside [lo, hi).
+    const size_t a = std::max(lo, info.offset) - info.offset;
+    const size_t b = std::min(hi, info.offset + n);
+    if (b <= info.offset + a) continue;
+    // Element i of the tensor lands at dst[info.offset + i - lo]; i >= a keeps it >= 0.
     if (is_ln) {
-      for (size_t i = 0; i < info.numel; ++i) w[i] = 1.0f;
+      for (size_t i = a; i < b - info.offset; ++i) dst[info.offset + i - lo] = 1.0f;
       continue;
     }
     const bool is_proj = info.name.find("c_proj.weight") != std::string::npos;
     const float sd = is_proj ? std_proj : std_base;
-    size_t n = info.numel;
-    if (info.name == "wte.weight") n = size_t(cfg_.vocab_size * cfg_.n_embd);  // padded rows 0
-    const int64_t N = int64_t(n);
+    const int64_t A = int64_t(a), E = int64_t(b - info.offset);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) w[i] = sd * rand_normal(seed, pi, uint64_t(i));
+    for (int64_t i = A; i < E; ++i) dst[info.offset + size_t(i) - lo] = sd * rand_normal(seed, pi, uint64_t(i));
   }
 }
 
-void GPT::zero_grad() { std::memset(grads(), 0, num_params_ * sizeof(float)); }
+void GPT::zero_grad() {
+  if (!storage_) std::memset(grads(), 0, num_params_ * sizeof(float));
+}
+
+const float* GPT::acquire_params(int u) {
+  return storage_ ? storage_->acquire_params(u) : params() + units_[size_t(u)];
+}
+void GPT::release_params(int u) {
+  if (storage_) storage_->release_params(u);
+}
+float* GPT::acquire_grads(int u) {
+  return storage_ ? storage_->acquire_grads(u) : grads() + units_[size_t(u)];
+}
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
   BRAID_CHECK(B > 0 && B <= max_B_ && T > 0 && T <= max_T_, "forward: B=", B, " T=", T,
@@ -263,13 +311,14 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   }
   B_ = B, T_ = T;
   have_targets_ = targets != nullptr;
-  const float* P = params();
-  const float* wte = P + table_[0].offset;
-  const float* wpe = P + table_[1].offset;
-  k::encoder_forward(encoded_, tokens_, wte, wpe, B, T, C);
+  const int uf = int(L) + 1;  // final LayerNorm unit
+  // Unit 0 holds wte at offset 0 and wpe at table_[1].offset.
+  const float* E = acquire_params(0);
+  k::encoder_forward(encoded_, tokens_, E, E + table_[1].offset, B, T, C);
+  release_params(0);
   const float* x = encoded_;
   for (int64_t l = 0; l < L; ++l) {
-    LayerParams p = layer_params(const_cast<float*>(P), l);
+    LayerParams p = layer_params(acquire_params(int(l) + 1), l);
     LayerActs a = layer_acts(l);
     k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, BT, C);
     k::matmul_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, BT, C, 3 * C);
@@ -281,13 +330,17 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
     k::gelu_forward(a.fch_gelu, a.fch, BT * 4 * C);
     k::matmul_forward(a.fcproj, a.fch_gelu, p.fcprojw, p.fcprojb, BT, 4 * C, C);
     k::residual_forward(a.res3, a.res2, a.fcproj, BT * C);
+    release_params(int(l) + 1);
     x = a.res3;
   }
-  const ParamInfo& lnfw = table_[table_.size() - 2];
-  const ParamInfo& lnfb = table_[table_.size() - 1];
-  k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, P + lnfw.offset, P + lnfb.offset, BT, C);
+  const float* F = acquire_params(uf);  // ln_f.weight at F[0], ln_f.bias after it
+  const size_t lnfb_rel = table_[table_.size() - 1].offset - units_[size_t(uf)];
+  k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, F, F + lnfb_rel, BT, C);
+  release_params(uf);
   // logits (BT, Vp) = lnf (BT, C) @ wte^T: the head is tied to the embedding.
+  const float* wte = acquire_params(0);
   k::matmul_forward(logits_, lnf_, wte, nullptr, BT, C, Vp);
+  release_params(0);
   k::softmax_crossentropy_forward(losses_, lse_, nullptr, logits_, targets ? targets_ : nullptr,
                                   BT, V, Vp);
   if (!targets) return 0.0f;
@@ -300,30 +353,37 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
   BRAID_CHECK(have_targets_, "backward: the last forward had no targets");
   const int64_t B = B_, T = T_, C = cfg_.n_embd, L = cfg_.n_layer, NH = cfg_.n_head,
                 V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, BT = B * T;
-  const float* P = params();
-  float* G = grads();
-  const float* wte = P + table_[0].offset;
-  float* dwte = G + table_[0].offset;
-  float* dwpe = G + table_[1].offset;
-  const ParamInfo& lnfw = table_[table_.size() - 2];
-  const ParamInfo& lnfb = table_[table_.size() - 1];
-  auto ready = [&](size_t b, size_t e) {
-    if (on_ready) on_ready(b, e);
+  const int uf = int(L) + 1;
+  auto ready = [&](int u) {
+    if (storage_) {
+      storage_->grads_ready(u);
+    } else if (on_ready) {
+      on_ready(units_[size_t(u)], units_[size_t(u) + 1]);
+    }
   };
 
   k::softmax_crossentropy_backward(dlogits_, logits_, lse_, targets_,
                                    loss_scale / float(BT), BT, V, Vp);
-  k::matmul_backward(dln_, dwte, nullptr, dlogits_, lnf_, wte, BT, C, Vp);
+  float* G0 = acquire_grads(0);  // dwte at G0[0], dwpe at G0[table_[1].offset]
+  const float* wte = acquire_params(0);
+  k::matmul_backward(dln_, G0, nullptr, dlogits_, lnf_, wte, BT, C, Vp);
+  release_params(0);
   // dres_ is the residual-stream gradient; layer norms accumulate into it.
   std::memset(dres_, 0, size_t(BT * C) * sizeof(float));
   const float* xL = L > 0 ? layer_acts(L - 1).res3 : encoded_;
-  k::layernorm_backward(dres_, G + lnfw.offset, G + lnfb.offset, dln_, xL, P + lnfw.offset,
-                        lnf_mean_, lnf_rstd_, BT, C);
-  ready(layer_begin_[size_t(L)], num_params_);
+  {
+    const float* F = acquire_params(uf);
+    float* GF = acquire_grads(uf);
+    const size_t lnfb_rel = table_[table_.size() - 1].offset - units_[size_t(uf)];
+    k::layernorm_backward(dres_, GF, GF + lnfb_rel, dln_, xL, F, lnf_mean_, lnf_rstd_, BT, C);
+    release_params(uf);
+    ready(uf);
+  }
 
   for (int64_t l = L - 1; l >= 0; --l) {
-    LayerParams p = layer_params(const_cast<float*>(P), l);
-    LayerParams g = layer_params(G, l);
+    const int u = int(l) + 1;
+    LayerParams p = layer_params(acquire_params(u), l);
+    LayerParams g = layer_params(acquire_grads(u), l);
     LayerActs a = layer_acts(l);
     const float* x = l == 0 ? encoded_ : layer_acts(l - 1).res3;
     // res3 = res2 + fcproj: d fcproj = dres; d res2 = dres (+ LN2 path below).
@@ -337,10 +397,11 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
     k::attention_backward(dqkv_, att_scratch_, datty_, a.qkvr, a.att, B, T, C, NH);
     k::matmul_backward(dln_, g.qkvw, g.qkvb, dqkv_, a.ln1, p.qkvw, BT, C, 3 * C);
     k::layernorm_backward(dres_, g.ln1w, g.ln1b, dln_, x, p.ln1w, a.ln1_mean, a.ln1_rstd, BT, C);
-    ready(layer_begin_[size_t(l)], layer_begin_[size_t(l) + 1]);
+    release_params(u);
+    ready(u);
   }
-  k::encoder_backward(dwte, dwpe, dres_, tokens_, B, T, C);
-  ready(0, layer_begin_[0]);
+  k::encoder_backward(G0, G0 + table_[1].offset, dres_, tokens_, B, T, C);
+  ready(0);
 }
 
 int64_t GPT::flops_per_token(int64_t T) const {

@@ -63,6 +63,31 @@ struct GPTMemoryPlan {
   size_t total_bytes() const;
 };
 
+/// Where the parameters and gradients of one FSDP unit live while forward and
+/// backward use them; lets a sharding engine (ZeRO-2/3, FSDP) gather parameters
+/// just in time and take gradients away unit by unit. Units: 0 = embeddings
+/// (wte, wpe), 1..L = transformer blocks, L+1 = final LayerNorm; unit u covers
+/// the flat elements [GPT::unit_begin(u), GPT::unit_end(u)).
+///
+/// Access order of one training step (the engine may prefetch by it):
+/// forward 0, 1, ..., L, L+1, 0 (the tied head); backward 0 (head), L+1, L, ..., 1,
+/// then the encoder's gradient into unit 0 without its parameters (an embedding
+/// lookup's backward needs only the token ids).
+class UnitStorage {
+ public:
+  virtual ~UnitStorage() = default;
+  /// f32 parameters of unit u: flat element o is at p[o - unit_begin(u)]. Valid
+  /// until release_params(u).
+  virtual const float* acquire_params(int u) = 0;
+  virtual void release_params(int u) = 0;
+  /// f32 gradient buffer of unit u (same indexing) that backward accumulates
+  /// into (+=); valid until grads_ready(u). Unit 0 stays acquired through the
+  /// whole backward (the tied head and the encoder both write wte's gradient).
+  virtual float* acquire_grads(int u) = 0;
+  /// Backward has finished unit u's gradient for this micro-batch.
+  virtual void grads_ready(int u) = 0;
+};
+
 /// GPT-2 language model on one rank.
 ///
 /// Parameter order in the flat buffer (HF names): wte.weight (Vp, C),
@@ -81,12 +106,28 @@ class GPT {
   /// max_B x max_T (activations) and backward scratch (workspace) once, tagged
   /// in `ledger` if given. Throws ConfigError on an invalid config or when
   /// max_T > block_size.
-  GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger = nullptr);
+  /// With `storage` the model allocates no parameters or gradients: forward and
+  /// backward take them unit by unit from `storage` (which must outlive the
+  /// model), params()/grads() return nullptr and backward's on_ready is unused.
+  GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger = nullptr,
+      UnitStorage* storage = nullptr);
 
   /// The buffers the constructor would allocate for (cfg, max_B, max_T), in
   /// bytes per category, computed without allocating them (cheap even for
   /// gpt2). Throws ConfigError in the same cases as the constructor.
-  static GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T);
+  /// owns_state=false: the plan of a model built with external UnitStorage
+  /// (no parameter or gradient buffers).
+  static GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T,
+                                   bool owns_state = true);
+
+  /// Unit boundaries of cfg's flat layout: L + 3 offsets (elements), unit u is
+  /// [b[u], b[u+1]). See UnitStorage for the numbering.
+  static std::vector<size_t> unit_bounds(const GPTConfig& cfg);
+  /// The parameter table of cfg without building a model.
+  static std::vector<ParamInfo> param_table(const GPTConfig& cfg);
+  int num_units() const { return int(cfg_.n_layer) + 2; }
+  size_t unit_begin(int u) const { return units_[size_t(u)]; }
+  size_t unit_end(int u) const { return units_[size_t(u) + 1]; }
 
   const GPTConfig& config() const { return cfg_; }
   const std::vector<ParamInfo>& param_table() const { return table_; }
@@ -105,6 +146,10 @@ class GPT {
   /// std 0.02 / sqrt(2 n_layer) (GPT-2 paper sec. 2.3); biases 0; LayerNorm
   /// weight 1, bias 0; wte rows >= vocab_size are 0.
   void init_weights(uint64_t seed);
+  /// The same initial values for flat elements [lo, hi) only, written to
+  /// dst[0, hi - lo) (gaps between tensors are 0): lets a rank initialise just
+  /// the shard it owns. Throws braid::Error if hi > num_params() or lo > hi.
+  void init_weights_range(uint64_t seed, float* dst, size_t lo, size_t hi) const;
 
   /// Forward pass on tokens (B, T) int32. With targets (B, T) returns the mean
   /// cross-entropy over the B*T positions and remembers them for backward;
@@ -115,7 +160,7 @@ class GPT {
   /// (B, T, Vp) logits of the last forward (columns >= vocab_size hold padding).
   const float* logits() const { return logits_; }
 
-  /// grads() = 0.
+  /// grads() = 0 (no-op with external storage, which zeroes its own buffers).
   void zero_grad();
 
   /// Accumulates (+=) into grads() the gradient of loss_scale * (mean loss of the
@@ -148,15 +193,21 @@ class GPT {
   /// Builds the parameter table for cfg; returns num_params (elements).
   static size_t build_param_table(const GPTConfig& cfg, std::vector<ParamInfo>* table,
                                   std::vector<size_t>* layer_begin);
-  LayerParams layer_params(float* base, int64_t l) const;
+  /// Pointers into a unit buffer of block l (flat element o at unit[o - unit_begin]).
+  LayerParams layer_params(const float* unit, int64_t l) const;
   LayerActs layer_acts(int64_t l) const;
+  const float* acquire_params(int u);  // from storage_, or params_
+  void release_params(int u);
+  float* acquire_grads(int u);
 
   GPTConfig cfg_;
   int64_t max_B_, max_T_;
   std::vector<ParamInfo> table_;
   size_t num_params_ = 0;
   std::vector<size_t> layer_begin_;  // L + 2 entries: block starts, ln_f start, end
+  std::vector<size_t> units_;        // L + 3 unit boundaries
   Buffer params_, grads_, acts_, scratch_;
+  UnitStorage* storage_ = nullptr;   // external storage, or nullptr (params_/grads_)
   size_t layer_act_floats_ = 0;
   // Non-layer activations and scratch (pointers into acts_ / scratch_).
   float *encoded_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *lse_, *losses_;
