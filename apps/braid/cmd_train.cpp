@@ -45,13 +45,14 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
     if (log) {
       const int dp = opt.dp_mode == "ps" ? world.size() - 1 : world.size();
       const auto& c = trainer.model().config();
-      std::printf("braid train | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params) | ranks %d (dp=%d%s, zero=%d, %s) | "
+      std::printf("braid train | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params) | ranks %d (dp=%d%s, zero=%d%s, %s, %s) | "
                   "batch %lld = %d x %lld x %lld accum | T=%lld | matmul peak %.1f GFLOP/s per rank\n",
                   c.name.c_str(), (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd,
                   (long long)c.vocab_size, (long long)c.padded_vocab_size,
                   trainer.model().num_params() / 1e6, world.size(), opt.dp_mode == "ps" ? world.size() - 1 : world.size(),
                   opt.dp_mode == "ps" ? (opt.ps_async ? " + async parameter server" : " + parameter server") : "",
-                  opt.zero, world.backend().c_str(),
+                  opt.zero, opt.fsdp ? (opt.fsdp_shard_size > 0 ? ", hsdp" : ", fsdp") : "",
+                  opt.precision.c_str(), world.backend().c_str(),
                   (long long)opt.global_batch, dp, (long long)opt.micro_batch,
                   (long long)(opt.global_batch / (dp * opt.micro_batch)), (long long)opt.seq_len,
                   opt.peak_flops_per_rank / 1e9);
@@ -61,12 +62,13 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
     if (log) {
       std::printf("peak memory rank 0: %s\n", trainer.ledger().report().c_str());
     }
-    if (opt.sample_tokens > 0 && world.rank() == 0) {
+    // With sharded parameters every rank takes part in each forward.
+    if (opt.sample_tokens > 0 && (world.rank() == 0 || trainer.forward_is_collective())) {
       const auto tok = data::Gpt2Tokenizer::load(data::Gpt2Tokenizer::default_dir());
       std::vector<int32_t> prompt = tok.encode(opt.sample_prompt);
       if (prompt.empty()) prompt.push_back(tok.eot());
       auto out = trainer.sample(prompt, opt.sample_tokens, opt.seed);
-      std::printf("\n--- sample (%lld tokens, temperature %.2f, top-k %lld) ---\n%s\n---\n",
+      if (world.rank() == 0) std::printf("\n--- sample (%lld tokens, temperature %.2f, top-k %lld) ---\n%s\n---\n",
                   (long long)opt.sample_tokens, opt.sample_temperature, (long long)opt.sample_top_k,
                   tok.decode(out).c_str());
       std::fflush(stdout);
@@ -122,7 +124,16 @@ void add_train(CLI::App& app) {
   c->add_option("--dp-mode", o.dp_mode, "ddp (ring all-reduce) or ps (rank 0 is a parameter server, the others workers)")->capture_default_str();
   c->add_flag("--ps-async", o.ps_async, "Parameter server: apply each worker's gradient as it arrives");
   c->add_option("--staleness", o.staleness, "Asynchronous PS: a worker may run at most this many iterations ahead of the slowest")->capture_default_str();
-  c->add_option("--zero", o.zero, "ZeRO stage: 0 (DDP all-reduce) or 1 (AdamW moments sharded over DP)")->capture_default_str();
+  c->add_option("--zero", o.zero, "ZeRO stage: 0 (DDP all-reduce), 1 (AdamW moments sharded over DP), 2 (+ gradients), 3 (+ parameters, gathered per layer)")->capture_default_str();
+  c->add_flag("--fsdp", o.fsdp, "FSDP: shard parameters, gradients and optimizer states with one flat parameter per transformer block (ZeRO-3 by unit)");
+  c->add_option("--fsdp-shard-size", o.fsdp_shard_size, "HSDP: shard within groups of S ranks and replicate across groups (0: shard over all DP ranks)")->capture_default_str();
+  c->add_option("--precision", o.precision, "fp32, bf16 or fp16: compute copies of parameters, matmul operands and gradients (master weights and AdamW moments stay fp32)")->capture_default_str();
+  c->add_option("--loss-scale", o.loss_scale.initial_scale, "fp16: initial dynamic loss scale")->capture_default_str();
+  c->add_option("--loss-scale-window", o.loss_scale.growth_interval, "fp16: clean steps before the scale grows")->capture_default_str();
+  c->add_option("--loss-scale-growth", o.loss_scale.growth_factor, "fp16: growth factor")->capture_default_str();
+  c->add_option("--loss-scale-backoff", o.loss_scale.backoff_factor, "fp16: back-off factor on overflow")->capture_default_str();
+  c->add_option("--loss-scale-hysteresis", o.loss_scale.hysteresis, "fp16: overflows tolerated before backing off")->capture_default_str();
+  c->add_option("--min-loss-scale", o.loss_scale.min_scale, "fp16: lower bound of the loss scale")->capture_default_str();
   c->add_option("--bucket-mb", o.bucket_mb, "DDP gradient bucket size in MiB")->capture_default_str();
   c->add_flag("--no-overlap", [&o](int64_t) { o.overlap = false; }, "All-reduce after backward instead of during it");
   c->add_option("--comm-algo", a->algo, "Collective implementation: ring (ours) or native (MPI's own)")->capture_default_str();

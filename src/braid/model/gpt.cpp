@@ -7,6 +7,7 @@
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
 #include "braid/kernels/cpu/attention.h"
+#include "braid/kernels/cpu/convert.h"
 #include "braid/kernels/cpu/crossentropy.h"
 #include "braid/kernels/cpu/elementwise.h"
 #include "braid/kernels/cpu/encoder.h"
@@ -317,17 +318,23 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   k::encoder_forward(encoded_, tokens_, E, E + table_[1].offset, B, T, C);
   release_params(0);
   const float* x = encoded_;
+  // Rounds a matmul input to the compute dtype (no-op in f32).
+  auto rnd = [this](float* a, int64_t n) { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); };
   for (int64_t l = 0; l < L; ++l) {
     LayerParams p = layer_params(acquire_params(int(l) + 1), l);
     LayerActs a = layer_acts(l);
     k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, BT, C);
+    rnd(a.ln1, BT * C);
     k::matmul_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, BT, C, 3 * C);
     k::attention_forward(a.atty, a.qkvr, a.att, att_scratch_, a.qkv, B, T, C, NH);
+    rnd(a.atty, BT * C);
     k::matmul_forward(a.attproj, a.atty, p.attprojw, p.attprojb, BT, C, C);
     k::residual_forward(a.res2, x, a.attproj, BT * C);
     k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, BT, C);
+    rnd(a.ln2, BT * C);
     k::matmul_forward(a.fch, a.ln2, p.fcw, p.fcb, BT, C, 4 * C);
     k::gelu_forward(a.fch_gelu, a.fch, BT * 4 * C);
+    rnd(a.fch_gelu, BT * 4 * C);
     k::matmul_forward(a.fcproj, a.fch_gelu, p.fcprojw, p.fcprojb, BT, 4 * C, C);
     k::residual_forward(a.res3, a.res2, a.fcproj, BT * C);
     release_params(int(l) + 1);
@@ -337,6 +344,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   const size_t lnfb_rel = table_[table_.size() - 1].offset - units_[size_t(uf)];
   k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, F, F + lnfb_rel, BT, C);
   release_params(uf);
+  rnd(lnf_, BT * C);
   // logits (BT, Vp) = lnf (BT, C) @ wte^T: the head is tied to the embedding.
   const float* wte = acquire_params(0);
   k::matmul_forward(logits_, lnf_, wte, nullptr, BT, C, Vp);
@@ -364,6 +372,9 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
 
   k::softmax_crossentropy_backward(dlogits_, logits_, lse_, targets_,
                                    loss_scale / float(BT), BT, V, Vp);
+  // Output gradients enter each matmul backward in the compute dtype (no-op in f32).
+  auto rnd = [this](float* a, int64_t n) { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); };
+  rnd(dlogits_, BT * Vp);
   float* G0 = acquire_grads(0);  // dwte at G0[0], dwpe at G0[table_[1].offset]
   const float* wte = acquire_params(0);
   k::matmul_backward(dln_, G0, nullptr, dlogits_, lnf_, wte, BT, C, Vp);
@@ -387,14 +398,20 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
     LayerActs a = layer_acts(l);
     const float* x = l == 0 ? encoded_ : layer_acts(l - 1).res3;
     // res3 = res2 + fcproj: d fcproj = dres; d res2 = dres (+ LN2 path below).
+    // With rounding on, dres is rounded in place: the residual stream's
+    // gradient is then held in the compute dtype, as in a half-precision run.
+    rnd(dres_, BT * C);
     k::matmul_backward(dfch_, g.fcprojw, g.fcprojb, dres_, a.fch_gelu, p.fcprojw, BT, 4 * C, C);
     k::gelu_backward(dfch_, dfch_, a.fch, BT * 4 * C);
+    rnd(dfch_, BT * 4 * C);
     k::matmul_backward(dln_, g.fcw, g.fcb, dfch_, a.ln2, p.fcw, BT, C, 4 * C);
     k::layernorm_backward(dres_, g.ln2w, g.ln2b, dln_, a.res2, p.ln2w, a.ln2_mean, a.ln2_rstd,
                           BT, C);
     // res2 = x + attproj: d attproj = dres; d x = dres (+ LN1 path below).
+    rnd(dres_, BT * C);
     k::matmul_backward(datty_, g.attprojw, g.attprojb, dres_, a.atty, p.attprojw, BT, C, C);
     k::attention_backward(dqkv_, att_scratch_, datty_, a.qkvr, a.att, B, T, C, NH);
+    rnd(dqkv_, BT * 3 * C);
     k::matmul_backward(dln_, g.qkvw, g.qkvb, dqkv_, a.ln1, p.qkvw, BT, C, 3 * C);
     k::layernorm_backward(dres_, g.ln1w, g.ln1b, dln_, x, p.ln1w, a.ln1_mean, a.ln1_rstd, BT, C);
     release_params(u);

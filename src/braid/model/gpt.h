@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/core/dtype.h"
 #include "braid/core/memory.h"
 
 namespace braid::model {
@@ -178,6 +179,16 @@ class GPT {
   /// computed). Embedding lookups, biases and LayerNorms are excluded.
   int64_t flops_per_token(int64_t T) const;
 
+  /// Mixed precision on the CPU: with t = bf16 / f16, every matmul input
+  /// (activations in forward, output gradients in backward) is rounded to t
+  /// before use, so each matmul multiplies half-precision operands and
+  /// accumulates in f32 as a tensor-core GEMM does (the parameters come in
+  /// already rounded from the UnitStorage). LayerNorm, softmax, GELU, residual
+  /// adds and the loss stay in f32 (as under torch autocast). Activations are
+  /// still stored as f32. t = f32 (default) rounds nothing.
+  void set_compute_dtype(DType t) { compute_dtype_ = t; }
+  DType compute_dtype() const { return compute_dtype_; }
+
   int64_t max_B() const { return max_B_; }
   int64_t max_T() const { return max_T_; }
 
@@ -216,6 +227,7 @@ class GPT {
   int32_t *tokens_, *targets_;
   int64_t B_ = 0, T_ = 0;
   bool have_targets_ = false;
+  DType compute_dtype_ = DType::f32;
 };
 
 }  // namespace braid::model

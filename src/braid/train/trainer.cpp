@@ -11,6 +11,8 @@
 
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
+#include <limits>
+
 #include "braid/kernels/cpu/adamw.h"
 #include "braid/train/checkpoint.h"
 #include "braid/train/mfu.h"
@@ -100,10 +102,24 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
                      o.weight_decay, " must be finite and >= 0");
   BRAID_CONFIG_CHECK(o.warmup_steps >= 0, "--warmup ", o.warmup_steps, " must be >= 0");
   BRAID_CONFIG_CHECK(o.grad_clip >= 0, "--grad-clip ", o.grad_clip, " must be >= 0 (0 disables)");
-  BRAID_CONFIG_CHECK(o.zero == 0 || o.zero == 1, "--zero ", o.zero,
-                     o.zero > 1 ? " is not available: stages 2 and 3 are not implemented yet"
-                                : " is not a ZeRO stage",
-                     "; use 0 (DDP) or 1 (optimizer states sharded)");
+  BRAID_CONFIG_CHECK(o.zero >= 0 && o.zero <= 3, "--zero ", o.zero,
+                     " is not a ZeRO stage; use 0 (DDP), 1 (optimizer states sharded), 2 (+ "
+                     "gradients) or 3 (+ parameters)");
+  BRAID_CONFIG_CHECK(!o.fsdp || o.zero == 0 || o.zero == 3, "--fsdp shards parameters, gradients "
+                     "and optimizer states (stage 3 by unit) but --zero ", o.zero,
+                     " was also given; drop --zero or use --zero 3");
+  BRAID_CONFIG_CHECK(o.fsdp_shard_size >= 0, "--fsdp-shard-size ", o.fsdp_shard_size, " must be >= 0");
+  BRAID_CONFIG_CHECK(o.fsdp_shard_size == 0 || o.fsdp, "--fsdp-shard-size ", o.fsdp_shard_size,
+                     " (hybrid sharding) needs --fsdp");
+  BRAID_CONFIG_CHECK(o.fsdp_shard_size == 0 || (o.fsdp_shard_size <= dp && dp % o.fsdp_shard_size == 0),
+                     "--fsdp-shard-size ", o.fsdp_shard_size, " must divide the ", dp,
+                     " data-parallel ranks (shard within groups of S, replicate across ", "the groups); "
+                     "use a divisor of ", dp);
+  BRAID_CONFIG_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
+                     "--precision '", o.precision, "' is not known; use fp32, bf16 or fp16");
+  BRAID_CONFIG_CHECK(!ps || (o.precision == "fp32" && !o.fsdp), "--dp-mode ps runs in fp32 "
+                     "without sharding; drop --precision ", o.precision, o.fsdp ? " / --fsdp" : "");
+  if (o.precision == "fp16") o.loss_scale.validate();
   BRAID_CONFIG_CHECK(o.bucket_mb > 0 && o.bucket_mb <= 65536, "--bucket-mb ", o.bucket_mb,
                      " must be in (0, 65536]");
   BRAID_CONFIG_CHECK(o.val_every >= 0 && o.val_batches > 0, "--val-every ", o.val_every,
@@ -142,11 +158,33 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                        " + 1; use more validation data, a shorter --seq-len, or --val-every 0");
   }
   if (!opt.save_path.empty()) check_writable(opt.save_path);
-  model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_);
+  compute_ = opt.precision == "bf16" ? DType::bf16 : opt.precision == "fp16" ? DType::f16 : DType::f32;
+  const bool use_engine = opt.zero >= 2 || opt.fsdp || compute_ != DType::f32;
+  if (use_engine) {
+    parallel::ShardedConfig sc;
+    sc.stage = opt.fsdp ? 3 : opt.zero;
+    sc.fsdp = opt.fsdp;
+    sc.compute = compute_;
+    sc.algo = opt.algo;
+    comm::Communicator* shard = &world_;
+    const int S = opt.fsdp_shard_size;
+    if (S > 0 && S < world_.size()) {
+      // HSDP: shard inside consecutive groups of S ranks, replicate across them.
+      shard_comm_ = world_.split(world_.rank() / S, world_.rank());
+      replicate_comm_ = world_.split(world_.rank() % S, world_.rank());
+      shard = shard_comm_.get();
+    }
+    engine_ = std::make_unique<parallel::ShardedEngine>(cfg, sc, *shard, replicate_comm_.get(), &ledger_);
+  }
+  model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_, engine_.get());
+  model_->set_compute_dtype(compute_);
+  scaler_ = std::make_unique<DynamicLossScaler>(opt.loss_scale, compute_ == DType::f16);
   const size_t n = model_->num_params();
   const size_t bucket_bytes = static_cast<size_t>(opt.bucket_mb * 1024 * 1024);
   std::vector<parallel::ZeroStage1::Segment> owned;
-  if (opt.zero == 1) {
+  if (engine_) {
+    for (const auto& s : engine_->owned()) owned.push_back({s.offset, s.len, s.shard});
+  } else if (opt.zero == 1) {
     zero_ = std::make_unique<parallel::ZeroStage1>(world_, model_->params(), model_->grads(), n,
                                                    bucket_bytes, opt.overlap, opt.algo, &ledger_);
     owned = zero_->owned();
@@ -185,6 +223,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   }
   size_t state = 0;
   for (const auto& u : update_segments_) state = std::max(state, u.state + u.len);
+  if (engine_) state = engine_->state_elems();
   m_ = Buffer(state * sizeof(float), MemCategory::optimizer, &ledger_);
   v_ = Buffer(state * sizeof(float), MemCategory::optimizer, &ledger_);
   const size_t bt = static_cast<size_t>(opt.micro_batch * opt.seq_len);
@@ -193,12 +232,17 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   sampler_ = std::make_unique<DistributedSampler>(train.size(), opt.seq_len, opt.global_batch,
                                                   opt.seed, std::max(dp_rank_, 0), dp_size_);
   sched_ = LrSchedule{opt.lr, opt.min_lr, opt.warmup_steps, opt.steps};
-  model_->init_weights(opt.seed);
+  if (engine_) {
+    engine_->init_weights(*model_, opt.seed);
+  } else {
+    model_->init_weights(opt.seed);
+  }
 }
 
 Trainer::~Trainer() = default;
 
-uint64_t Trainer::param_hash() const {
+uint64_t Trainer::param_hash() {
+  if (engine_) return engine_->hash_compute_params();
   const auto* p = reinterpret_cast<const unsigned char*>(model_->params());
   const size_t n = model_->num_params() * sizeof(float);
   uint64_t h = 1469598103934665603ull;
@@ -249,13 +293,21 @@ double Trainer::forward_backward(int64_t step, bool release_buckets) {
   const int64_t B = opt_.micro_batch, T = opt_.seq_len;
   const std::vector<size_t> offsets = sampler_->rank_offsets(step);
   model_->zero_grad();
+  if (engine_) engine_->begin_step();
   double loss_sum = 0;
   const float scale = 1.0f / static_cast<float>(accum_steps_);
   for (int64_t micro = 0; micro < accum_steps_; ++micro) {
     gather_batch(train_.data(), offsets.data() + micro * B, B, T, tokens_.as<int32_t>(),
                  targets_.as<int32_t>());
     loss_sum += model_->forward(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
-    if (micro + 1 == accum_steps_ && release_buckets) {
+    if (engine_) {
+      // The engine reduces every micro-batch (stages 2/3) or the last one (0/1).
+      const bool last = micro + 1 == accum_steps_;
+      engine_->set_sync(last);
+      if (last && opt_.inject_inf_rank == world_.rank() && opt_.inject_inf_step == step)
+        engine_->inject_inf_once();
+      model_->backward(scale * scaler_->scale());
+    } else if (micro + 1 == accum_steps_ && release_buckets) {
       // Only the last micro-batch's backward releases buckets: one sync per step.
       if (zero_) {
         zero_->begin_sync();
@@ -302,8 +354,50 @@ void Trainer::finish_record(StepRecord& r, double seconds, uint64_t sent0, uint6
   }
 }
 
+StepRecord Trainer::engine_step(int64_t step) {
+  const auto t0 = Clock::now();
+  const uint64_t sent0 = world_.bytes_sent(), recv0 = world_.bytes_received();
+  maybe_inject_failure(step);
+  StepRecord r;
+  r.step = step;
+  r.loss_scale = scaler_->scale();
+  float loss = static_cast<float>(forward_backward(step, true));
+  engine_->finish_grads();
+  if (dp_size_ > 1) world_.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
+  BRAID_CONFIG_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
+                     "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
+  r.loss = loss;
+  r.lr = sched_.at(step);
+  // fp16: found-inf is reduced over every rank before any rank touches its
+  // scale, so all ranks skip the same steps and keep the same scale.
+  if (scaler_->enabled()) {
+    const bool found = found_inf_all_ranks(world_, engine_->local_grads_nonfinite());
+    r.skipped = scaler_->update(found);
+  }
+  const float unscale = 1.0f / r.loss_scale;
+  if (!r.skipped) {
+    // One global norm over the shards (each element once), identical on all ranks.
+    r.grad_norm = static_cast<float>(std::sqrt(engine_->grad_sumsq(unscale)));
+    float coef = 1.0f;
+    if (opt_.grad_clip > 0 && r.grad_norm > opt_.grad_clip) coef = opt_.grad_clip / (r.grad_norm + 1e-6f);
+    for (const auto& u : update_segments_) {
+      const parallel::ShardedEngine::Segment seg{u.offset, u.len, u.state};
+      kernels::adamw_update_mixed(engine_->master(seg), engine_->grad(seg), engine_->grad_dtype(),
+                                  coef * unscale, m_.as<float>() + u.state, v_.as<float>() + u.state,
+                                  u.len, r.lr, opt_.beta1, opt_.beta2, opt_.eps,
+                                  u.decay ? opt_.weight_decay : 0.f, step + 1);
+    }
+    engine_->after_update();
+  } else {
+    r.grad_norm = std::numeric_limits<float>::infinity();
+  }
+  finish_record(r, seconds_since(t0), sent0, recv0);
+  return r;
+}
+
 StepRecord Trainer::train_step(int64_t step) {
   if (ps_) return ps_sync_step(step);
+  if (engine_) return engine_step(step);
   const auto t0 = Clock::now();
   const uint64_t sent0 = world_.bytes_sent(), recv0 = world_.bytes_received();
   maybe_inject_failure(step);
@@ -401,7 +495,19 @@ void Trainer::save(const std::string& path, int64_t next_step) {
   std::vector<float> m, v;
   const float* mp = m_.as<float>();
   const float* vp = v_.as<float>();
-  if (zero_) {
+  std::vector<float> full;
+  const float* params = model_->params();
+  if (engine_) {
+    full.assign(n, 0.f);
+    m.assign(n, 0.f);
+    v.assign(n, 0.f);
+    engine_->gather_master(full.data());
+    engine_->assemble(m_.as<float>(), m.data());
+    engine_->assemble(v_.as<float>(), v.data());
+    params = full.data();
+    mp = m.data();
+    vp = v.data();
+  } else if (zero_) {
     m.assign(n, 0.f);
     v.assign(n, 0.f);
     for (const auto& u : update_segments_) {
@@ -421,7 +527,7 @@ void Trainer::save(const std::string& path, int64_t next_step) {
                {"step", next_step},            {"n_params", n},
                {"seed", opt_.seed},            {"global_batch", opt_.global_batch},
                {"seq_len", opt_.seq_len}};
-  ck.params = model_->params();
+  ck.params = params;
   ck.m = mp;
   ck.v = vp;
   save_checkpoint(path, ck);
@@ -429,8 +535,9 @@ void Trainer::save(const std::string& path, int64_t next_step) {
 
 int64_t Trainer::load(const std::string& path) {
   const size_t n = model_->num_params();
-  std::vector<float> m(n), v(n);
-  auto hdr = load_checkpoint(path, n, model_->params(), m.data(), v.data());
+  std::vector<float> m(n), v(n), full;
+  if (engine_) full.resize(n);
+  auto hdr = load_checkpoint(path, n, engine_ ? full.data() : model_->params(), m.data(), v.data());
   // The data order depends on (seed, global batch, seq len): a resumed run only
   // continues the saved one if they match.
   auto same = [&](const char* key, int64_t now, const char* flag) {
@@ -448,6 +555,7 @@ int64_t Trainer::load(const std::string& path) {
     std::copy_n(m.data() + u.offset, u.len, m_.as<float>() + u.state);
     std::copy_n(v.data() + u.offset, u.len, v_.as<float>() + u.state);
   }
+  if (engine_) engine_->load_master(full.data());
   return step;
 }
 
@@ -484,6 +592,7 @@ std::vector<StepRecord> Trainer::run() {
                     format_bytes(static_cast<double>(r.comm_bytes_received)).c_str());
       }
       if (ps_ && opt_.ps_async) std::printf(" | staleness <= %lld", static_cast<long long>(r.staleness_max));
+      if (scaler_->enabled()) std::printf(" | scale %g%s", r.loss_scale, r.skipped ? " (overflow: step skipped)" : "");
       std::printf("\n");
       std::fflush(stdout);
     }
@@ -493,6 +602,10 @@ std::vector<StepRecord> Trainer::run() {
                           {"ms", r.ms},               {"mfu", r.mfu},      {"peak_mem_bytes", r.peak_mem_bytes},
                           {"comm_bytes_sent", r.comm_bytes_sent}, {"comm_bytes_received", r.comm_bytes_received}};
       if (ps_ && opt_.ps_async) j["staleness_max"] = r.staleness_max;
+      if (scaler_->enabled()) {
+        j["loss_scale"] = r.loss_scale;
+        j["skipped"] = r.skipped;
+      }
       metrics << j.dump() << "\n" << std::flush;
     }
   };

@@ -13,6 +13,8 @@
 #include "braid/model/gpt.h"
 #include "braid/parallel/ddp.h"
 #include "braid/parallel/zero.h"
+#include "braid/parallel/sharded.h"
+#include "braid/train/loss_scaler.h"
 #include "braid/train/lr_schedule.h"
 #include "braid/train/sampler.h"
 
@@ -34,7 +36,13 @@ struct TrainOptions {
   int dp = 0;  // 0: all ranks
   double bucket_mb = 4.0;
   bool overlap = true;
-  int zero = 0;  // ZeRO stage: 0 (DDP) or 1 (AdamW moments sharded over DP)
+  int zero = 0;  // ZeRO stage 0 (DDP), 1 (moments sharded), 2 (+ gradients), 3 (+ parameters)
+  bool fsdp = false;            // FSDP: stage 3 with one flat parameter per unit (block)
+  int fsdp_shard_size = 0;      // HSDP: shard within groups of this many ranks (0: all DP ranks)
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (compute copies; master weights f32)
+  LossScaleOptions loss_scale;     // fp16 dynamic loss scaling
+  int inject_inf_rank = -1;        // test hook: this rank's gradient gets an inf ...
+  int64_t inject_inf_step = -1;    // ... at this step (0-based)
   std::string dp_mode = "ddp";  // "ddp" (all-reduce) or "ps" (rank 0 is a parameter server)
   bool ps_async = false;        // ps: apply each worker's gradient as it arrives
   int64_t staleness = 0;        // ps async: a worker runs at most this many iterations ahead
@@ -71,6 +79,8 @@ struct StepRecord {
   uint64_t comm_bytes_sent = 0;      // payload this rank sent during the step (all collectives)
   uint64_t comm_bytes_received = 0;  // payload this rank received during the step
   int64_t staleness_max = 0;         // ps async: most updates a gradient missed
+  float loss_scale = 1;              // fp16: the scale this step's backward used
+  bool skipped = false;              // fp16: gradients overflowed, no update
   uint64_t param_hash = 0;
 };
 
@@ -93,12 +103,16 @@ class Trainer {
   std::vector<int32_t> sample(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed);
 
   model::GPT& model() { return *model_; }
+  /// True when forward is collective (parameters sharded, ZeRO-3/FSDP): every
+  /// rank must then call sample() and evaluate() together.
+  bool forward_is_collective() const { return engine_ && engine_->config().stage == 3; }
   /// The options in force (model-dependent defaults resolved).
   const TrainOptions& options() const { return opt_; }
   const MemoryLedger& ledger() const { return ledger_; }
   int64_t start_step() const { return start_step_; }
   /// FNV-1a hash of the parameter bytes.
-  uint64_t param_hash() const;
+  /// Under ZeRO-3/FSDP the hash covers each unit as gathered (collective).
+  uint64_t param_hash();
   /// Writes a checkpoint (collective under ZeRO: every rank must call it).
   void save(const std::string& path, int64_t next_step);
   /// Loads parameters and this rank's AdamW state; returns the step to resume at.
@@ -127,7 +141,13 @@ class Trainer {
   Buffer m_, v_;                 // AdamW moments: (n_params), or (shard) under ZeRO-1
   Buffer tokens_, targets_;      // (micro_batch, T) int32
   std::unique_ptr<parallel::DDPGradSync> ddp_;   // zero == 0
-  std::unique_ptr<parallel::ZeroStage1> zero_;   // zero == 1
+  std::unique_ptr<parallel::ZeroStage1> zero_;   // zero == 1 in fp32
+  // ZeRO-2/3, FSDP/HSDP and mixed precision: the sharding engine is the model's storage.
+  std::unique_ptr<comm::Communicator> shard_comm_, replicate_comm_;  // HSDP groups
+  std::unique_ptr<parallel::ShardedEngine> engine_;
+  std::unique_ptr<DynamicLossScaler> scaler_;
+  DType compute_ = DType::f32;
+  StepRecord engine_step(int64_t step);
   /// The pieces of the flat buffer this rank updates (everything without ZeRO),
   /// split at parameter boundaries so each piece has one weight-decay setting.
   struct UpdateSegment {

@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "braid/core/dtype.h"
+
 namespace braid::kernels {
 
 /// One update of n elements at step t (1-based):
@@ -15,5 +17,13 @@ namespace braid::kernels {
 /// bias-corrected step) so results agree to rounding. Throws on t < 1.
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int64_t t);
+
+/// adamw_update with gradients of any dtype, each multiplied by grad_mult in
+/// f32 before use (g = f32(grads[i]) * grad_mult): unscaling by 1/loss_scale
+/// and the clipping coefficient in one pass. grads (n, gdt). With gdt = f32 and
+/// grad_mult = 1 the result is bitwise adamw_update's.
+void adamw_update_mixed(float* params, const void* grads, DType gdt, float grad_mult, float* m,
+                        float* v, size_t n, float lr, float beta1, float beta2, float eps,
+                        float weight_decay, int64_t t);
 
 }  // namespace braid::kernels

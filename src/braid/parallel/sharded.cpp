@@ -1,0 +1,603 @@
+#include "braid/parallel/sharded.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "braid/core/error.h"
+#include "braid/kernels/cpu/convert.h"
+
+namespace braid::parallel {
+
+namespace {
+
+// dst (n, dt) = src (n, st).
+void copy_cast(void* dst, DType dt, const void* src, DType st, size_t n) {
+  if (n == 0) return;
+  if (dt == st) {
+    std::memcpy(dst, src, n * dtype_size(dt));
+  } else if (st == DType::f32) {
+    kernels::cast_from_f32(dst, dt, static_cast<const float*>(src), n);
+  } else if (dt == DType::f32) {
+    kernels::cast_to_f32(static_cast<float*>(dst), src, st, n);
+  } else {
+    for (size_t i = 0; i < n; ++i) store_from_f32(dst, i, dt, load_as_f32(src, i, st));
+  }
+}
+
+// dst (n, dt) += src (n, st), in f32 arithmetic.
+void accumulate(void* dst, DType dt, const void* src, DType st, size_t n) {
+  const int64_t N = static_cast<int64_t>(n);
+  if (dt == DType::f32 && st == DType::f32) {
+    float* d = static_cast<float*>(dst);
+    const float* s = static_cast<const float*>(src);
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < N; ++i) d[i] += s[i];
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    store_from_f32(dst, k, dt, load_as_f32(dst, k, dt) + load_as_f32(src, k, st));
+  }
+}
+
+bool nonfinite(const void* x, DType t, size_t n) {
+  if (t == DType::f32) return kernels::has_nonfinite(static_cast<const float*>(x), n);
+  const uint16_t* h = static_cast<const uint16_t*>(x);
+  const uint16_t mask = t == DType::bf16 ? 0x7f80u : 0x7c00u;  // all-ones exponent: inf or NaN
+  for (size_t i = 0; i < n; ++i)
+    if ((h[i] & mask) == mask) return true;
+  return false;
+}
+
+uint64_t fnv(uint64_t h, const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+constexpr uint64_t kFnvBasis = 1469598103934665603ull;
+
+}  // namespace
+
+// A unit's parameters in f32 for the kernels. At stage 3 `staging` receives the
+// all-gather (N rank blocks, compute dtype) and is unpacked into `data`; with
+// FSDP in fp32 the gather lands in `data` directly (no staging).
+struct ShardedEngine::Slot {
+  int unit = -1;
+  bool valid = false;    // data holds `unit` (or will, once `work` completes)
+  bool in_use = false;
+  int64_t used = 0;      // last use, for choosing a victim
+  Buffer data, staging;
+  comm::WorkPtr work;
+};
+
+// A unit's f32 gradient buffer; `staging` packs it (compute dtype) for the
+// reduce-scatter. `work` is the reduction in flight, completed before reuse.
+struct ShardedEngine::GSlot {
+  int unit = -1;
+  Buffer data, staging;
+  comm::WorkPtr work;
+  const void* result = nullptr;  // this rank's reduced block, when work completes
+};
+
+std::vector<ShardedEngine::Unit> ShardedEngine::make_units(const model::GPTConfig& cfg,
+                                                           const ShardedConfig& sc, size_t N) {
+  const std::vector<size_t> bounds = model::GPT::unit_bounds(cfg);
+  const std::vector<model::ParamInfo> table = model::GPT::param_table(cfg);
+  std::vector<Unit> units;
+  size_t shard_off = 0;
+  for (size_t u = 0; u + 1 < bounds.size(); ++u) {
+    Unit U;
+    U.begin = bounds[u];
+    U.end = bounds[u + 1];
+    std::vector<size_t> cuts{U.begin};
+    if (!sc.fsdp) {
+      // One group per tensor; a tensor's group runs to the next tensor's start,
+      // so the alignment gap (always zero) travels with it.
+      for (const auto& p : table)
+        if (p.offset > U.begin && p.offset < U.end) cuts.push_back(p.offset);
+    }
+    cuts.push_back(U.end);
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      const size_t lo = cuts[i], hi = cuts[i + 1];
+      const size_t c = (hi - lo + N - 1) / N;
+      U.groups.push_back({lo, hi, c, U.block});
+      U.block += c;
+    }
+    U.shard_off = shard_off;
+    shard_off += U.block;
+    units.push_back(std::move(U));
+  }
+  return units;
+}
+
+ShardedEngine::Plan ShardedEngine::plan(const model::GPTConfig& cfg, const ShardedConfig& sc,
+                                        int world, int rank) {
+  BRAID_CONFIG_CHECK(sc.stage >= 0 && sc.stage <= 3, "--zero ", sc.stage,
+                     " is not a ZeRO stage; use 0, 1, 2 or 3");
+  BRAID_CONFIG_CHECK(world >= 1 && rank >= 0 && rank < world, "sharding plan: rank ", rank,
+                     " outside a group of ", world, " ranks");
+  // Stage 0 replicates everything: lay it out as a group of one.
+  const size_t N = sc.stage == 0 ? 1 : static_cast<size_t>(world);
+  const size_t r = sc.stage == 0 ? 0 : static_cast<size_t>(rank);
+  const std::vector<Unit> units = make_units(cfg, sc, N);
+  const size_t n = units.back().end;
+  const size_t b = dtype_size(sc.compute);
+  const bool half = sc.compute != DType::f32;
+  Plan p;
+  size_t max_len = 0, max_block = 0, max_pad = 0, u0_len = 0, u0_pad = 0, u0_block = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const Unit& U = units[u];
+    for (const Group& g : U.groups) {
+      const size_t a = std::min(g.lo + r * g.c, g.hi), e = std::min(g.lo + (r + 1) * g.c, g.hi);
+      if (e > a) p.owned.push_back({a, e - a, sc.stage == 0 ? a : U.shard_off + g.off + (a - g.lo - r * g.c)});
+    }
+    p.shard_elems += U.block;
+    const size_t len = U.end - U.begin, pad = N * U.block;
+    if (u == 0) {
+      u0_len = len, u0_pad = pad, u0_block = U.block;
+    } else {
+      max_len = std::max(max_len, len), max_pad = std::max(max_pad, pad);
+      max_block = std::max(max_block, U.block);
+    }
+    p.unit_send_bytes.push_back(world > 1 && sc.stage > 0 ? (N - 1) * U.block * b : 0);
+  }
+  auto add = [&p](MemCategory c, size_t bytes) { p.bytes[static_cast<size_t>(c)] += bytes; };
+  p.state_elems = sc.stage == 0 ? n : p.shard_elems;
+  // Model states.
+  if (sc.stage <= 2) add(MemCategory::compute_params, n * b);
+  if (sc.stage == 3) add(MemCategory::compute_params, p.shard_elems * b);
+  if (half) add(MemCategory::master_params, p.state_elems * sizeof(float));
+  if (sc.stage <= 1) add(MemCategory::grads, n * b);
+  if (sc.stage >= 2) add(MemCategory::grads, p.shard_elems * b);
+  // Transient buffers: three parameter slots (unit 0 and two rotating ones for
+  // the current and the prefetched unit) where parameters are not f32 in
+  // place, and three gradient slots, each with staging where needed.
+  const bool gather = sc.stage == 3;
+  const bool direct = sc.fsdp && !half;  // single group in f32: collectives run in place
+  if (gather || half) {
+    const size_t s0 = gather && direct ? u0_pad : u0_len, s = gather && direct ? max_pad : max_len;
+    add(MemCategory::comm, (s0 + 2 * s) * sizeof(float));
+    if (gather && !direct) add(MemCategory::comm, N * (u0_block + 2 * max_block) * b);
+  }
+  const size_t g0 = sc.stage >= 2 && direct ? u0_pad : u0_len;
+  const size_t g = sc.stage >= 2 && direct ? max_pad : max_len;
+  add(MemCategory::comm, (g0 + 2 * g) * sizeof(float));
+  if ((sc.stage >= 2 && !direct) || sc.stage == 1) add(MemCategory::comm, N * (u0_block + 2 * max_block) * b);
+  // Stages 1/2 all-gather the updated parameters unit by unit through one staging buffer.
+  if ((sc.stage == 1 || sc.stage == 2) && N > 1) add(MemCategory::comm, N * std::max(u0_block, max_block) * b);
+  return p;
+}
+
+ShardedEngine::ShardedEngine(const model::GPTConfig& cfg, const ShardedConfig& sc,
+                             comm::Communicator& shard, comm::Communicator* replicate,
+                             MemoryLedger* ledger)
+    : cfg_(cfg), sc_(sc), shard_(shard), replicate_(replicate) {
+  const Plan p = plan(cfg, sc, shard.size(), shard.rank());
+  N_ = sc.stage == 0 ? 1 : static_cast<size_t>(shard.size());
+  r_ = sc.stage == 0 ? 0 : static_cast<size_t>(shard.rank());
+  units_ = make_units(cfg, sc, N_);
+  n_ = units_.back().end;
+  b_ = dtype_size(sc.compute);
+  owned_ = p.owned;
+  shard_elems_ = p.shard_elems;
+  state_elems_ = p.state_elems;
+  const bool half = sc.compute != DType::f32;
+  if (sc.stage <= 2) compute_full_ = Buffer(n_ * b_, MemCategory::compute_params, ledger);
+  if (sc.stage == 3) compute_shard_ = Buffer(shard_elems_ * b_, MemCategory::compute_params, ledger);
+  if (half) master_ = Buffer(state_elems_ * sizeof(float), MemCategory::master_params, ledger);
+  if (sc.stage <= 1) grad_full_ = Buffer(n_ * b_, MemCategory::grads, ledger);
+  if (sc.stage >= 2) grad_shard_ = Buffer(shard_elems_ * b_, MemCategory::grads, ledger);
+
+  size_t max_len = 0, max_block = 0, max_pad = 0;
+  for (size_t u = 1; u < units_.size(); ++u) {
+    max_len = std::max(max_len, units_[u].end - units_[u].begin);
+    max_block = std::max(max_block, units_[u].block);
+    max_pad = std::max(max_pad, N_ * units_[u].block);
+  }
+  const size_t u0_len = units_[0].end - units_[0].begin, u0_pad = N_ * units_[0].block;
+  const bool gather = sc.stage == 3, direct = sc.fsdp && !half;
+  for (int i = 0; i < 3; ++i) {
+    auto s = std::make_unique<Slot>();
+    const size_t block = i == 0 ? units_[0].block : max_block;
+    if (gather || half) {
+      const size_t elems = gather && direct ? (i == 0 ? u0_pad : max_pad) : (i == 0 ? u0_len : max_len);
+      s->data = Buffer(elems * sizeof(float), MemCategory::comm, ledger);
+      if (gather && !direct) s->staging = Buffer(N_ * block * b_, MemCategory::comm, ledger);
+    }
+    slots_.push_back(std::move(s));
+    auto g = std::make_unique<GSlot>();
+    const size_t gelems = sc.stage >= 2 && direct ? (i == 0 ? u0_pad : max_pad) : (i == 0 ? u0_len : max_len);
+    g->data = Buffer(gelems * sizeof(float), MemCategory::comm, ledger);
+    if ((sc.stage >= 2 && !direct) || sc.stage == 1) g->staging = Buffer(N_ * block * b_, MemCategory::comm, ledger);
+    gslots_.push_back(std::move(g));
+  }
+  if ((sc.stage == 1 || sc.stage == 2) && N_ > 1)
+    block_staging_ = Buffer(N_ * std::max(units_[0].block, max_block) * b_, MemCategory::comm, ledger);
+  // The constructor allocated what plan() predicts (checked by tests against the ledger).
+}
+
+ShardedEngine::~ShardedEngine() {
+  // Outstanding collectives reference our buffers: let them finish first.
+  for (auto& s : slots_)
+    if (s->work) try { s->work->wait(); } catch (...) {}
+  for (auto& g : gslots_)
+    if (g->work) try { g->work->wait(); } catch (...) {}
+}
+
+// ---- layout helpers ----
+
+void ShardedEngine::pack_block(const void* src_unit, DType t, int u, int q, void* dst) const {
+  // dst (block, compute dtype) = rank q's slices of the unit held in src_unit (unit-relative, dtype t).
+  const Unit& U = units_[static_cast<size_t>(u)];
+  const size_t Q = static_cast<size_t>(q);
+  char* d = static_cast<char*>(dst);
+  for (const Group& g : U.groups) {
+    const size_t a = std::min(g.lo + Q * g.c, g.hi), e = std::min(g.lo + (Q + 1) * g.c, g.hi);
+    const size_t v = e - a;
+    copy_cast(d + g.off * b_, sc_.compute, static_cast<const char*>(src_unit) + (a - U.begin) * dtype_size(t), t, v);
+    std::memset(d + (g.off + v) * b_, 0, (g.c - v) * b_);
+  }
+}
+
+void ShardedEngine::unpack_block(const void* block, DType t, int u, int q, void* dst_unit,
+                                 DType dt) const {
+  const Unit& U = units_[static_cast<size_t>(u)];
+  const size_t Q = static_cast<size_t>(q);
+  for (const Group& g : U.groups) {
+    const size_t a = std::min(g.lo + Q * g.c, g.hi), e = std::min(g.lo + (Q + 1) * g.c, g.hi);
+    copy_cast(static_cast<char*>(dst_unit) + (a - U.begin) * dtype_size(dt), dt,
+              static_cast<const char*>(block) + g.off * dtype_size(t), t, e - a);
+  }
+}
+
+// ---- parameters ----
+
+ShardedEngine::Slot& ShardedEngine::slot_for(int u) {
+  if (u == 0) return *slots_[0];
+  for (size_t i = 1; i < 3; ++i)
+    if (slots_[i]->valid && slots_[i]->unit == u) return *slots_[i];
+  // Victim: a free rotating slot, the least recently used.
+  Slot* best = nullptr;
+  for (size_t i = 1; i < 3; ++i) {
+    Slot* s = slots_[i].get();
+    if (s->in_use) continue;
+    if (!best || s->used < best->used) best = s;
+  }
+  BRAID_CHECK(best != nullptr, "sharding: no free parameter slot for unit ", u,
+              " (more than one unit acquired at once)");
+  if (best->work) complete(*best);  // a prefetch nobody used
+  best->valid = false;
+  best->unit = -1;
+  return *best;
+}
+
+void ShardedEngine::fill(Slot& s, int u, bool async) {
+  const Unit& U = units_[static_cast<size_t>(u)];
+  const size_t len = U.end - U.begin;
+  s.unit = u;
+  s.valid = true;
+  if (sc_.stage <= 2) {
+    // Replicated compute copy in half precision: widen the unit for the kernels.
+    copy_cast(s.data.data(), DType::f32, compute_full_.as<char>() + U.begin * b_, sc_.compute, len);
+    return;
+  }
+  ++gathers_;
+  const char* mine = compute_shard_.as<char>() + U.shard_off * b_;
+  if (N_ == 1) {
+    unpack_block(mine, sc_.compute, u, 0, s.data.data(), DType::f32);
+    return;
+  }
+  void* recv = s.staging.bytes() > 0 ? s.staging.data() : s.data.data();
+  s.work = shard_.all_gather_async(mine, recv, U.block, sc_.compute, sc_.algo);
+  if (!async) complete(s);
+}
+
+void ShardedEngine::complete(Slot& s) {
+  if (!s.work) return;
+  s.work->wait();
+  s.work.reset();
+  if (s.staging.bytes() == 0) return;  // gathered in place: rank blocks are the unit
+  for (size_t q = 0; q < N_; ++q)
+    unpack_block(s.staging.as<char>() + q * units_[static_cast<size_t>(s.unit)].block * b_,
+                 sc_.compute, s.unit, static_cast<int>(q), s.data.data(), DType::f32);
+}
+
+void ShardedEngine::prefetch_after(int u) {
+  if (sc_.stage != 3 || N_ == 1) return;
+  const int L = static_cast<int>(cfg_.n_layer);
+  int next = -1;
+  if (in_backward_) {
+    next = u == 0 ? L + 1 : (u >= 2 ? u - 1 : -1);
+  } else if (u == 0) {
+    next = last_acquired_ == L + 1 ? -1 : 1;  // the head (after ln_f) or the encoder
+  } else {
+    next = u <= L ? u + 1 : 0;
+  }
+  if (next <= 0) return;  // unit 0 has its own slot and stays gathered
+  for (size_t i = 1; i < 3; ++i)
+    if (slots_[i]->valid && slots_[i]->unit == next) return;
+  Slot& s = slot_for(next);
+  fill(s, next, true);
+  s.used = ++tick_;
+}
+
+const float* ShardedEngine::acquire_params(int u) {
+  BRAID_CHECK(u >= 0 && static_cast<size_t>(u) < units_.size(), "acquire_params: unit ", u);
+  const Unit& U = units_[static_cast<size_t>(u)];
+  if (sc_.stage <= 2 && sc_.compute == DType::f32) {
+    last_acquired_ = u;
+    return compute_full_.as<float>() + U.begin;
+  }
+  Slot& s = slot_for(u);
+  if (!s.valid || s.unit != u) {
+    fill(s, u, false);
+  } else {
+    complete(s);
+  }
+  s.in_use = true;
+  s.used = ++tick_;
+  prefetch_after(u);
+  last_acquired_ = u;
+  return s.data.as<float>();
+}
+
+void ShardedEngine::release_params(int u) {
+  if (sc_.stage <= 2 && sc_.compute == DType::f32) return;
+  for (auto& s : slots_)
+    if (s->unit == u) s->in_use = false;
+}
+
+// ---- gradients ----
+
+float* ShardedEngine::acquire_grads(int u) {
+  BRAID_CHECK(u >= 0 && static_cast<size_t>(u) < units_.size(), "acquire_grads: unit ", u);
+  if (u == 0) in_backward_ = true;
+  GSlot* g;
+  if (u == 0) {
+    g = gslots_[0].get();
+  } else {
+    g = gslots_[next_gslot_].get();
+    next_gslot_ = next_gslot_ == 1 ? 2 : 1;
+  }
+  complete_reduce(*g);
+  g->unit = u;
+  std::memset(g->data.data(), 0, g->data.bytes());  // zeroes the padding as well
+  return g->data.as<float>();
+}
+
+void ShardedEngine::grads_ready(int u) {
+  GSlot* g = nullptr;
+  for (auto& s : gslots_)
+    if (s->unit == u && !s->work) g = s.get();
+  BRAID_CHECK(g != nullptr, "grads_ready: unit ", u, " has no acquired gradient buffer");
+  if (inject_inf_) {
+    g->data.as<float>()[0] = std::numeric_limits<float>::infinity();
+    inject_inf_ = false;
+  }
+  if (u == 0) in_backward_ = false;
+  launch_reduce(*g);
+}
+
+void ShardedEngine::launch_reduce(GSlot& g) {
+  const int u = g.unit;
+  const Unit& U = units_[static_cast<size_t>(u)];
+  const size_t len = U.end - U.begin;
+  const DType t = sc_.compute;
+  if (sc_.stage <= 1) {
+    // Accumulate locally; reduce only in the backward that ends accumulation.
+    char* full = grad_full_.as<char>() + U.begin * b_;
+    accumulate(full, t, g.data.data(), DType::f32, len);
+    g.result = nullptr;
+    if (!sync_ || shard_.size() == 1) {
+      g.unit = -1;
+      return;
+    }
+    if (sc_.stage == 0) {
+      g.work = shard_.all_reduce_async(full, full, len, t, comm::ReduceOp::avg, sc_.algo);
+    } else {
+      for (size_t q = 0; q < N_; ++q)
+        pack_block(full, t, u, static_cast<int>(q), g.staging.as<char>() + q * U.block * b_);
+      char* mine = g.staging.as<char>() + r_ * U.block * b_;
+      g.work = shard_.reduce_scatter_async(g.staging.data(), mine, U.block, t,
+                                           comm::ReduceOp::avg, sc_.algo);
+      g.result = mine;
+    }
+    return;
+  }
+  if (g.staging.bytes() == 0) {
+    // FSDP in fp32: the unit buffer is already N rank blocks (zero padding).
+    float* mine = g.data.as<float>() + r_ * U.block;
+    if (N_ > 1) g.work = shard_.reduce_scatter_async(g.data.data(), mine, U.block, t, comm::ReduceOp::avg, sc_.algo);
+    g.result = mine;
+  } else {
+    for (size_t q = 0; q < N_; ++q)
+      pack_block(g.data.data(), DType::f32, g.unit, static_cast<int>(q), g.staging.as<char>() + q * U.block * b_);
+    char* mine = g.staging.as<char>() + r_ * U.block * b_;
+    if (N_ > 1) g.work = shard_.reduce_scatter_async(g.staging.data(), mine, U.block, t, comm::ReduceOp::avg, sc_.algo);
+    g.result = mine;
+  }
+  if (!g.work) complete_reduce(g);  // one rank: nothing to wait for
+}
+
+void ShardedEngine::complete_reduce(GSlot& g) {
+  if (g.work) {
+    g.work->wait();
+    g.work.reset();
+  }
+  if (g.unit < 0 || !g.result) {
+    g.unit = -1;
+    g.result = nullptr;
+    return;
+  }
+  const Unit& U = units_[static_cast<size_t>(g.unit)];
+  const DType rt = (g.staging.bytes() == 0) ? DType::f32 : sc_.compute;
+  if (sc_.stage >= 2) {
+    accumulate(grad_shard_.as<char>() + U.shard_off * b_, sc_.compute, g.result, rt, U.block);
+  } else if (sc_.stage == 1) {
+    // The reduced block replaces this rank's owned elements of the full buffer.
+    unpack_block(g.result, sc_.compute, g.unit, static_cast<int>(r_),
+                 grad_full_.as<char>() + U.begin * b_, sc_.compute);
+  }
+  g.unit = -1;
+  g.result = nullptr;
+}
+
+void ShardedEngine::begin_step() {
+  for (auto& g : gslots_) complete_reduce(*g);
+  if (grad_full_.bytes()) std::memset(grad_full_.data(), 0, grad_full_.bytes());
+  if (grad_shard_.bytes()) std::memset(grad_shard_.data(), 0, grad_shard_.bytes());
+  in_backward_ = false;
+}
+
+void ShardedEngine::finish_grads() {
+  for (auto& g : gslots_) complete_reduce(*g);
+  if (replicate_ && replicate_->size() > 1) {
+    // HSDP: the shard holds the average over this shard group; average the
+    // shards of the replicas (same layout on every replica).
+    void* buf = sc_.stage >= 2 ? grad_shard_.data() : grad_full_.data();
+    const size_t count = sc_.stage >= 2 ? shard_elems_ : n_;
+    replicate_->all_reduce(buf, buf, count, sc_.compute, comm::ReduceOp::avg, sc_.algo);
+  }
+}
+
+// ---- optimizer side ----
+
+float* ShardedEngine::master(const Segment& s) {
+  if (master_.bytes()) return master_.as<float>() + s.shard;
+  if (sc_.stage == 3) return compute_shard_.as<float>() + s.shard;
+  return compute_full_.as<float>() + s.offset;  // fp32 replicated: update in place
+}
+
+const void* ShardedEngine::grad(const Segment& s) const {
+  if (sc_.stage >= 2) return grad_shard_.as<char>() + s.shard * b_;
+  return grad_full_.as<char>() + s.offset * b_;
+}
+
+bool ShardedEngine::local_grads_nonfinite() const {
+  for (const auto& s : owned_)
+    if (nonfinite(grad(s), sc_.compute, s.len)) return true;
+  return false;
+}
+
+double ShardedEngine::grad_sumsq(float mult) {
+  double ss = 0;
+  for (const auto& s : owned_) {
+    const void* g = grad(s);
+    const int64_t n = static_cast<int64_t>(s.len);
+    double part = 0;
+#pragma omp parallel for reduction(+ : part) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = static_cast<double>(load_as_f32(g, static_cast<size_t>(i), sc_.compute) * mult);
+      part += v * v;
+    }
+    ss += part;
+  }
+  if (sc_.stage > 0 && shard_.size() > 1) {
+    // Gather the partial sums as raw doubles (two f32 words each, copied bit
+    // for bit) and add them in rank order: the same double on every rank.
+    std::vector<double> all(static_cast<size_t>(shard_.size()));
+    shard_.all_gather(&ss, all.data(), 2, DType::f32);
+    ss = 0;
+    for (double x : all) ss += x;
+  }
+  return ss;
+}
+
+void ShardedEngine::gather_compute_full() {
+  // Stages 1/2: every rank's updated block travels once (all-gather per unit).
+  if (N_ == 1) return;
+  char* tmp = block_staging_.as<char>();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const Unit& U = units_[u];
+    char* mine = tmp + r_ * U.block * b_;
+    pack_block(compute_full_.as<char>() + U.begin * b_, sc_.compute, static_cast<int>(u),
+               static_cast<int>(r_), mine);
+    shard_.all_gather(mine, tmp, U.block, sc_.compute, sc_.algo);
+    for (size_t q = 0; q < N_; ++q)
+      unpack_block(tmp + q * U.block * b_, sc_.compute, static_cast<int>(u),
+                   static_cast<int>(q), compute_full_.as<char>() + U.begin * b_, sc_.compute);
+  }
+}
+
+void ShardedEngine::after_update() {
+  for (auto& s : slots_) {
+    if (s->work) complete(*s);
+    s->valid = false;
+    s->unit = -1;
+  }
+  const bool half = sc_.compute != DType::f32;
+  if (sc_.stage == 3) {
+    if (half) copy_cast(compute_shard_.data(), sc_.compute, master_.data(), DType::f32, shard_elems_);
+    return;
+  }
+  if (half) {
+    // Cast the owned master elements into the replicated compute copy.
+    for (const auto& s : owned_)
+      copy_cast(compute_full_.as<char>() + s.offset * b_, sc_.compute, master(s), DType::f32, s.len);
+  }
+  if (sc_.stage >= 1) gather_compute_full();
+}
+
+void ShardedEngine::init_weights(const model::GPT& model, uint64_t seed) {
+  std::vector<float> tmp;
+  for (const auto& s : owned_) model.init_weights_range(seed, master(s), s.offset, s.offset + s.len);
+  if (sc_.stage == 3) {
+    if (sc_.compute != DType::f32)
+      copy_cast(compute_shard_.data(), sc_.compute, master_.data(), DType::f32, shard_elems_);
+  } else if (sc_.compute != DType::f32 || sc_.stage > 0) {
+    // Every rank initialises the full compute copy itself (no traffic).
+    for (const auto& U : units_) {
+      tmp.resize(U.end - U.begin);
+      model.init_weights_range(seed, tmp.data(), U.begin, U.end);
+      copy_cast(compute_full_.as<char>() + U.begin * b_, sc_.compute, tmp.data(), DType::f32, tmp.size());
+    }
+  }
+  for (auto& s : slots_) s->valid = false, s->unit = -1;
+}
+
+void ShardedEngine::gather_master(float* out) {
+  std::memset(out, 0, n_ * sizeof(float));
+  for (const auto& s : owned_) std::memcpy(out + s.offset, master(s), s.len * sizeof(float));
+  // Exactly one rank contributes each element, so the sum is exact.
+  if (sc_.stage > 0 && shard_.size() > 1) shard_.all_reduce(out, out, n_, DType::f32, comm::ReduceOp::sum);
+}
+
+void ShardedEngine::assemble(const float* state, float* out) {
+  std::memset(out, 0, n_ * sizeof(float));
+  for (const auto& s : owned_) std::memcpy(out + s.offset, state + s.shard, s.len * sizeof(float));
+  if (sc_.stage > 0 && shard_.size() > 1) shard_.all_reduce(out, out, n_, DType::f32, comm::ReduceOp::sum);
+}
+
+void ShardedEngine::load_master(const float* full) {
+  for (const auto& s : owned_) std::memcpy(master(s), full + s.offset, s.len * sizeof(float));
+  if (sc_.stage == 3) {
+    if (sc_.compute != DType::f32)
+      copy_cast(compute_shard_.data(), sc_.compute, master_.data(), DType::f32, shard_elems_);
+  } else {
+    copy_cast(compute_full_.data(), sc_.compute, full, DType::f32, n_);
+  }
+  for (auto& s : slots_) s->valid = false, s->unit = -1;
+}
+
+uint64_t ShardedEngine::hash_compute_params() {
+  uint64_t h = kFnvBasis;
+  if (sc_.stage <= 2) return fnv(h, compute_full_.data(), n_ * b_);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const int U = static_cast<int>(u);
+    const float* p = acquire_params(U);
+    h = fnv(h, p, (units_[u].end - units_[u].begin) * sizeof(float));
+    release_params(U);
+  }
+  // Forget what the hash gathered, so checking does not change the next step's traffic.
+  for (auto& s : slots_) {
+    complete(*s);
+    s->valid = false, s->unit = -1;
+  }
+  last_acquired_ = -1;
+  return h;
+}
+
+}  // namespace braid::parallel

@@ -1,0 +1,181 @@
+// The sharding engine behind ZeRO stages 2 and 3 (Rajbhandari et al. 2020,
+// sec. 5.2-5.3), FSDP and HSDP (Zhao et al. 2023, "PyTorch FSDP", sec. 3-4), and
+// behind every stage under mixed precision (Micikevicius et al. 2018). It is the
+// model's UnitStorage: forward and backward take each unit's parameters and
+// gradient buffer from it, so parameters can be all-gathered just in time
+// (stage 3, the next unit prefetched asynchronously) and gradients
+// reduce-scattered unit by unit while backward runs (stages 2, 3).
+//
+// Shard layout. The flat parameter space is cut into units (embeddings, each
+// block, final LayerNorm; see model::UnitStorage) and each unit into groups:
+// one group per tensor for ZeRO (each tensor split over the ranks, as DeepSpeed
+// partitions each parameter), one group per unit for FSDP (the unit's flat
+// parameter split). Rank r owns [lo + r·c, min(lo + (r+1)·c, hi)) of a group
+// [lo, hi) with c = ceil((hi − lo)/N): possibly nothing. A rank's shard is the
+// concatenation over units and groups of its c-element slices; the slice tail
+// beyond hi is padding, kept at zero, so it never reaches a parameter.
+//
+// What each stage keeps per rank (b = bytes of the compute dtype, 2 or 4):
+//   stage 0: compute params Ψb, grads Ψb, master Ψ·4 (half only), moments 8Ψ
+//   stage 1: compute params Ψb, grads Ψb, master 4Ψ/N (half only), moments 8Ψ/N
+//   stage 2: compute params Ψb, grads Ψb/N, master 4Ψ/N (half only), moments 8Ψ/N
+//   stage 3: compute params Ψb/N, grads Ψb/N, master 4Ψ/N (half only), moments 8Ψ/N
+// (in fp32 the compute parameters are the master weights). Transient buffers
+// (gathered units, unit gradients, staging) are tagged comm and sized from the
+// largest unit.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "braid/comm/communicator.h"
+#include "braid/core/dtype.h"
+#include "braid/core/memory.h"
+#include "braid/model/gpt.h"
+
+namespace braid::parallel {
+
+struct ShardedConfig {
+  int stage = 3;                 // ZeRO stage 0..3
+  bool fsdp = false;             // one flat parameter per unit instead of per-tensor shards
+  DType compute = DType::f32;    // dtype of compute parameters, gradients and traffic
+  comm::Algorithm algo = comm::Algorithm::ring;
+};
+
+class ShardedEngine final : public model::UnitStorage {
+ public:
+  /// Valid elements owned by this rank: flat [offset, offset + len) <-> shard
+  /// [shard, shard + len) (at stage 0 the "shard" is the flat buffer).
+  struct Segment {
+    size_t offset, len, shard;
+  };
+
+  /// What rank `rank` of a shard group of `world` ranks allocates; computed
+  /// without allocating, by the same layout code the constructor uses.
+  struct Plan {
+    std::vector<Segment> owned;    // increasing offsets
+    size_t shard_elems = 0;        // elements of one shard incl. padding (same on every rank)
+    size_t state_elems = 0;        // elements of each AdamW moment on this rank
+    std::array<size_t, kNumMemCategories> bytes{};  // bytes the engine allocates, by category
+    /// Bytes one rank sends per all-gather / reduce-scatter of unit u (ring:
+    /// (N−1) blocks of the unit's per-rank slice); 0 when N = 1.
+    std::vector<size_t> unit_send_bytes;
+  };
+  /// Throws ConfigError for a stage outside 0..3 or rank outside [0, world).
+  static Plan plan(const model::GPTConfig& cfg, const ShardedConfig& sc, int world, int rank);
+
+  /// shard: the group parameters are sharded over. replicate: for HSDP the
+  /// group of ranks holding the same shard (gradient shards are averaged over
+  /// it), else nullptr. Both must outlive the engine.
+  ShardedEngine(const model::GPTConfig& cfg, const ShardedConfig& sc, comm::Communicator& shard,
+                comm::Communicator* replicate, MemoryLedger* ledger);
+  ~ShardedEngine() override;
+
+  // ---- model::UnitStorage ----
+  const float* acquire_params(int u) override;
+  void release_params(int u) override;
+  float* acquire_grads(int u) override;
+  void grads_ready(int u) override;
+
+  /// Sets master weights (and compute copies) to GPT's initialisation for `seed`.
+  void init_weights(const model::GPT& model, uint64_t seed);
+  /// Starts a step: zeroes the gradient accumulators.
+  void begin_step();
+  /// Stages 0/1 reduce only in the backward that ends accumulation: call with
+  /// true before the last micro-batch's backward (stages 2/3 reduce every one).
+  void set_sync(bool sync) { sync_ = sync; }
+  /// Waits for outstanding reductions; afterwards the owned gradient elements
+  /// hold the average over all data-parallel ranks (HSDP: also over replicas).
+  void finish_grads();
+  /// After the optimizer updated the master weights of the owned segments:
+  /// refresh the compute copies (all-gather at stages 1/2, cast at 0/3) and
+  /// forget gathered units.
+  void after_update();
+
+  const std::vector<Segment>& owned() const { return owned_; }
+  size_t state_elems() const { return state_elems_; }
+  /// f32 master weights of owned segment s (its len elements).
+  float* master(const Segment& s);
+  /// Gradient of owned segment s in grad_dtype() (its len elements).
+  const void* grad(const Segment& s) const;
+  DType grad_dtype() const { return sc_.compute; }
+  /// True if any owned gradient element is inf or NaN (local; reduce it over all ranks).
+  bool local_grads_nonfinite() const;
+
+  /// Sum of squares of the owned gradient elements times mult^2, summed over
+  /// the shard group (each element counted once; replicas are not summed).
+  double grad_sumsq(float mult);
+
+  /// Full f32 master weights into out (num_params), identical on all ranks.
+  /// Collective over the shard group.
+  void gather_master(float* out);
+  /// out (num_params) = per-rank state (state_elems, indexed by Segment::shard)
+  /// placed at its flat offsets and summed over the shard group (each element
+  /// has one owner, so the sum is exact). Collective over the shard group.
+  void assemble(const float* state, float* out);
+  /// Sets master weights (and compute copies) from full f32 parameters.
+  void load_master(const float* full);
+  /// FNV-1a hash of the compute parameters every rank computes with (stage 3:
+  /// of each unit as gathered). Collective at stage 3.
+  uint64_t hash_compute_params();
+
+  /// Test hook: the next grads_ready() puts +inf into its unit's first gradient.
+  void inject_inf_once() { inject_inf_ = true; }
+  /// Unit all-gathers issued so far (a gathered unit reused from its slot is not counted).
+  int64_t gathers_issued() const { return gathers_; }
+
+  const ShardedConfig& config() const { return sc_; }
+
+ private:
+  struct Group {
+    size_t lo, hi, c, off;  // flat range, per-rank slice, offset in the unit's rank block
+  };
+  struct Unit {
+    size_t begin, end;
+    std::vector<Group> groups;
+    size_t block = 0;       // elements of one rank's block (sum of c)
+    size_t shard_off = 0;   // offset of this unit's block in the shard
+  };
+  struct Slot;    // a gathered unit
+  struct GSlot;   // a unit gradient buffer with its pending reduction
+  static std::vector<Unit> make_units(const model::GPTConfig& cfg, const ShardedConfig& sc, size_t N);
+
+  Slot& slot_for(int u);
+  void fill(Slot& s, int u, bool async);
+  void complete(Slot& s);
+  void prefetch_after(int u);
+  void launch_reduce(GSlot& g);
+  void complete_reduce(GSlot& g);
+  void pack_block(const void* src_full, DType t, int u, int q, void* dst) const;
+  void unpack_block(const void* block, DType t, int u, int q, void* dst_unit, DType dt) const;
+  void gather_compute_full();
+
+  model::GPTConfig cfg_;
+  ShardedConfig sc_;
+  comm::Communicator& shard_;
+  comm::Communicator* replicate_;
+  size_t N_, r_, n_;
+  std::vector<Unit> units_;
+  std::vector<Segment> owned_;
+  size_t shard_elems_ = 0, state_elems_ = 0;
+  size_t b_;  // bytes per compute element
+  Buffer compute_full_;    // stages 0-2: (Ψ) compute dtype
+  Buffer compute_shard_;   // stage 3: (shard) compute dtype
+  Buffer master_;          // half: stage 0 (Ψ) / stages 1-3 (shard) f32
+  Buffer grad_full_;       // stages 0/1: (Ψ) compute dtype
+  Buffer grad_shard_;      // stages 2/3: (shard) compute dtype
+  std::vector<std::unique_ptr<Slot>> slots_;   // [0] unit 0, [1], [2] the others
+  std::vector<std::unique_ptr<GSlot>> gslots_; // [0] unit 0, [1], [2] the others
+  Buffer block_staging_;   // stages 1/2: N x largest block, for the parameter all-gather
+  size_t next_gslot_ = 1;
+  int last_acquired_ = -1;
+  bool in_backward_ = false;
+  bool sync_ = true;
+  bool inject_inf_ = false;
+  int64_t gathers_ = 0;
+  int64_t tick_ = 0;
+};
+
+}  // namespace braid::parallel
