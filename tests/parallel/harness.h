@@ -57,9 +57,10 @@ inline RankRuns run_ranks(const train::TrainOptions& o, int ranks, const std::ve
   comm::run_local(ranks, [&](comm::Communicator& w) {
     train::Trainer t(o, w, data, nullptr);
     auto recs = t.run();
+    const uint64_t h = t.param_hash();  // collective under ZeRO-3: outside the lock
     std::lock_guard<std::mutex> lk(mu);
     const auto r = static_cast<size_t>(w.rank());
-    res.hash[r] = t.param_hash();
+    res.hash[r] = h;
     res.steps[r] = std::move(recs);
     res.optimizer_bytes[r] = t.ledger().peak(MemCategory::optimizer);
   });

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "braid/core/error.h"
+#include "braid/parallel/sharded.h"
 #include "braid/parallel/zero.h"
 
 namespace braid::train {
@@ -37,8 +38,10 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   p.rank = rank;
   auto add = [&p](MemCategory c, size_t b) { p.bytes[static_cast<size_t>(c)] += b; };
 
-  // GPT(cfg, micro_batch, seq_len): params, grads, activations, workspace.
-  const model::GPTMemoryPlan g = model::GPT::memory_plan(p.config, o.micro_batch, o.seq_len);
+  // GPT(cfg, micro_batch, seq_len): params, grads, activations, workspace
+  // (parameters and gradients come from the sharding engine when it runs).
+  const bool engine = o.zero >= 2 || o.fsdp || o.precision != "fp32";
+  const model::GPTMemoryPlan g = model::GPT::memory_plan(p.config, o.micro_batch, o.seq_len, !engine);
   p.num_params = g.num_params;
   for (size_t i = 0; i < kNumMemCategories; ++i)
     add(static_cast<MemCategory>(i), g.bytes(static_cast<MemCategory>(i)));
@@ -46,7 +49,18 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   // Gradient sync: DDP allocates nothing in the ledger; ZeRO-1 owns a shard
   // and may stage the lowest bucket (same bucket size expression as Trainer).
   const size_t bucket_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024);
-  if (o.zero == 1) {
+  if (engine) {
+    parallel::ShardedConfig sc;
+    sc.stage = o.fsdp ? 3 : o.zero;
+    sc.fsdp = o.fsdp;
+    sc.compute = o.precision == "bf16" ? DType::bf16 : o.precision == "fp16" ? DType::f16 : DType::f32;
+    // HSDP shards within consecutive groups of S ranks (Trainer's split).
+    const int S = o.fsdp_shard_size > 0 ? o.fsdp_shard_size : world_size;
+    const auto e = parallel::ShardedEngine::plan(p.config, sc, S, rank % S);
+    p.num_params = model::GPT::unit_bounds(p.config).back();
+    for (size_t i = 0; i < kNumMemCategories; ++i) p.bytes[i] += e.bytes[i];
+    p.optimizer_elems = e.state_elems;
+  } else if (o.zero == 1) {
     const parallel::ZeroStage1::Plan z =
         parallel::ZeroStage1::plan(g.num_params, world_size, rank, bucket_bytes);
     p.optimizer_elems = z.shard_size;
