@@ -28,7 +28,10 @@ void add_plan(CLI::App& app) {
   c->add_option("--model", o.model, "Model config: tiny, small, gpt2")->capture_default_str();
   c->add_option("--ranks", a->ranks, "Ranks of the job (the DP degree)")->capture_default_str();
   c->add_option("--dp-mode", o.dp_mode, "ddp or ps (rank 0 is a parameter server)")->capture_default_str();
-  c->add_option("--zero", o.zero, "ZeRO stage: 0 (DDP) or 1 (AdamW moments sharded over DP)")->capture_default_str();
+  c->add_option("--zero", o.zero, "ZeRO stage 0..3")->capture_default_str();
+  c->add_flag("--fsdp", o.fsdp, "FSDP (stage 3 with one flat parameter per block)");
+  c->add_option("--fsdp-shard-size", o.fsdp_shard_size, "HSDP: shard within groups of S ranks")->capture_default_str();
+  c->add_option("--precision", o.precision, "fp32, bf16 or fp16")->capture_default_str();
   c->add_option("--batch", o.global_batch, "Global batch in sequences (over all DP ranks)")->capture_default_str();
   c->add_option("--micro-batch", o.micro_batch, "Sequences per forward/backward on one rank")->capture_default_str();
   c->add_option("--seq-len", o.seq_len, "Sequence length T (0: min(128, the model's block size))")->capture_default_str();

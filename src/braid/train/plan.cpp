@@ -125,27 +125,59 @@ std::string format_plan_table(const std::vector<MemoryPlan>& plans) {
   return os.str();
 }
 
+ZeroFormula zero_formula(const TrainOptions& o, size_t psi, int N) {
+  // Bytes per element: compute params p, grads g, master + moments K. fp32 has
+  // no separate master copy (p = g = 4, K = 8); mixed precision p = g = 2, K = 12
+  // (Rajbhandari et al. 2020, sec. 3.1 and Fig. 1).
+  const bool half = o.precision != "fp32";
+  const double P = half ? 2 : 4, G = P, K = half ? 12 : 8;
+  const int stage = o.fsdp ? 3 : o.zero;
+  const double S = static_cast<double>(psi), n = static_cast<double>(N);
+  ZeroFormula f;
+  char txt[96];
+  const char* k = half ? "12" : "8";
+  switch (stage) {
+    case 0:
+      f.bytes = (P + G + K) * S;
+      std::snprintf(txt, sizeof txt, "(%g+%g+%s) Psi", P, G, k);
+      break;
+    case 1:
+      f.bytes = (P + G) * S + K * S / n;
+      std::snprintf(txt, sizeof txt, "%g Psi + %s Psi/N", P + G, k);
+      break;
+    case 2:
+      f.bytes = P * S + (G + K) * S / n;
+      std::snprintf(txt, sizeof txt, "%g Psi + (%g+%s) Psi/N", P, G, k);
+      break;
+    default:
+      f.bytes = (P + G + K) * S / n;
+      std::snprintf(txt, sizeof txt, "(%g+%g+%s) Psi/N", P, G, k);
+  }
+  f.text = txt;
+  return f;
+}
+
 std::string format_zero_formulas(const std::vector<MemoryPlan>& plans) {
   std::ostringstream os;
   if (plans.empty()) return "";
-  const double psi = static_cast<double>(plans[0].num_params);
-  const int N = plans[0].world_size;
-  const double ddp = 16 * psi, z1 = 4 * psi + 4 * psi + 8 * psi / N;
-  char s[320];
+  const MemoryPlan& p0 = plans[0];
+  const int S = p0.options.fsdp_shard_size > 0 ? p0.options.fsdp_shard_size : p0.world_size;
+  const int stage = p0.options.fsdp ? 3 : p0.options.zero;
+  const ZeroFormula f = zero_formula(p0.options, p0.num_params, S);
+  char s[400];
   std::snprintf(s, sizeof s,
-                "model states per rank in fp32 (Psi = %zu elements incl. alignment gaps, N = %d):\n"
-                "  DDP     16 Psi                = %.0f bytes (%s)\n"
-                "  ZeRO-1  4 Psi + 4 Psi + 8 Psi/N = %.0f bytes (%s)\n",
-                plans[0].num_params, N, ddp, format_bytes(ddp).c_str(), z1, format_bytes(z1).c_str());
+                "model states per rank, ZeRO stage %d in %s (Psi = %zu elements incl. alignment gaps, "
+                "N = %d sharding ranks): %s = %.0f bytes (%s)\n",
+                stage, p0.options.precision.c_str(), p0.num_params, S, f.text.c_str(), f.bytes,
+                format_bytes(f.bytes).c_str());
   os << s;
   for (const auto& p : plans) {
-    const double ref = p.options.zero == 1 ? z1 : ddp;
     const double got = static_cast<double>(p.model_state_bytes());
     std::snprintf(s, sizeof s,
                   "  predicted rank %d: params + master + grads + optimizer = %zu bytes (%s), "
-                  "%+.0f bytes (%+.4f%%) vs %s\n",
-                  p.rank, p.model_state_bytes(), format_bytes(got).c_str(), got - ref,
-                  100.0 * (got - ref) / ref, p.options.zero == 1 ? "ZeRO-1" : "DDP");
+                  "%+.0f bytes (%+.4f%%) vs the formula (shard padding)\n",
+                  p.rank, p.model_state_bytes(), format_bytes(got).c_str(), got - f.bytes,
+                  100.0 * (got - f.bytes) / f.bytes);
     os << s;
   }
   return os.str();

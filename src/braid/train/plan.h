@@ -48,9 +48,17 @@ std::string format_ledger_line(const MemoryPlan& p);
 /// A table of exact bytes (and MiB) per category, one row per plan given.
 std::string format_plan_table(const std::vector<MemoryPlan>& plans);
 
-/// The fp32 model-state formulas of the ZeRO paper for reference: 16Ψ bytes per
-/// rank for DDP (4Ψ params + 4Ψ grads + 8Ψ AdamW moments) and 4Ψ + 4Ψ + 8Ψ/N
-/// for ZeRO-1, next to the predicted model-state bytes of each plan.
+/// The model-state bytes per rank the ZeRO paper predicts (Rajbhandari et al.
+/// 2020, sec. 5): stage 0 (p+g+K)Ψ, 1 (p+g)Ψ + KΨ/N, 2 pΨ + (g+K)Ψ/N, 3
+/// (p+g+K)Ψ/N, with p = g = 2, K = 12 in mixed precision and p = g = 4, K = 8 in
+/// fp32 (no separate master copy). N: the ranks the state is sharded over.
+struct ZeroFormula {
+  double bytes = 0;
+  std::string text;  // e.g. "2 Psi + (2+12) Psi/N"
+};
+ZeroFormula zero_formula(const TrainOptions& o, size_t psi, int N);
+
+/// The formula for the plans' options next to each plan's predicted model states.
 std::string format_zero_formulas(const std::vector<MemoryPlan>& plans);
 
 /// What the ledger (and so the plan) does not count.

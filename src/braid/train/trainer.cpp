@@ -527,6 +527,11 @@ void Trainer::save(const std::string& path, int64_t next_step) {
                {"step", next_step},            {"n_params", n},
                {"seed", opt_.seed},            {"global_batch", opt_.global_batch},
                {"seq_len", opt_.seq_len}};
+  if (scaler_->enabled()) {
+    const LossScalerState st = scaler_->state();
+    ck.header["loss_scale"] = {{"scale", st.scale}, {"growth_tracker", st.growth_tracker},
+                               {"hysteresis_left", st.hysteresis_left}};
+  }
   ck.params = params;
   ck.m = mp;
   ck.v = vp;
@@ -556,6 +561,11 @@ int64_t Trainer::load(const std::string& path) {
     std::copy_n(v.data() + u.offset, u.len, v_.as<float>() + u.state);
   }
   if (engine_) engine_->load_master(full.data());
+  if (scaler_->enabled() && hdr.contains("loss_scale")) {
+    const auto& ls = hdr["loss_scale"];
+    scaler_->set_state({ls.at("scale").get<float>(), ls.at("growth_tracker").get<int64_t>(),
+                        ls.at("hysteresis_left").get<int64_t>()});
+  }
   return step;
 }
 

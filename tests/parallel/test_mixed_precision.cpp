@@ -1,0 +1,138 @@
+// Mixed precision: bf16/fp16 compute copies with fp32 master weights track the
+// fp32 run; fp16 dynamic loss scaling skips overflowing steps on every rank
+// together. Sharded layouts in half precision equal their single-rank run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "braid/train/trainer.h"
+#include "parallel/harness.h"
+
+using namespace braid;
+
+namespace {
+
+using testing_harness::synthetic_tokens;
+using Runs = testing_harness::RankRuns;
+const auto run = testing_harness::run_ranks;
+
+// Tolerances against fp32 over the 20 steps of tiny_options. Each gradient
+// element is rounded once to the compute format (unit roundoff u: bf16 2^-8 ≈
+// 3.9e-3, fp16 2^-11 ≈ 4.9e-4), and matmul operands are rounded likewise, so
+// the gradient norm may differ by about u; it is allowed 2.5u (drift over the
+// steps). The loss averages B·T per-token values whose rounding errors mostly
+// cancel: observed below u/30, allowed u/4.
+struct Tol {
+  double loss, norm;
+};
+constexpr Tol kBf16{1e-3, 1e-2};
+constexpr Tol kFp16{1.2e-4, 1.2e-3};
+
+void expect_track(const std::vector<train::StepRecord>& got, const std::vector<train::StepRecord>& ref,
+                  Tol tol, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i].loss, ref[i].loss, tol.loss * ref[i].loss) << what << " step " << i;
+    EXPECT_NEAR(got[i].grad_norm, ref[i].grad_norm, tol.norm * ref[i].grad_norm) << what << " step " << i;
+    EXPECT_FALSE(got[i].skipped) << what << " step " << i;
+  }
+}
+
+}  // namespace
+
+TEST(MixedPrecision, HalfPrecisionTracksFp32) {
+  const auto data = synthetic_tokens(20000, 51);
+  auto o = testing_harness::tiny_options(11);
+  const Runs fp32 = run(o, 1, data);
+  for (const char* prec : {"bf16", "fp16"}) {
+    const Tol tol = std::string(prec) == "bf16" ? kBf16 : kFp16;
+    auto h = o;
+    h.precision = prec;
+    expect_track(run(h, 1, data).steps[0], fp32.steps[0], tol, std::string(prec) + " single rank");
+    // Every stage at dp = 2 (stages 0/1 run through the sharding engine in
+    // half precision), plus FSDP at dp = 3.
+    for (int zero : {0, 1, 2, 3}) {
+      h.zero = zero;
+      const Runs got = run(h, 2, data);
+      expect_track(got.steps[0], fp32.steps[0], tol, std::string(prec) + " zero" + std::to_string(zero));
+      EXPECT_EQ(std::set<uint64_t>(got.hash.begin(), got.hash.end()).size(), 1u) << prec << zero;
+    }
+    h.zero = 0;
+    h.fsdp = true;
+    expect_track(run(h, 3, data).steps[0], fp32.steps[0], tol, std::string(prec) + " fsdp dp=3");
+    h.fsdp = false;
+  }
+}
+
+TEST(MixedPrecision, ShardedBf16EqualsSingleRankBf16) {
+  // Same arithmetic per element except the order of the gradient reduction,
+  // so the sharded half-precision runs agree with one rank's far more closely
+  // than with fp32: bf16 rounding of a sum of 2-4 terms moves it by at most
+  // one bf16 ulp (2^-8 relative) per element.
+  const auto data = synthetic_tokens(20000, 53);
+  auto o = testing_harness::tiny_options(12);
+  o.precision = "bf16";
+  const Runs single = run(o, 1, data);
+  o.zero = 3;
+  for (int dp : {2, 4}) {
+    const Runs got = run(o, dp, data);
+    expect_track(got.steps[0], single.steps[0], Tol{2e-4, 1e-2}, "bf16 zero3 dp=" + std::to_string(dp));
+  }
+}
+
+TEST(MixedPrecision, InfOnOneRankSkipsTheStepEverywhere) {
+  const auto data = synthetic_tokens(20000, 57);
+  auto o = testing_harness::tiny_options(13);
+  o.steps = 8;
+  o.precision = "fp16";
+  o.loss_scale.initial_scale = 1024;
+  o.loss_scale.growth_interval = 1000;
+  const int k = 4;
+  for (int zero : {1, 2, 3}) {
+    for (int N : {2, 3}) {
+      o.zero = zero;
+      o.inject_inf_rank = N - 1;
+      o.inject_inf_step = k;
+      const Runs got = run(o, N, data);
+      auto clean = o;
+      clean.inject_inf_rank = -1;
+      const Runs ref = run(clean, N, data);
+      const std::string what = "zero" + std::to_string(zero) + " N=" + std::to_string(N);
+      for (int r = 0; r < N; ++r) {
+        const auto& s = got.steps[static_cast<size_t>(r)];
+        for (int i = 0; i < o.steps; ++i) {
+          const auto& rec = s[static_cast<size_t>(i)];
+          EXPECT_EQ(rec.skipped, i == k) << what << " rank " << r << " step " << i;
+          // The scale halves right after the overflow, on every rank.
+          EXPECT_EQ(rec.loss_scale, i <= k ? 1024.f : 512.f) << what << " rank " << r << " step " << i;
+        }
+        // Up to step k the run is the clean run; step k changes nothing, so
+        // step k+1 trains on the parameters of step k-1.
+        for (int i = 0; i <= k; ++i)
+          EXPECT_EQ(s[static_cast<size_t>(i)].loss, ref.steps[0][static_cast<size_t>(i)].loss) << what;
+        EXPECT_NE(s[static_cast<size_t>(k) + 1].loss, ref.steps[0][static_cast<size_t>(k) + 1].loss) << what;
+      }
+      EXPECT_EQ(std::set<uint64_t>(got.hash.begin(), got.hash.end()).size(), 1u) << what;
+    }
+  }
+  // Hysteresis 2: the first overflow skips the step but keeps the scale.
+  o.zero = 2;
+  o.loss_scale.hysteresis = 2;
+  o.inject_inf_rank = 0;
+  const Runs h = run(o, 2, data);
+  EXPECT_TRUE(h.steps[1][k].skipped);
+  EXPECT_EQ(h.steps[1][k + 1].loss_scale, 1024.f);
+}
+
+TEST(MixedPrecision, Fp16ScaleGrowsAfterCleanSteps) {
+  const auto data = synthetic_tokens(20000, 59);
+  auto o = testing_harness::tiny_options(14);
+  o.steps = 7;
+  o.precision = "fp16";
+  o.loss_scale.initial_scale = 256;
+  o.loss_scale.growth_interval = 3;
+  const Runs got = run(o, 2, data);
+  const float expect[] = {256, 256, 256, 512, 512, 512, 1024};
+  for (size_t i = 0; i < 7; ++i) EXPECT_EQ(got.steps[0][i].loss_scale, expect[i]) << "step " << i;
+}
