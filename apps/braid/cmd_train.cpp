@@ -59,8 +59,28 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
       std::fflush(stdout);
     }
     trainer.run();
-    if (log) {
-      std::printf("peak memory rank 0: %s\n", trainer.ledger().report().c_str());
+    {
+      // Peak bytes per category of every rank, printed by rank 0 (one line per rank).
+      std::vector<uint64_t> mine(kNumMemCategories + 1), all(mine.size() * size_t(world.size()));
+      for (size_t c = 0; c < kNumMemCategories; ++c) mine[c] = trainer.ledger().peak(static_cast<MemCategory>(c));
+      mine[kNumMemCategories] = trainer.ledger().peak_total();
+      if (world.size() > 1) {
+        // Raw 64-bit words travel as f32 pairs; all-gather copies bits without arithmetic.
+        world.all_gather(mine.data(), all.data(), 2 * mine.size(), DType::f32);
+      } else {
+        all = mine;
+      }
+      if (log) {
+        for (int r = 0; r < world.size(); ++r) {
+          const uint64_t* v = all.data() + size_t(r) * mine.size();
+          std::string line;
+          for (size_t c = 0; c < kNumMemCategories; ++c)
+            line += std::string(c ? " " : "") + mem_category_name(static_cast<MemCategory>(c)) + "=" +
+                    format_bytes(static_cast<double>(v[c]));
+          std::printf("peak memory rank %d: %s total=%s\n", r, line.c_str(),
+                      format_bytes(static_cast<double>(v[kNumMemCategories])).c_str());
+        }
+      }
     }
     // With sharded parameters every rank takes part in each forward.
     if (opt.sample_tokens > 0 && (world.rank() == 0 || trainer.forward_is_collective())) {

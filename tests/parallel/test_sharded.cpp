@@ -142,6 +142,21 @@ TEST(Sharded, GradientAccumulationAndHybridSharding) {
   }
 }
 
+TEST(Sharded, RanksOwningNothingOfATensor) {
+  // N = 9 on tiny: a 64-element LayerNorm tensor gives c = 8, so rank 8 owns
+  // none of it (and a gathered unit carries zero padding of whole slices).
+  const auto data = synthetic_tokens(20000, 39);
+  auto o = testing_harness::tiny_options(5);
+  o.steps = 5;
+  o.global_batch = 9;
+  const Runs single = run(o, 1, data);
+  for (const Mode& m : {Mode{"zero3", 3, false, 0}, Mode{"fsdp", 0, true, 0}, Mode{"hsdp 3x3", 0, true, 3}}) {
+    const Runs got = run(with(o, m), 9, data);
+    expect_close(got.steps[0], single.steps[0], std::string(m.name) + " dp=9 vs single");
+    EXPECT_EQ(std::set<uint64_t>(got.hash.begin(), got.hash.end()).size(), 1u) << m.name;
+  }
+}
+
 TEST(Sharded, CheckpointsResumeAcrossLayouts) {
   const auto data = synthetic_tokens(20000, 41);
   auto o = testing_harness::tiny_options(8);
