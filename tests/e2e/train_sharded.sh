@@ -48,7 +48,7 @@ PY
 timeout 300 "${MPIRUN[@]}" -np 4 "$BRAID" train "${common[@]}" --steps 6 --zero 1 \
   --resume "$tmp/f.ckpt" > "$tmp/resume.txt" 2>&1 || { cat "$tmp/resume.txt"; fail "resume across layouts"; }
 grep -q "resumed from" "$tmp/resume.txt" || fail "resume line"
-out=$(timeout 120 "$BRAID" train --model tiny --precision nope --steps 1 2>&1); rc=$?
+out=$(timeout 120 "$BRAID" train "${common[@]}" --precision nope 2>&1); rc=$?
 [ $rc -ne 0 ] && echo "$out" | grep -q "use fp32, bf16 or fp16" || fail "precision message: $out"
 out=$(timeout 120 "${MPIRUN[@]}" -np 3 "$BRAID" train "${common[@]}" --batch 3 --fsdp --fsdp-shard-size 2 2>&1); rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && echo "$out" | grep -q "use a divisor of 3" || fail "hsdp message rc=$rc: $out"

@@ -277,7 +277,7 @@ TEST(Sharded, ConfigErrorsNameTheFix) {
   auto o = testing_harness::tiny_options(1);
   auto bad = o;
   bad.zero = 4;
-  expect_config_error(bad, 1, "use 0, 1, 2 or 3");
+  expect_config_error(bad, 1, "2 (+ gradients) or 3 (+ parameters)");
   bad = o;
   bad.fsdp = true;
   bad.zero = 2;
