@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "braid/comm/communicator.h"
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
 #include "braid/kernels/cpu/attention.h"
@@ -59,6 +60,9 @@ constexpr size_t kAlign = 16;  // floats (64 bytes)
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
+int TensorParallel::size() const { return comm ? comm->size() : 1; }
+int TensorParallel::rank() const { return comm ? comm->rank() : 0; }
+
 size_t GPTMemoryPlan::bytes(MemCategory c) const {
   switch (c) {
     case MemCategory::compute_params: return params_bytes;
@@ -73,100 +77,165 @@ size_t GPTMemoryPlan::total_bytes() const {
   return params_bytes + grads_bytes + acts_bytes + tokens_bytes + workspace_bytes;
 }
 
-size_t GPT::build_param_table(const GPTConfig& cfg, std::vector<ParamInfo>* table,
+void GPT::validate_tp(const GPTConfig& cfg, int tp) {
+  BRAID_CONFIG_CHECK(tp >= 1, "--tp ", tp, " must be >= 1");
+  std::string divisors;
+  for (int64_t d = 1; d <= cfg.n_head; ++d)
+    if (cfg.n_head % d == 0) divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
+  BRAID_CONFIG_CHECK(cfg.n_head % tp == 0, "--tp ", tp, " does not divide n_head=", cfg.n_head,
+                     " of model '", cfg.name, "' (attention heads are split over TP ranks); use ",
+                     divisors);
+  BRAID_CONFIG_CHECK(cfg.padded_vocab_size % tp == 0, "--tp ", tp,
+                     " does not divide the padded vocabulary ", cfg.padded_vocab_size,
+                     "; pad the vocabulary to a multiple of 64 x tp = ", 64 * tp);
+}
+
+size_t GPT::full_index(const ParamInfo& p, size_t local, int tp_rank, int tp) {
+  if (p.tp_dim < 0 || tp == 1) return local;
+  const size_t cols_l = p.shape.size() > 1 ? size_t(p.shape[1]) : 1;
+  const size_t row = local / cols_l, col = local % cols_l;
+  if (p.tp_dim == 1) {
+    const size_t cols = size_t(p.full_shape[1]);
+    return row * cols + size_t(tp_rank) * cols_l + col;
+  }
+  // Rows split inside each of tp_blocks equal row blocks.
+  const size_t rows_full = size_t(p.full_shape[0]);
+  const size_t block_rows = rows_full / size_t(p.tp_blocks), block_rows_l = block_rows / size_t(tp);
+  const size_t b = row / block_rows_l, within = row % block_rows_l;
+  const size_t full_row = b * block_rows + size_t(tp_rank) * block_rows_l + within;
+  return full_row * cols_l + col;
+}
+
+size_t GPT::build_param_table(const GPTConfig& cfg, int tp, std::vector<ParamInfo>* table,
                               std::vector<size_t>* layer_begin) {
-  const int64_t C = cfg.n_embd, L = cfg.n_layer, Vp = cfg.padded_vocab_size;
+  const int64_t C = cfg.n_embd, L = cfg.n_layer, Vp = cfg.padded_vocab_size, P = tp;
   size_t off = 0;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool wd, int layer) {
+  // tp_dim 0: rows split (column-parallel output features, vocab rows);
+  // tp_dim 1: columns split (row-parallel input features).
+  auto add = [&](const std::string& name, std::vector<int64_t> full, bool wd, int layer, int dim,
+                 int blocks = 1) {
+    std::vector<int64_t> shape = full;
+    if (dim >= 0) shape[size_t(dim)] /= P;
     size_t n = 1;
-    for (int64_t s : shape) n *= size_t(s);
-    table->push_back({name, std::move(shape), off, n, wd, layer});
+    for (int64_t x : shape) n *= size_t(x);
+    ParamInfo pi;
+    pi.name = name;
+    pi.shape = shape;
+    pi.offset = off;
+    pi.numel = n;
+    pi.weight_decay = wd;
+    pi.layer = layer;
+    pi.full_shape = std::move(full);
+    pi.tp_dim = P > 1 ? dim : -1;
+    pi.tp_blocks = blocks;
+    table->push_back(std::move(pi));
     off = align_up(off + n);
   };
-  add("wte.weight", {Vp, C}, true, -1);
-  add("wpe.weight", {cfg.block_size, C}, true, -1);
+  add("wte.weight", {Vp, C}, true, -1, 0);
+  add("wpe.weight", {cfg.block_size, C}, true, -1, -1);
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     const int li = int(l);
     layer_begin->push_back(off);
-    add(p + "ln_1.weight", {C}, false, li);
-    add(p + "ln_1.bias", {C}, false, li);
-    add(p + "attn.c_attn.weight", {3 * C, C}, true, li);
-    add(p + "attn.c_attn.bias", {3 * C}, false, li);
-    add(p + "attn.c_proj.weight", {C, C}, true, li);
-    add(p + "attn.c_proj.bias", {C}, false, li);
-    add(p + "ln_2.weight", {C}, false, li);
-    add(p + "ln_2.bias", {C}, false, li);
-    add(p + "mlp.c_fc.weight", {4 * C, C}, true, li);
-    add(p + "mlp.c_fc.bias", {4 * C}, false, li);
-    add(p + "mlp.c_proj.weight", {C, 4 * C}, true, li);
-    add(p + "mlp.c_proj.bias", {C}, false, li);
+    add(p + "ln_1.weight", {C}, false, li, -1);
+    add(p + "ln_1.bias", {C}, false, li, -1);
+    add(p + "attn.c_attn.weight", {3 * C, C}, true, li, 0, 3);
+    add(p + "attn.c_attn.bias", {3 * C}, false, li, 0, 3);
+    add(p + "attn.c_proj.weight", {C, C}, true, li, 1);
+    add(p + "attn.c_proj.bias", {C}, false, li, -1);
+    add(p + "ln_2.weight", {C}, false, li, -1);
+    add(p + "ln_2.bias", {C}, false, li, -1);
+    add(p + "mlp.c_fc.weight", {4 * C, C}, true, li, 0);
+    add(p + "mlp.c_fc.bias", {4 * C}, false, li, 0);
+    add(p + "mlp.c_proj.weight", {C, 4 * C}, true, li, 1);
+    add(p + "mlp.c_proj.bias", {C}, false, li, -1);
   }
   layer_begin->push_back(off);
-  add("ln_f.weight", {C}, false, int(L));
-  add("ln_f.bias", {C}, false, int(L));
+  add("ln_f.weight", {C}, false, int(L), -1);
+  add("ln_f.bias", {C}, false, int(L), -1);
   layer_begin->push_back(off);
   return off;
 }
 
-std::vector<size_t> GPT::unit_bounds(const GPTConfig& cfg) {
+std::vector<size_t> GPT::unit_bounds(const GPTConfig& cfg, int tp) {
   cfg.validate();
+  validate_tp(cfg, tp);
   std::vector<ParamInfo> table;
   std::vector<size_t> layer_begin;
-  build_param_table(cfg, &table, &layer_begin);
+  build_param_table(cfg, tp, &table, &layer_begin);
   std::vector<size_t> b{0};
   b.insert(b.end(), layer_begin.begin(), layer_begin.end());
   return b;
 }
 
-std::vector<ParamInfo> GPT::param_table(const GPTConfig& cfg) {
+std::vector<ParamInfo> GPT::param_table(const GPTConfig& cfg, int tp) {
   cfg.validate();
+  validate_tp(cfg, tp);
   std::vector<ParamInfo> table;
   std::vector<size_t> layer_begin;
-  build_param_table(cfg, &table, &layer_begin);
+  build_param_table(cfg, tp, &table, &layer_begin);
   return table;
 }
 
 GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T,
-                               bool owns_state) {
+                               bool owns_state, int tp, bool sp, float dropout) {
   cfg.validate();
+  validate_tp(cfg, tp);
   BRAID_CONFIG_CHECK(max_B > 0 && max_T > 0, "GPT: max_B=", max_B, " and max_T=", max_T,
                      " must be positive");
   BRAID_CONFIG_CHECK(max_T <= cfg.block_size, "GPT: sequence length ", max_T,
                      " exceeds block_size=", cfg.block_size, " of model '", cfg.name,
                      "'; use T <= ", cfg.block_size);
+  BRAID_CONFIG_CHECK(!sp || (max_B * max_T) % tp == 0, "--sequence-parallel shards the ",
+                     max_B * max_T, " token rows of a micro-batch (micro-batch ", max_B, " x seq-len ",
+                     max_T, ") over --tp ", tp, "; choose sizes whose product divides by ", tp);
   GPTMemoryPlan m;
   std::vector<ParamInfo> table;
   std::vector<size_t> layer_begin;
-  m.num_params = build_param_table(cfg, &table, &layer_begin);
+  m.num_params = build_param_table(cfg, tp, &table, &layer_begin);
   m.params_bytes = owns_state ? m.num_params * sizeof(float) : 0;
   m.grads_bytes = owns_state ? m.num_params * sizeof(float) : 0;
 
-  const int64_t C = cfg.n_embd, L = cfg.n_layer, Vp = cfg.padded_vocab_size;
-  const size_t BT = size_t(max_B * max_T), BTC = BT * size_t(C), NH = size_t(cfg.n_head);
-  // Per block (see layer_acts): ln1, atty, attproj, res2, ln2, fcproj, res3 (7 BTC),
-  // qkv, qkvr (3 BTC each), fch, fch_gelu (4 BTC each) = 21 BTC; 4 LayerNorm
-  // statistics of BT; the attention matrix B x NH x T x T.
-  m.layer_act_floats = BTC * 21 + 4 * BT + size_t(max_B) * NH * size_t(max_T * max_T);
-  // Head: encoded, lnf (BTC each), lnf_mean, lnf_rstd, lse, losses (BT each), logits (BT x Vp).
-  m.act_floats = m.layer_act_floats * size_t(L) + BTC * 2 + BT * 4 + BT * size_t(Vp);
+  const size_t P = size_t(tp);
+  const size_t C = size_t(cfg.n_embd), L = size_t(cfg.n_layer), Vpl = size_t(cfg.padded_vocab_size) / P;
+  const size_t Cl = C / P, NHl = size_t(cfg.n_head) / P;
+  const size_t BT = size_t(max_B * max_T), rows = sp ? BT / P : BT;
+  // Per block (see layer_acts): ln1, attproj, res2, ln2, fcproj, res3 (rows x C
+  // each: token rows of this rank); qkv, qkvr (BT x 3C/tp each), atty (BT x C/tp),
+  // fch, fch_gelu (BT x 4C/tp each); 4 LayerNorm statistics of rows; the
+  // attention matrix B x NH/tp x T x T.
+  m.layer_act_floats = rows * C * 6 + BT * Cl * (3 + 3 + 1 + 4 + 4) + 4 * rows +
+                       size_t(max_B) * NHl * size_t(max_T * max_T);
+  // Head: encoded, lnf (rows x C each), lnf_mean, lnf_rstd (rows each), lse,
+  // losses (BT each), logits (BT x Vp/tp).
+  m.act_floats = m.layer_act_floats * L + rows * C * 2 + rows * 2 + BT * 2 + BT * Vpl;
   m.acts_bytes = m.act_floats * sizeof(float);
   const size_t att_scratch =
-      std::max(k::attention_forward_scratch_floats(max_B, max_T, C),
-               k::attention_backward_scratch_floats(max_B, max_T, C, cfg.n_head));
-  // dres, dln, datty (BTC each), dqkv (3 BTC), dfch (4 BTC), dlogits (BT x Vp), attention scratch.
-  m.scratch_floats = BTC * 10 + BT * size_t(Vp) + att_scratch;
+      std::max(k::attention_forward_scratch_floats(max_B, max_T, int64_t(Cl)),
+               k::attention_backward_scratch_floats(max_B, max_T, int64_t(Cl), int64_t(NHl)));
+  // dres (rows x C), dln (BT x C), datty (BT x C/tp), dqkv (3 BT x C/tp), dfch
+  // (4 BT x C/tp), dlogits (BT x Vp/tp), attention scratch; with TP > 1 the
+  // vocab-parallel loss statistics (3 BT) and, with sequence parallelism, a
+  // gather buffer (BT x C); with dropout a masked-gradient buffer (rows x C).
+  m.scratch_floats = rows * C + BT * C + BT * Cl * 8 + BT * Vpl + att_scratch;
+  if (tp > 1) m.scratch_floats += 3 * BT;
+  if (sp) m.scratch_floats += BT * C;
+  if (dropout > 0) m.scratch_floats += rows * C;
   m.workspace_bytes = m.scratch_floats * sizeof(float);
   m.tokens_bytes = 2 * BT * sizeof(int32_t);
   return m;
 }
 
 GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger,
-         UnitStorage* storage)
-    : cfg_(cfg), max_B_(max_B), max_T_(max_T), storage_(storage) {
-  // Validates cfg, max_B and max_T; every size below comes from the plan.
-  const GPTMemoryPlan plan = memory_plan(cfg_, max_B, max_T, storage == nullptr);
-  num_params_ = build_param_table(cfg_, &table_, &layer_begin_);
+         UnitStorage* storage, const TensorParallel& tp, float dropout)
+    : cfg_(cfg), max_B_(max_B), max_T_(max_T), storage_(storage), tp_(tp), dropout_(dropout) {
+  tpn_ = tp_.size();
+  tpr_ = tp_.rank();
+  BRAID_CONFIG_CHECK(dropout >= 0.0f && dropout < 1.0f, "--dropout ", dropout, " must be in [0, 1)");
+  // Validates cfg, max_B, max_T and TP; every size below comes from the plan.
+  const GPTMemoryPlan plan =
+      memory_plan(cfg_, max_B, max_T, storage == nullptr, tpn_, tp_.sequence_parallel, dropout);
+  num_params_ = build_param_table(cfg_, tpn_, &table_, &layer_begin_);
   BRAID_CHECK(num_params_ == plan.num_params, "parameter table out of sync with memory_plan");
   units_.push_back(0);
   units_.insert(units_.end(), layer_begin_.begin(), layer_begin_.end());
@@ -175,28 +244,33 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
     grads_ = Buffer(plan.grads_bytes, MemCategory::grads, ledger);
   }
 
-  const int64_t C = cfg_.n_embd, L = cfg_.n_layer, Vp = cfg_.padded_vocab_size;
-  const size_t BT = size_t(max_B * max_T), BTC = BT * size_t(C);
+  const size_t P = size_t(tpn_);
+  const size_t C = size_t(cfg_.n_embd), L = size_t(cfg_.n_layer), Vpl = size_t(cfg_.padded_vocab_size) / P;
+  const size_t Cl = C / P;
+  const size_t BT = size_t(max_B * max_T), rows = tp_.sequence_parallel ? BT / P : BT;
   layer_act_floats_ = plan.layer_act_floats;
   acts_ = Buffer(plan.acts_bytes, MemCategory::activations, ledger);
-  float* a = acts_.as<float>() + layer_act_floats_ * size_t(L);
-  encoded_ = a, a += BTC;
-  lnf_ = a, a += BTC;
-  lnf_mean_ = a, a += BT;
-  lnf_rstd_ = a, a += BT;
+  float* a = acts_.as<float>() + layer_act_floats_ * L;
+  encoded_ = a, a += rows * C;
+  lnf_ = a, a += rows * C;
+  lnf_mean_ = a, a += rows;
+  lnf_rstd_ = a, a += rows;
   lse_ = a, a += BT;
   losses_ = a, a += BT;
-  logits_ = a, a += BT * size_t(Vp);
+  logits_ = a, a += BT * Vpl;
   BRAID_CHECK(a == acts_.as<float>() + plan.act_floats, "activation layout out of sync with memory_plan");
 
   scratch_ = Buffer(plan.workspace_bytes, MemCategory::workspace, ledger);
   float* s = scratch_.as<float>();
-  dres_ = s, s += BTC;
-  dln_ = s, s += BTC;
-  datty_ = s, s += BTC;
-  dqkv_ = s, s += 3 * BTC;
-  dfch_ = s, s += 4 * BTC;
-  dlogits_ = s, s += BT * size_t(Vp);
+  dres_ = s, s += rows * C;
+  dln_ = s, s += BT * C;
+  datty_ = s, s += BT * Cl;
+  dqkv_ = s, s += 3 * BT * Cl;
+  dfch_ = s, s += 4 * BT * Cl;
+  dlogits_ = s, s += BT * Vpl;
+  if (tpn_ > 1) ce_max_ = s, s += BT, ce_sum_ = s, s += 2 * BT;
+  if (tp_.sequence_parallel) gbuf_ = s, s += BT * C;
+  if (dropout_ > 0) dtmp_ = s, s += rows * C;
   att_scratch_ = s;
   BRAID_CHECK(size_t(s - scratch_.as<float>()) <= plan.scratch_floats,
               "scratch layout out of sync with memory_plan");
@@ -220,7 +294,9 @@ GPT::LayerParams GPT::layer_params(const float* unit, int64_t l) const {
 }
 
 GPT::LayerActs GPT::layer_acts(int64_t l) const {
-  const size_t BT = size_t(max_B_ * max_T_), BTC = BT * size_t(cfg_.n_embd);
+  const size_t P = size_t(tpn_);
+  const size_t BT = size_t(max_B_ * max_T_), C = size_t(cfg_.n_embd), Cl = C / P;
+  const size_t rows = tp_.sequence_parallel ? BT / P : BT;
   float* a = const_cast<float*>(acts_.as<float>()) + layer_act_floats_ * size_t(l);
   LayerActs r;
   auto take = [&a](size_t n) {
@@ -228,22 +304,22 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
     a += n;
     return p;
   };
-  r.ln1 = take(BTC);
-  r.ln1_mean = take(BT);
-  r.ln1_rstd = take(BT);
-  r.qkv = take(3 * BTC);
-  r.qkvr = take(3 * BTC);
-  r.atty = take(BTC);
-  r.attproj = take(BTC);
-  r.res2 = take(BTC);
-  r.ln2 = take(BTC);
-  r.ln2_mean = take(BT);
-  r.ln2_rstd = take(BT);
-  r.fch = take(4 * BTC);
-  r.fch_gelu = take(4 * BTC);
-  r.fcproj = take(BTC);
-  r.res3 = take(BTC);
-  r.att = take(size_t(max_B_) * size_t(cfg_.n_head) * size_t(max_T_ * max_T_));
+  r.ln1 = take(rows * C);
+  r.ln1_mean = take(rows);
+  r.ln1_rstd = take(rows);
+  r.qkv = take(3 * BT * Cl);
+  r.qkvr = take(3 * BT * Cl);
+  r.atty = take(BT * Cl);
+  r.attproj = take(rows * C);
+  r.res2 = take(rows * C);
+  r.ln2 = take(rows * C);
+  r.ln2_mean = take(rows);
+  r.ln2_rstd = take(rows);
+  r.fch = take(4 * BT * Cl);
+  r.fch_gelu = take(4 * BT * Cl);
+  r.fcproj = take(rows * C);
+  r.res3 = take(rows * C);
+  r.att = take(size_t(max_B_) * (size_t(cfg_.n_head) / P) * size_t(max_T_ * max_T_));
   // The constructor's per-layer size must match what is carved out here.
   BRAID_CHECK(a == const_cast<float*>(acts_.as<float>()) + layer_act_floats_ * size_t(l + 1),
               "layer activation layout out of sync with layer_act_floats_");
@@ -266,22 +342,27 @@ void GPT::init_weights_range(uint64_t seed, float* dst, size_t lo, size_t hi) co
     const bool is_ln = info.name.find("ln_") != std::string::npos;
     const bool is_bias = info.name.size() >= 5 && info.name.compare(info.name.size() - 5, 5, ".bias") == 0;
     if (is_bias) continue;  // zero
-    size_t n = info.numel;
-    if (info.name == "wte.weight") n = size_t(cfg_.vocab_size * cfg_.n_embd);  // padded rows 0
-    // Elements [a, b) of this tensor fall inside [lo, hi).
+    // Elements [a, e) of this (local) tensor fall inside [lo, hi).
     const size_t a = std::max(lo, info.offset) - info.offset;
-    const size_t b = std::min(hi, info.offset + n);
-    if (b <= info.offset + a) continue;
+    const size_t e = std::min(hi, info.offset + info.numel);
+    if (e <= info.offset + a) continue;
+    const size_t E = e - info.offset;
     // Element i of the tensor lands at dst[info.offset + i - lo]; i >= a keeps it >= 0.
     if (is_ln) {
-      for (size_t i = a; i < b - info.offset; ++i) dst[info.offset + i - lo] = 1.0f;
+      for (size_t i = a; i < E; ++i) dst[info.offset + i - lo] = 1.0f;
       continue;
     }
     const bool is_proj = info.name.find("c_proj.weight") != std::string::npos;
     const float sd = is_proj ? std_proj : std_base;
-    const int64_t A = int64_t(a), E = int64_t(b - info.offset);
+    // Keyed by the element's index in the whole tensor: every TP layout slices
+    // the same values. wte rows >= vocab_size (padding) stay 0.
+    const size_t valid = info.name == "wte.weight" ? size_t(cfg_.vocab_size * cfg_.n_embd) : SIZE_MAX;
+    const int64_t A = int64_t(a), EE = int64_t(E);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = A; i < E; ++i) dst[info.offset + size_t(i) - lo] = sd * rand_normal(seed, pi, uint64_t(i));
+    for (int64_t i = A; i < EE; ++i) {
+      const size_t f = full_index(info, size_t(i), tpr_, tpn_);
+      dst[info.offset + size_t(i) - lo] = f < valid ? sd * rand_normal(seed, pi, uint64_t(f)) : 0.0f;
+    }
   }
 }
 
@@ -299,11 +380,46 @@ float* GPT::acquire_grads(int u) {
   return storage_ ? storage_->acquire_grads(u) : grads() + units_[size_t(u)];
 }
 
+void GPT::tp_all_reduce(float* x, size_t n) {
+  if (tpn_ > 1) tp_.comm->all_reduce(x, x, n, DType::f32, comm::ReduceOp::sum);
+}
+void GPT::tp_all_gather(const float* local, float* full, size_t n_local) {
+  tp_.comm->all_gather(local, full, n_local, DType::f32);
+}
+void GPT::tp_reduce_scatter(float* full, size_t n_local) {
+  tp_.comm->reduce_scatter(full, full + size_t(tpr_) * n_local, n_local, DType::f32, comm::ReduceOp::sum);
+}
+
+void GPT::drop(float* out, const float* in, int64_t rows, int64_t row0, uint64_t site) {
+  // One stream per (step key, site); rows are numbered globally.
+  k::dropout(out, in, rows, cfg_.n_embd, drop_row_base_ + row0, dropout_, drop_seed_,
+             drop_stream_ * 4096 + site);
+}
+
+void GPT::sync_replicated_grads(const float* unit_grads, int u) {
+  // Under sequence parallelism each TP rank saw only its token rows, so the
+  // gradients of replicated LayerNorm weights (and wpe) are partial sums.
+  if (tpn_ == 1 || !tp_.sequence_parallel || (!storage_ && !tp_grad_sync_)) return;
+  float* g = const_cast<float*>(unit_grads);
+  const size_t begin = units_[size_t(u)];
+  for (const auto& p : table_) {
+    const bool in_unit = p.offset >= begin && p.offset < units_[size_t(u) + 1];
+    const bool partial = p.name.find("ln_") != std::string::npos || p.name == "wpe.weight";
+    if (in_unit && partial) tp_all_reduce(g + (p.offset - begin), p.numel);
+  }
+}
+
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
   BRAID_CHECK(B > 0 && B <= max_B_ && T > 0 && T <= max_T_, "forward: B=", B, " T=", T,
               " outside the allocated max_B=", max_B_, " max_T=", max_T_);
   const int64_t C = cfg_.n_embd, L = cfg_.n_layer, NH = cfg_.n_head, V = cfg_.vocab_size,
-                Vp = cfg_.padded_vocab_size, BT = B * T;
+                Vp = cfg_.padded_vocab_size, BT = B * T, P = tpn_;
+  const bool sp = tp_.sequence_parallel && P > 1;
+  BRAID_CHECK(!sp || BT % P == 0, "forward: ", BT, " token rows do not split over TP=", P);
+  const int64_t Cl = C / P, NHl = NH / P, Vpl = Vp / P, vstart = tpr_ * Vpl;
+  const int64_t Vl = std::clamp<int64_t>(V - vstart, 0, Vpl);
+  const int64_t rows = sp ? BT / P : BT, row0 = sp ? tpr_ * rows : 0;
+  const bool dropping = dropout_ > 0 && training_;
   for (int64_t i = 0; i < BT; ++i) {
     BRAID_CHECK(tokens[i] >= 0 && tokens[i] < V, "forward: token ", tokens[i], " at ", i,
                 " outside [0, ", V, ")");
@@ -313,44 +429,104 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   B_ = B, T_ = T;
   have_targets_ = targets != nullptr;
   const int uf = int(L) + 1;  // final LayerNorm unit
-  // Unit 0 holds wte at offset 0 and wpe at table_[1].offset.
-  const float* E = acquire_params(0);
-  k::encoder_forward(encoded_, tokens_, E, E + table_[1].offset, B, T, C);
-  release_params(0);
-  const float* x = encoded_;
   // Rounds a matmul input to the compute dtype (no-op in f32).
   auto rnd = [this](float* a, int64_t n) { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); };
+  // A column-parallel matmul's input: all token rows (gathered under SP).
+  auto full_rows = [&](float* local) -> float* {
+    if (!sp) return local;
+    tp_all_gather(local, gbuf_, size_t(rows * C));
+    return gbuf_;
+  };
+  // A row-parallel matmul's output: partial sums over TP, reduced into rows x C.
+  auto reduce_rows = [&](float* partial, float* out) {
+    if (P == 1) return;
+    if (sp) {
+      tp_reduce_scatter(partial, size_t(rows * C));
+      std::memcpy(out, partial + tpr_ * rows * C, size_t(rows * C) * sizeof(float));
+    } else {
+      tp_all_reduce(partial, size_t(BT * C));
+      if (out != partial) std::memcpy(out, partial, size_t(BT * C) * sizeof(float));
+    }
+  };
+
+  // Unit 0 holds wte at offset 0 and wpe at table_[1].offset.
+  const float* E = acquire_params(0);
+  if (P == 1) {
+    k::encoder_forward(encoded_, tokens_, E, E + table_[1].offset, B, T, C);
+  } else {
+    // Vocab-parallel embedding: each rank looks up its rows, the sum over TP is
+    // exact (one non-zero term per element), then the replicated positions.
+    float* part = sp ? gbuf_ : encoded_;
+    k::embedding_lookup_range(part, tokens_, E, vstart, Vpl, BT, C);
+    reduce_rows(part, encoded_);
+    k::position_forward(encoded_, E + table_[1].offset, row0, rows, T, C);
+  }
+  release_params(0);
+  if (dropping) drop(encoded_, encoded_, rows, row0, 2 * uint64_t(L));
+  const float* x = encoded_;
   for (int64_t l = 0; l < L; ++l) {
     LayerParams p = layer_params(acquire_params(int(l) + 1), l);
     LayerActs a = layer_acts(l);
-    k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, BT, C);
-    rnd(a.ln1, BT * C);
-    k::matmul_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, BT, C, 3 * C);
-    k::attention_forward(a.atty, a.qkvr, a.att, att_scratch_, a.qkv, B, T, C, NH);
-    rnd(a.atty, BT * C);
-    k::matmul_forward(a.attproj, a.atty, p.attprojw, p.attprojb, BT, C, C);
-    k::residual_forward(a.res2, x, a.attproj, BT * C);
-    k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, BT, C);
-    rnd(a.ln2, BT * C);
-    k::matmul_forward(a.fch, a.ln2, p.fcw, p.fcb, BT, C, 4 * C);
-    k::gelu_forward(a.fch_gelu, a.fch, BT * 4 * C);
-    rnd(a.fch_gelu, BT * 4 * C);
-    k::matmul_forward(a.fcproj, a.fch_gelu, p.fcprojw, p.fcprojb, BT, 4 * C, C);
-    k::residual_forward(a.res3, a.res2, a.fcproj, BT * C);
+    k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, rows, C);
+    rnd(a.ln1, rows * C);
+    k::matmul_forward(a.qkv, full_rows(a.ln1), p.qkvw, p.qkvb, BT, C, 3 * Cl);
+    k::attention_forward(a.atty, a.qkvr, a.att, att_scratch_, a.qkv, B, T, Cl, NHl);
+    rnd(a.atty, BT * Cl);
+    if (P == 1) {
+      k::matmul_forward(a.attproj, a.atty, p.attprojw, p.attprojb, BT, C, C);
+    } else {
+      float* part = sp ? gbuf_ : a.attproj;
+      k::matmul_forward(part, a.atty, p.attprojw, nullptr, BT, Cl, C);
+      reduce_rows(part, a.attproj);
+      k::bias_forward(a.attproj, p.attprojb, rows, C);
+    }
+    if (dropping) drop(a.attproj, a.attproj, rows, row0, 2 * uint64_t(l));
+    k::residual_forward(a.res2, x, a.attproj, rows * C);
+    k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, rows, C);
+    rnd(a.ln2, rows * C);
+    k::matmul_forward(a.fch, full_rows(a.ln2), p.fcw, p.fcb, BT, C, 4 * Cl);
+    k::gelu_forward(a.fch_gelu, a.fch, BT * 4 * Cl);
+    rnd(a.fch_gelu, BT * 4 * Cl);
+    if (P == 1) {
+      k::matmul_forward(a.fcproj, a.fch_gelu, p.fcprojw, p.fcprojb, BT, 4 * C, C);
+    } else {
+      float* part = sp ? gbuf_ : a.fcproj;
+      k::matmul_forward(part, a.fch_gelu, p.fcprojw, nullptr, BT, 4 * Cl, C);
+      reduce_rows(part, a.fcproj);
+      k::bias_forward(a.fcproj, p.fcprojb, rows, C);
+    }
+    if (dropping) drop(a.fcproj, a.fcproj, rows, row0, 2 * uint64_t(l) + 1);
+    k::residual_forward(a.res3, a.res2, a.fcproj, rows * C);
     release_params(int(l) + 1);
     x = a.res3;
   }
   const float* F = acquire_params(uf);  // ln_f.weight at F[0], ln_f.bias after it
   const size_t lnfb_rel = table_[table_.size() - 1].offset - units_[size_t(uf)];
-  k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, F, F + lnfb_rel, BT, C);
+  k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, F, F + lnfb_rel, rows, C);
   release_params(uf);
-  rnd(lnf_, BT * C);
-  // logits (BT, Vp) = lnf (BT, C) @ wte^T: the head is tied to the embedding.
+  rnd(lnf_, rows * C);
+  // logits (BT, Vp/tp) = lnf (BT, C) @ wte^T: the head is tied to the embedding
+  // (vocab-parallel: this rank's vocabulary columns).
   const float* wte = acquire_params(0);
-  k::matmul_forward(logits_, lnf_, wte, nullptr, BT, C, Vp);
+  k::matmul_forward(logits_, full_rows(lnf_), wte, nullptr, BT, C, Vpl);
   release_params(0);
-  k::softmax_crossentropy_forward(losses_, lse_, nullptr, logits_, targets ? targets_ : nullptr,
-                                  BT, V, Vp);
+  if (P == 1) {
+    k::softmax_crossentropy_forward(losses_, lse_, nullptr, logits_, targets ? targets_ : nullptr,
+                                    BT, V, Vp);
+  } else {
+    // Vocab-parallel cross-entropy: max, then sum of exp and target logit, over TP.
+    k::vocab_parallel_max(ce_max_, logits_, BT, Vl, Vpl);
+    tp_.comm->all_reduce(ce_max_, ce_max_, size_t(BT), DType::f32, comm::ReduceOp::max);
+    float* tgt = ce_sum_ + BT;
+    k::vocab_parallel_sumexp(ce_sum_, tgt, logits_, ce_max_, targets ? targets_ : nullptr, vstart, BT,
+                             Vl, Vpl);
+    if (!targets) std::memset(tgt, 0, size_t(BT) * sizeof(float));
+    tp_all_reduce(ce_sum_, size_t(2 * BT));
+    for (int64_t i = 0; i < BT; ++i) {
+      lse_[i] = ce_max_[i] + std::log(ce_sum_[i]);
+      losses_[i] = lse_[i] - tgt[i];
+    }
+  }
   if (!targets) return 0.0f;
   double sum = 0.0;  // fixed-order sum: the loss is bitwise reproducible
   for (int64_t i = 0; i < BT; ++i) sum += double(losses_[i]);
@@ -360,7 +536,12 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
 void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& on_ready) {
   BRAID_CHECK(have_targets_, "backward: the last forward had no targets");
   const int64_t B = B_, T = T_, C = cfg_.n_embd, L = cfg_.n_layer, NH = cfg_.n_head,
-                V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, BT = B * T;
+                V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, BT = B * T, P = tpn_;
+  const bool sp = tp_.sequence_parallel && P > 1;
+  const int64_t Cl = C / P, NHl = NH / P, Vpl = Vp / P, vstart = tpr_ * Vpl;
+  const int64_t Vl = std::clamp<int64_t>(V - vstart, 0, Vpl);
+  const int64_t rows = sp ? BT / P : BT, row0 = sp ? tpr_ * rows : 0;
+  const bool dropping = dropout_ > 0 && training_;
   const int uf = int(L) + 1;
   auto ready = [&](int u) {
     if (storage_) {
@@ -369,55 +550,97 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
       on_ready(units_[size_t(u)], units_[size_t(u) + 1]);
     }
   };
-
-  k::softmax_crossentropy_backward(dlogits_, logits_, lse_, targets_,
-                                   loss_scale / float(BT), BT, V, Vp);
-  // Output gradients enter each matmul backward in the compute dtype (no-op in f32).
   auto rnd = [this](float* a, int64_t n) { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); };
-  rnd(dlogits_, BT * Vp);
+  // All token rows of a (rows x C) tensor: gathered under SP.
+  auto full_rows = [&](const float* local) -> const float* {
+    if (!sp) return local;
+    tp_all_gather(local, gbuf_, size_t(rows * C));
+    return gbuf_;
+  };
+  // Column-parallel backward leaves a partial input gradient (BT x C): sum it
+  // over TP into this rank's rows (all-reduce, or reduce-scatter under SP).
+  auto reduce_dinp = [&]() -> float* {
+    if (P == 1) return dln_;
+    if (!sp) {
+      tp_all_reduce(dln_, size_t(BT * C));
+      return dln_;
+    }
+    tp_reduce_scatter(dln_, size_t(rows * C));
+    return dln_ + tpr_ * rows * C;
+  };
+  // Gradient reaching a dropped-out branch: the same mask applied to dres.
+  auto branch_grad = [&](uint64_t site) -> float* {
+    if (!dropping) return dres_;
+    drop(dtmp_, dres_, rows, row0, site);
+    return dtmp_;
+  };
+
+  if (P == 1) {
+    k::softmax_crossentropy_backward(dlogits_, logits_, lse_, targets_, loss_scale / float(BT), BT,
+                                     V, Vp);
+  } else {
+    k::vocab_parallel_crossentropy_backward(dlogits_, logits_, lse_, targets_, vstart,
+                                            loss_scale / float(BT), BT, Vl, Vpl);
+  }
+  // Output gradients enter each matmul backward in the compute dtype (no-op in f32).
+  rnd(dlogits_, BT * Vpl);
   float* G0 = acquire_grads(0);  // dwte at G0[0], dwpe at G0[table_[1].offset]
   const float* wte = acquire_params(0);
-  k::matmul_backward(dln_, G0, nullptr, dlogits_, lnf_, wte, BT, C, Vp);
+  k::matmul_backward(dln_, G0, nullptr, dlogits_, full_rows(lnf_), wte, BT, C, Vpl);
   release_params(0);
+  const float* dlnf = reduce_dinp();
   // dres_ is the residual-stream gradient; layer norms accumulate into it.
-  std::memset(dres_, 0, size_t(BT * C) * sizeof(float));
+  std::memset(dres_, 0, size_t(rows * C) * sizeof(float));
   const float* xL = L > 0 ? layer_acts(L - 1).res3 : encoded_;
   {
     const float* F = acquire_params(uf);
     float* GF = acquire_grads(uf);
     const size_t lnfb_rel = table_[table_.size() - 1].offset - units_[size_t(uf)];
-    k::layernorm_backward(dres_, GF, GF + lnfb_rel, dln_, xL, F, lnf_mean_, lnf_rstd_, BT, C);
+    k::layernorm_backward(dres_, GF, GF + lnfb_rel, dlnf, xL, F, lnf_mean_, lnf_rstd_, rows, C);
     release_params(uf);
+    sync_replicated_grads(GF, uf);
     ready(uf);
   }
 
   for (int64_t l = L - 1; l >= 0; --l) {
     const int u = int(l) + 1;
     LayerParams p = layer_params(acquire_params(u), l);
-    LayerParams g = layer_params(acquire_grads(u), l);
+    float* Gu = acquire_grads(u);
+    LayerParams g = layer_params(Gu, l);
     LayerActs a = layer_acts(l);
     const float* x = l == 0 ? encoded_ : layer_acts(l - 1).res3;
-    // res3 = res2 + fcproj: d fcproj = dres; d res2 = dres (+ LN2 path below).
+    // res3 = res2 + drop(fcproj): d fcproj = mask * dres; d res2 = dres (+ LN2 path below).
     // With rounding on, dres is rounded in place: the residual stream's
     // gradient is then held in the compute dtype, as in a half-precision run.
-    rnd(dres_, BT * C);
-    k::matmul_backward(dfch_, g.fcprojw, g.fcprojb, dres_, a.fch_gelu, p.fcprojw, BT, 4 * C, C);
-    k::gelu_backward(dfch_, dfch_, a.fch, BT * 4 * C);
-    rnd(dfch_, BT * 4 * C);
-    k::matmul_backward(dln_, g.fcw, g.fcb, dfch_, a.ln2, p.fcw, BT, C, 4 * C);
-    k::layernorm_backward(dres_, g.ln2w, g.ln2b, dln_, a.res2, p.ln2w, a.ln2_mean, a.ln2_rstd,
-                          BT, C);
-    // res2 = x + attproj: d attproj = dres; d x = dres (+ LN1 path below).
-    rnd(dres_, BT * C);
-    k::matmul_backward(datty_, g.attprojw, g.attprojb, dres_, a.atty, p.attprojw, BT, C, C);
-    k::attention_backward(dqkv_, att_scratch_, datty_, a.qkvr, a.att, B, T, C, NH);
-    rnd(dqkv_, BT * 3 * C);
-    k::matmul_backward(dln_, g.qkvw, g.qkvb, dqkv_, a.ln1, p.qkvw, BT, C, 3 * C);
-    k::layernorm_backward(dres_, g.ln1w, g.ln1b, dln_, x, p.ln1w, a.ln1_mean, a.ln1_rstd, BT, C);
+    rnd(dres_, rows * C);
+    const float* dout = full_rows(branch_grad(2 * uint64_t(l) + 1));
+    k::matmul_backward(dfch_, g.fcprojw, g.fcprojb, dout, a.fch_gelu, p.fcprojw, BT, 4 * Cl, C);
+    k::gelu_backward(dfch_, dfch_, a.fch, BT * 4 * Cl);
+    rnd(dfch_, BT * 4 * Cl);
+    k::matmul_backward(dln_, g.fcw, g.fcb, dfch_, full_rows(a.ln2), p.fcw, BT, C, 4 * Cl);
+    k::layernorm_backward(dres_, g.ln2w, g.ln2b, reduce_dinp(), a.res2, p.ln2w, a.ln2_mean,
+                          a.ln2_rstd, rows, C);
+    // res2 = x + drop(attproj): d attproj = mask * dres; d x = dres (+ LN1 path below).
+    rnd(dres_, rows * C);
+    dout = full_rows(branch_grad(2 * uint64_t(l)));
+    k::matmul_backward(datty_, g.attprojw, g.attprojb, dout, a.atty, p.attprojw, BT, Cl, C);
+    k::attention_backward(dqkv_, att_scratch_, datty_, a.qkvr, a.att, B, T, Cl, NHl);
+    rnd(dqkv_, BT * 3 * Cl);
+    k::matmul_backward(dln_, g.qkvw, g.qkvb, dqkv_, full_rows(a.ln1), p.qkvw, BT, C, 3 * Cl);
+    k::layernorm_backward(dres_, g.ln1w, g.ln1b, reduce_dinp(), x, p.ln1w, a.ln1_mean, a.ln1_rstd,
+                          rows, C);
     release_params(u);
+    sync_replicated_grads(Gu, u);
     ready(u);
   }
-  k::encoder_backward(G0, G0 + table_[1].offset, dres_, tokens_, B, T, C);
+  const float* denc = branch_grad(2 * uint64_t(L));
+  if (P == 1) {
+    k::encoder_backward(G0, G0 + table_[1].offset, denc, tokens_, B, T, C);
+  } else {
+    k::position_backward(G0 + table_[1].offset, denc, row0, rows, T, C);
+    k::embedding_backward_range(G0, full_rows(denc), tokens_, vstart, Vpl, BT, C);
+  }
+  sync_replicated_grads(G0, 0);
   ready(0);
 }
 

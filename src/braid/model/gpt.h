@@ -12,7 +12,25 @@
 #include "braid/core/dtype.h"
 #include "braid/core/memory.h"
 
+namespace braid::comm {
+class Communicator;
+}
+
 namespace braid::model {
+
+/// Tensor parallelism over a TP group (Shoeybi et al. 2019, "Megatron-LM",
+/// sec. 3): attention heads and MLP columns split over the ranks (QKV and c_fc
+/// column-parallel, the projections row-parallel), the vocabulary split for the
+/// embedding and the loss. With sequence_parallel (Korthikanti et al. 2022,
+/// sec. 4.2) LayerNorm, dropout and the residual stream hold 1/TP of the token
+/// rows: all-gather before each column-parallel matmul, reduce-scatter after
+/// each row-parallel one. comm == nullptr means TP = 1.
+struct TensorParallel {
+  comm::Communicator* comm = nullptr;
+  bool sequence_parallel = false;
+  int size() const;
+  int rank() const;
+};
 
 struct GPTConfig {
   std::string name;
@@ -33,10 +51,13 @@ struct GPTConfig {
   static int64_t pad_vocab(int64_t v, int64_t multiple = 64);
 };
 
-/// One tensor of the flat parameter buffer.
+/// One tensor of the flat parameter buffer (this TP rank's part of it).
 struct ParamInfo {
   std::string name;            // Hugging Face GPT-2 name, e.g. "h.3.attn.c_attn.weight"
-  std::vector<int64_t> shape;  // weights (out, in) as nn.Linear (HF Conv1D stores the transpose)
+  std::vector<int64_t> shape;  // local shape; weights (out, in) as nn.Linear (HF Conv1D stores the transpose)
+  std::vector<int64_t> full_shape;  // shape of the whole tensor (TP = 1)
+  int tp_dim = -1;             // -1 replicated over TP; 0 rows split; 1 columns split
+  int tp_blocks = 1;           // rows split inside each of this many row blocks (c_attn: q, k, v)
   size_t offset;               // first element in params()/grads(); multiple of 16
   size_t numel;                // product of shape
   bool weight_decay;           // true for 2-D matrices (incl. wte, wpe), false for biases/LN
@@ -110,8 +131,12 @@ class GPT {
   /// With `storage` the model allocates no parameters or gradients: forward and
   /// backward take them unit by unit from `storage` (which must outlive the
   /// model), params()/grads() return nullptr and backward's on_ready is unused.
+  /// tp: the tensor-parallel group (default TP = 1); dropout: probability of
+  /// the embedding and residual dropouts (GPT-2's embd_pdrop / resid_pdrop).
+  /// Throws ConfigError when TP does not divide n_head, padded_vocab_size or
+  /// (sequence parallel) max_B * max_T.
   GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger = nullptr,
-      UnitStorage* storage = nullptr);
+      UnitStorage* storage = nullptr, const TensorParallel& tp = {}, float dropout = 0.0f);
 
   /// The buffers the constructor would allocate for (cfg, max_B, max_T), in
   /// bytes per category, computed without allocating them (cheap even for
@@ -119,13 +144,19 @@ class GPT {
   /// owns_state=false: the plan of a model built with external UnitStorage
   /// (no parameter or gradient buffers).
   static GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T,
-                                   bool owns_state = true);
+                                   bool owns_state = true, int tp = 1, bool sequence_parallel = false,
+                                   float dropout = 0.0f);
 
-  /// Unit boundaries of cfg's flat layout: L + 3 offsets (elements), unit u is
-  /// [b[u], b[u+1]). See UnitStorage for the numbering.
-  static std::vector<size_t> unit_bounds(const GPTConfig& cfg);
-  /// The parameter table of cfg without building a model.
-  static std::vector<ParamInfo> param_table(const GPTConfig& cfg);
+  /// Unit boundaries of cfg's flat layout on a TP rank: L + 3 offsets
+  /// (elements), unit u is [b[u], b[u+1]). See UnitStorage for the numbering.
+  static std::vector<size_t> unit_bounds(const GPTConfig& cfg, int tp = 1);
+  /// The parameter table of cfg (local shapes on a rank of a TP group of tp).
+  static std::vector<ParamInfo> param_table(const GPTConfig& cfg, int tp = 1);
+  /// Throws ConfigError naming the fix when tp does not divide n_head or
+  /// padded_vocab_size.
+  static void validate_tp(const GPTConfig& cfg, int tp);
+  /// Index in the whole (TP = 1) tensor of element `local` of p on TP rank tp_rank of tp.
+  static size_t full_index(const ParamInfo& p, size_t local, int tp_rank, int tp);
   int num_units() const { return int(cfg_.n_layer) + 2; }
   size_t unit_begin(int u) const { return units_[size_t(u)]; }
   size_t unit_end(int u) const { return units_[size_t(u) + 1]; }
@@ -164,6 +195,21 @@ class GPT {
   /// grads() = 0 (no-op with external storage, which zeroes its own buffers).
   void zero_grad();
 
+  /// Sequence parallelism leaves the gradients of TP-replicated parameters
+  /// (LayerNorms, wpe) partial per rank; backward sums them over TP when this is
+  /// true (default). With owned gradients accumulated over micro-batches, set it
+  /// only for the last micro-batch so the sum happens once.
+  void set_tp_grad_sync(bool on) { tp_grad_sync_ = on; }
+  /// Dropout masks of the next forward/backward: keyed by (seed, stream) and
+  /// the global token row (row_base + row in this micro-batch), so any layout
+  /// draws the single-rank run's masks. Dropout is off when p = 0 (the default).
+  void set_dropout_key(uint64_t seed, uint64_t stream, int64_t row_base) {
+    drop_seed_ = seed, drop_stream_ = stream, drop_row_base_ = row_base;
+  }
+  /// Evaluation and sampling: no dropout.
+  void set_training(bool on) { training_ = on; }
+  const TensorParallel& tensor_parallel() const { return tp_; }
+
   /// Accumulates (+=) into grads() the gradient of loss_scale * (mean loss of the
   /// last forward). on_ready(begin, end) is called with element ranges of
   /// grads() as soon as they are final: [ln_f.weight, end), then block L-1 ..
@@ -201,9 +247,15 @@ class GPT {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *qkvr, *att, *atty, *attproj, *res2, *ln2,
         *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *res3;
   };
-  /// Builds the parameter table for cfg; returns num_params (elements).
-  static size_t build_param_table(const GPTConfig& cfg, std::vector<ParamInfo>* table,
+  /// Builds the parameter table for cfg on a rank of a TP group of tp; returns
+  /// num_params (elements).
+  static size_t build_param_table(const GPTConfig& cfg, int tp, std::vector<ParamInfo>* table,
                                   std::vector<size_t>* layer_begin);
+  void tp_all_reduce(float* x, size_t n);          // sum over TP (no-op at TP 1)
+  void tp_all_gather(const float* local, float* full, size_t n_local);
+  void tp_reduce_scatter(float* full, size_t n_local);  // result at full + rank * n_local
+  void sync_replicated_grads(const float* unit_grads, int u);
+  void drop(float* out, const float* in, int64_t rows, int64_t row0, uint64_t site);
   /// Pointers into a unit buffer of block l (flat element o at unit[o - unit_begin]).
   LayerParams layer_params(const float* unit, int64_t l) const;
   LayerActs layer_acts(int64_t l) const;
@@ -228,6 +280,14 @@ class GPT {
   int64_t B_ = 0, T_ = 0;
   bool have_targets_ = false;
   DType compute_dtype_ = DType::f32;
+  TensorParallel tp_;
+  int tpn_ = 1, tpr_ = 0;
+  float dropout_ = 0.0f;
+  bool training_ = true, tp_grad_sync_ = true;
+  uint64_t drop_seed_ = 0, drop_stream_ = 0;
+  int64_t drop_row_base_ = 0;
+  // TP scratch: gathered rows (BT, C) under SP, masked gradient rows, CE stats.
+  float *gbuf_ = nullptr, *dtmp_ = nullptr, *ce_max_ = nullptr, *ce_sum_ = nullptr;
 };
 
 }  // namespace braid::model

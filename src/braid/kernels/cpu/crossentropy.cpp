@@ -58,4 +58,48 @@ void softmax_crossentropy_backward(float* dlogits, const float* logits, const fl
   }
 }
 
+void vocab_parallel_max(float* rowmax, const float* logits, int64_t N, int64_t Vl, int64_t Vpl) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = logits + i * Vpl;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < Vl; ++j) m = std::max(m, x[j]);
+    rowmax[i] = m;
+  }
+}
+
+void vocab_parallel_sumexp(float* sums, float* target_logit, const float* logits,
+                           const float* rowmax, const int32_t* targets, int64_t start,
+                           int64_t N, int64_t Vl, int64_t Vpl) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* z = logits + i * Vpl;
+    const float mx = rowmax[i];
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t v = 0; v < Vl; ++v) s += vexp(z[v] - mx);
+    sums[i] = s;
+    if (targets) {
+      const int64_t t = int64_t(targets[i]) - start;
+      target_logit[i] = (t >= 0 && t < Vl) ? z[t] : 0.f;
+    }
+  }
+}
+
+void vocab_parallel_crossentropy_backward(float* dlogits, const float* logits, const float* lse,
+                                          const int32_t* targets, int64_t start, float dloss,
+                                          int64_t N, int64_t Vl, int64_t Vpl) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* z = logits + i * Vpl;
+    float* d = dlogits + i * Vpl;
+    const float l = lse[i];
+#pragma omp simd
+    for (int64_t v = 0; v < Vl; ++v) d[v] = dloss * vexp(z[v] - l);
+    for (int64_t v = Vl; v < Vpl; ++v) d[v] = 0.0f;
+    const int64_t t = int64_t(targets[i]) - start;
+    if (t >= 0 && t < Vl) d[t] -= dloss;
+  }
+}
+
 }  // namespace braid::kernels

@@ -24,4 +24,24 @@ void softmax_crossentropy_backward(float* dlogits, const float* logits, const fl
                                    const int32_t* targets, float dloss, int64_t N, int64_t V,
                                    int64_t Vp);
 
+// ---- vocab-parallel cross-entropy (Megatron-LM, Shoeybi et al. 2019, sec. 3):
+// each rank holds the logits of its vocabulary columns [start, start + Vl);
+// the full logits are never gathered. Per row: max over ranks (all-reduce max),
+// then sum of exp and the target's logit (all-reduce sum), then the loss.
+
+/// rowmax[i] = max over this rank's valid columns [0, Vl) of logits[i,:]
+/// (-inf when Vl = 0). logits (N, Vpl); Vl <= Vpl valid columns.
+void vocab_parallel_max(float* rowmax, const float* logits, int64_t N, int64_t Vl, int64_t Vpl);
+/// sums[i] = sum_j exp(logits[i,j] - rowmax[i]) over valid columns and
+/// target_logit[i] = logits[i, targets[i] - start] if the target is in this
+/// rank's columns, else 0. targets may be nullptr (target_logit untouched).
+void vocab_parallel_sumexp(float* sums, float* target_logit, const float* logits,
+                           const float* rowmax, const int32_t* targets, int64_t start,
+                           int64_t N, int64_t Vl, int64_t Vpl);
+/// dlogits = dloss * (exp(logits - lse) - onehot(target - start)) over valid
+/// columns, 0 on padding columns. dlogits may alias logits.
+void vocab_parallel_crossentropy_backward(float* dlogits, const float* logits, const float* lse,
+                                          const int32_t* targets, int64_t start, float dloss,
+                                          int64_t N, int64_t Vl, int64_t Vpl);
+
 }  // namespace braid::kernels

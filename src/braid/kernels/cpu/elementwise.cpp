@@ -1,5 +1,7 @@
 #include "braid/kernels/cpu/elementwise.h"
 
+#include "braid/core/rng.h"
+
 #include "braid/kernels/cpu/vec_math.h"
 
 namespace braid::kernels {
@@ -38,6 +40,28 @@ void residual_backward(float* dinp1, float* dinp2, const float* dout, int64_t N)
   for (int64_t i = 0; i < N; ++i) {
     dinp1[i] += dout[i];
     dinp2[i] += dout[i];
+  }
+}
+
+void bias_forward(float* out, const float* bias, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    float* o = out + i * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) o[c] += bias[c];
+  }
+}
+
+void dropout(float* out, const float* in, int64_t n, int64_t C, int64_t row0, float p,
+             uint64_t seed, uint64_t stream) {
+  const float scale = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t base = uint64_t(row0 + i) * uint64_t(C);
+    for (int64_t c = 0; c < C; ++c) {
+      const bool keep = rand_uniform(seed, stream, base + uint64_t(c)) >= p;
+      out[i * C + c] = keep ? in[i * C + c] * scale : 0.0f;
+    }
   }
 }
 

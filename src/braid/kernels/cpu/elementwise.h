@@ -25,4 +25,18 @@ void residual_forward(float* out, const float* inp1, const float* inp2, int64_t 
 /// stream and for the finite-difference tests.
 void residual_backward(float* dinp1, float* dinp2, const float* dout, int64_t N);
 
+/// out[i,c] += bias[c] for rows i in [0, N): the bias of a row-parallel linear,
+/// added once after its partial products are summed. out (N, C), bias (C).
+void bias_forward(float* out, const float* bias, int64_t N, int64_t C);
+
+/// Inverted dropout with a counter-based mask (no mask is stored; backward
+/// regenerates it): out[i,c] = in[i,c] * keep / (1 - p) where keep =
+/// rand_uniform(seed, stream, (row0 + i) * C + c) >= p. Keying by the global
+/// element index makes a rank's mask the exact slice of the single-rank mask
+/// for any sharding of rows, and identical across ranks holding the same rows.
+///   out, in (n, C) (may alias); row0: global index of row 0; 0 <= p < 1.
+/// The same call on a gradient is the backward.
+void dropout(float* out, const float* in, int64_t n, int64_t C, int64_t row0, float p,
+             uint64_t seed, uint64_t stream);
+
 }  // namespace braid::kernels
