@@ -30,6 +30,13 @@ void add_plan(CLI::App& app) {
   c->add_option("--dp-mode", o.dp_mode, "ddp or ps (rank 0 is a parameter server)")->capture_default_str();
   c->add_option("--zero", o.zero, "ZeRO stage 0..3")->capture_default_str();
   c->add_flag("--fsdp", o.fsdp, "FSDP (stage 3 with one flat parameter per block)");
+  c->add_option("--tp", o.tp, "Tensor-parallel degree: heads, MLP columns and the vocabulary split over groups of consecutive ranks")->capture_default_str();
+  c->add_flag("--sequence-parallel", o.sequence_parallel, "Sequence parallelism: LayerNorm/dropout/residual rows sharded over the TP group");
+  c->add_option("--dropout", o.dropout, "Embedding and residual dropout probability")->capture_default_str();
+  c->add_option("--vocab-size", o.vocab_size, "Override the preset's vocabulary size (0: keep)")->capture_default_str();
+  c->add_option("--n-layer", o.n_layer, "Override the preset's layer count (0: keep)")->capture_default_str();
+  c->add_option("--n-head", o.n_head, "Override the preset's head count (0: keep)")->capture_default_str();
+  c->add_option("--n-embd", o.n_embd, "Override the preset's width (0: keep)")->capture_default_str();
   c->add_option("--fsdp-shard-size", o.fsdp_shard_size, "HSDP: shard within groups of S ranks")->capture_default_str();
   c->add_option("--precision", o.precision, "fp32, bf16 or fp16")->capture_default_str();
   c->add_option("--batch", o.global_batch, "Global batch in sequences (over all DP ranks)")->capture_default_str();

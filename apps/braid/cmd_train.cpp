@@ -43,13 +43,15 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
     train::Trainer trainer(opt, world, train, val);
     opt = trainer.options();
     if (log) {
-      const int dp = opt.dp_mode == "ps" ? world.size() - 1 : world.size();
+      const int dp = opt.dp_mode == "ps" ? world.size() - 1 : world.size() / opt.tp;
       const auto& c = trainer.model().config();
-      std::printf("braid train | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params) | ranks %d (dp=%d%s, zero=%d%s, %s, %s) | "
+      std::string tp;
+      if (opt.tp > 1) tp = " x tp=" + std::to_string(opt.tp) + (opt.sequence_parallel ? "+sp" : "");
+      std::printf("braid train | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params per rank) | ranks %d (dp=%d%s%s, zero=%d%s, %s, %s) | "
                   "batch %lld = %d x %lld x %lld accum | T=%lld | matmul peak %.1f GFLOP/s per rank\n",
                   c.name.c_str(), (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd,
                   (long long)c.vocab_size, (long long)c.padded_vocab_size,
-                  trainer.model().num_params() / 1e6, world.size(), opt.dp_mode == "ps" ? world.size() - 1 : world.size(),
+                  trainer.model().num_params() / 1e6, world.size(), dp, tp.c_str(),
                   opt.dp_mode == "ps" ? (opt.ps_async ? " + async parameter server" : " + parameter server") : "",
                   opt.zero, opt.fsdp ? (opt.fsdp_shard_size > 0 ? ", hsdp" : ", fsdp") : "",
                   opt.precision.c_str(), world.backend().c_str(),
@@ -146,6 +148,13 @@ void add_train(CLI::App& app) {
   c->add_option("--staleness", o.staleness, "Asynchronous PS: a worker may run at most this many iterations ahead of the slowest")->capture_default_str();
   c->add_option("--zero", o.zero, "ZeRO stage: 0 (DDP all-reduce), 1 (AdamW moments sharded over DP), 2 (+ gradients), 3 (+ parameters, gathered per layer)")->capture_default_str();
   c->add_flag("--fsdp", o.fsdp, "FSDP: shard parameters, gradients and optimizer states with one flat parameter per transformer block (ZeRO-3 by unit)");
+  c->add_option("--tp", o.tp, "Tensor-parallel degree: heads, MLP columns and the vocabulary split over groups of consecutive ranks")->capture_default_str();
+  c->add_flag("--sequence-parallel", o.sequence_parallel, "Sequence parallelism: LayerNorm/dropout/residual rows sharded over the TP group");
+  c->add_option("--dropout", o.dropout, "Embedding and residual dropout probability")->capture_default_str();
+  c->add_option("--vocab-size", o.vocab_size, "Override the preset's vocabulary size (0: keep)")->capture_default_str();
+  c->add_option("--n-layer", o.n_layer, "Override the preset's layer count (0: keep)")->capture_default_str();
+  c->add_option("--n-head", o.n_head, "Override the preset's head count (0: keep)")->capture_default_str();
+  c->add_option("--n-embd", o.n_embd, "Override the preset's width (0: keep)")->capture_default_str();
   c->add_option("--fsdp-shard-size", o.fsdp_shard_size, "HSDP: shard within groups of S ranks and replicate across groups (0: shard over all DP ranks)")->capture_default_str();
   c->add_option("--precision", o.precision, "fp32, bf16 or fp16: compute copies of parameters, matmul operands and gradients (master weights and AdamW moments stay fp32)")->capture_default_str();
   c->add_option("--loss-scale", o.loss_scale.initial_scale, "fp16: initial dynamic loss scale")->capture_default_str();

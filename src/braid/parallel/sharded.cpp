@@ -84,8 +84,8 @@ struct ShardedEngine::GSlot {
 
 std::vector<ShardedEngine::Unit> ShardedEngine::make_units(const model::GPTConfig& cfg,
                                                            const ShardedConfig& sc, size_t N) {
-  const std::vector<size_t> bounds = model::GPT::unit_bounds(cfg);
-  const std::vector<model::ParamInfo> table = model::GPT::param_table(cfg);
+  const std::vector<size_t> bounds = model::GPT::unit_bounds(cfg, sc.tp);
+  const std::vector<model::ParamInfo> table = model::GPT::param_table(cfg, sc.tp);
   std::vector<Unit> units;
   size_t shard_off = 0;
   for (size_t u = 0; u + 1 < bounds.size(); ++u) {

@@ -42,6 +42,7 @@ struct ShardedConfig {
   bool fsdp = false;             // one flat parameter per unit instead of per-tensor shards
   DType compute = DType::f32;    // dtype of compute parameters, gradients and traffic
   comm::Algorithm algo = comm::Algorithm::ring;
+  int tp = 1;                    // TP degree: the layout is that of a TP rank's local tensors
 };
 
 class ShardedEngine final : public model::UnitStorage {

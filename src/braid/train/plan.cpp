@@ -30,7 +30,7 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   BRAID_CONFIG_CHECK(world_size >= 1, "--ranks ", world_size, " must be >= 1");
   BRAID_CONFIG_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside [0, ", world_size, ")");
   MemoryPlan p;
-  p.config = model::GPTConfig::preset(options.model);
+  p.config = model_config(options);
   p.options = resolve_options(options, p.config);
   const TrainOptions& o = p.options;
   validate_options(o, world_size, p.config);
@@ -41,7 +41,10 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   // GPT(cfg, micro_batch, seq_len): params, grads, activations, workspace
   // (parameters and gradients come from the sharding engine when it runs).
   const bool engine = o.zero >= 2 || o.fsdp || o.precision != "fp32";
-  const model::GPTMemoryPlan g = model::GPT::memory_plan(p.config, o.micro_batch, o.seq_len, !engine);
+  const model::GPTMemoryPlan g = model::GPT::memory_plan(p.config, o.micro_batch, o.seq_len, !engine,
+                                                         o.tp, o.sequence_parallel, o.dropout);
+  // The DP group of this rank (RankGrid: TP varies fastest).
+  const int dp_world = world_size / o.tp, dp_rank = (rank / o.tp) % dp_world;
   p.num_params = g.num_params;
   for (size_t i = 0; i < kNumMemCategories; ++i)
     add(static_cast<MemCategory>(i), g.bytes(static_cast<MemCategory>(i)));
@@ -54,15 +57,16 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
     sc.stage = o.fsdp ? 3 : o.zero;
     sc.fsdp = o.fsdp;
     sc.compute = o.precision == "bf16" ? DType::bf16 : o.precision == "fp16" ? DType::f16 : DType::f32;
+    sc.tp = o.tp;
     // HSDP shards within consecutive groups of S ranks (Trainer's split).
-    const int S = o.fsdp_shard_size > 0 ? o.fsdp_shard_size : world_size;
-    const auto e = parallel::ShardedEngine::plan(p.config, sc, S, rank % S);
-    p.num_params = model::GPT::unit_bounds(p.config).back();
+    const int S = o.fsdp_shard_size > 0 ? o.fsdp_shard_size : dp_world;
+    const auto e = parallel::ShardedEngine::plan(p.config, sc, S, dp_rank % S);
+    p.num_params = model::GPT::unit_bounds(p.config, o.tp).back();
     for (size_t i = 0; i < kNumMemCategories; ++i) p.bytes[i] += e.bytes[i];
     p.optimizer_elems = e.state_elems;
   } else if (o.zero == 1) {
     const parallel::ZeroStage1::Plan z =
-        parallel::ZeroStage1::plan(g.num_params, world_size, rank, bucket_bytes);
+        parallel::ZeroStage1::plan(g.num_params, dp_world, dp_rank, bucket_bytes);
     p.optimizer_elems = z.shard_size;
     add(MemCategory::comm, z.staging_bytes);
   } else if (o.dp_mode == "ps") {

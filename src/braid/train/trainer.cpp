@@ -74,12 +74,24 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
   BRAID_CONFIG_CHECK(o.staleness >= 0, "--staleness ", o.staleness, " must be >= 0");
   BRAID_CONFIG_CHECK(o.staleness == 0 || o.ps_async, "--staleness ", o.staleness,
                      " only applies to --dp-mode ps --ps-async; add --ps-async or drop it");
-  const int ranks_for_dp = ps ? world_size - 1 : world_size;
+  BRAID_CONFIG_CHECK(o.tp >= 1, "--tp ", o.tp, " must be >= 1");
+  BRAID_CONFIG_CHECK(!ps || o.tp == 1, "--dp-mode ps runs without tensor parallelism; drop --tp ", o.tp);
+  BRAID_CONFIG_CHECK(world_size % o.tp == 0, "--tp ", o.tp, " does not divide the ", world_size,
+                     " ranks of the job; use a TP degree that divides it (TP groups are ",
+                     "consecutive ranks, so keep them inside a node)");
+  BRAID_CONFIG_CHECK(!o.sequence_parallel || o.tp > 1, "--sequence-parallel shards over the TP "
+                     "group and needs --tp > 1");
+  BRAID_CONFIG_CHECK(o.dropout >= 0 && o.dropout < 1, "--dropout ", o.dropout, " must be in [0, 1)");
+  BRAID_CONFIG_CHECK(o.tp == 1 || (!o.fsdp && o.zero <= 2), "--tp ", o.tp, " combines with DDP and "
+                     "ZeRO-1/2 over the DP group; --zero 3 / --fsdp with TP is not supported, use --zero 2");
+  model::GPT::validate_tp(cfg, o.tp);
+  const int ranks_for_dp = ps ? world_size - 1 : world_size / o.tp;
   const int dp = o.dp == 0 ? ranks_for_dp : o.dp;
-  BRAID_CONFIG_CHECK(dp == ranks_for_dp, "--dp ", o.dp, " but the job has ", world_size, " ranks",
+  BRAID_CONFIG_CHECK(dp == ranks_for_dp, "--dp ", o.dp, o.tp > 1 ? " x --tp " + std::to_string(o.tp) : "",
+                     " but the job has ", world_size, " ranks",
                      ps ? " (1 server + workers)" : "",
                      "; the product of the parallel degrees must equal the number of "
-                     "ranks (launch with mpirun -np ", ps ? dp + 1 : dp, ", or pass --dp ",
+                     "ranks (launch with mpirun -np ", ps ? dp + 1 : dp * o.tp, ", or pass --dp ",
                      ranks_for_dp, ")");
   BRAID_CONFIG_CHECK(o.steps > 0, "--steps ", o.steps, " must be positive");
   BRAID_CONFIG_CHECK(o.micro_batch > 0 && o.global_batch > 0, "--batch ", o.global_batch,
@@ -126,6 +138,20 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
                      " must be >= 0 and --val-batches ", o.val_batches, " > 0");
 }
 
+model::GPTConfig model_config(const TrainOptions& o) {
+  model::GPTConfig c = model::GPTConfig::preset(o.model);
+  BRAID_CONFIG_CHECK(o.vocab_size >= 0 && o.n_layer >= 0 && o.n_head >= 0 && o.n_embd >= 0,
+                     "--vocab-size, --n-layer, --n-head and --n-embd must be >= 0 (0 keeps the preset)");
+  if (o.vocab_size > 0) c.vocab_size = o.vocab_size;
+  if (o.n_layer > 0) c.n_layer = o.n_layer;
+  if (o.n_head > 0) c.n_head = o.n_head;
+  if (o.n_embd > 0) c.n_embd = o.n_embd;
+  c.padded_vocab_size = model::GPTConfig::pad_vocab(c.vocab_size);
+  if (o.vocab_size || o.n_layer || o.n_head || o.n_embd) c.name += "*";  // sizes changed
+  c.validate();
+  return c;
+}
+
 TrainOptions resolve_options(TrainOptions o, const model::GPTConfig& cfg) {
   if (o.seq_len == 0) o.seq_len = std::min<int64_t>(128, cfg.block_size);
   return o;
@@ -133,16 +159,25 @@ TrainOptions resolve_options(TrainOptions o, const model::GPTConfig& cfg) {
 
 Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                  const std::vector<uint16_t>& train, const std::vector<uint16_t>* val)
-    : opt_(resolve_options(options, model::GPTConfig::preset(options.model))),
+    : opt_(resolve_options(options, model_config(options))),
       world_(world),
       train_(train),
       val_(val) {
   const TrainOptions& opt = opt_;
-  const model::GPTConfig cfg = model::GPTConfig::preset(opt.model);
+  const model::GPTConfig cfg = model_config(opt);
   validate_options(opt, world.size(), cfg);
   ps_ = opt.dp_mode == "ps";
-  dp_size_ = ps_ ? world.size() - 1 : world.size();
-  dp_rank_ = ps_ ? world.rank() - 1 : world.rank();
+  tp_size_ = opt.tp;
+  dp_ = &world_;
+  if (tp_size_ > 1) {
+    const parallel::RankGrid grid(world.size(), tp_size_, world.size() / tp_size_);
+    tp_comm_ = world_.split(grid.tp_color(world.rank()), world.rank());
+    dp_comm_own_ = world_.split(grid.dp_color(world.rank()), world.rank());
+    dp_ = dp_comm_own_.get();
+    tp_rank_ = tp_comm_->rank();
+  }
+  dp_size_ = ps_ ? world.size() - 1 : dp_->size();
+  dp_rank_ = ps_ ? world.rank() - 1 : dp_->rank();
   accum_steps_ = opt.global_batch / (dp_size_ * opt.micro_batch);
   auto check_ids = [&](const std::vector<uint16_t>& d, const char* what) {
     const uint16_t mx = d.empty() ? uint16_t{0} : *std::max_element(d.begin(), d.end());
@@ -166,17 +201,22 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
     sc.fsdp = opt.fsdp;
     sc.compute = compute_;
     sc.algo = opt.algo;
-    comm::Communicator* shard = &world_;
+    sc.tp = tp_size_;
+    comm::Communicator* shard = dp_;
     const int S = opt.fsdp_shard_size;
-    if (S > 0 && S < world_.size()) {
+    if (S > 0 && S < dp_->size()) {
       // HSDP: shard inside consecutive groups of S ranks, replicate across them.
-      shard_comm_ = world_.split(world_.rank() / S, world_.rank());
-      replicate_comm_ = world_.split(world_.rank() % S, world_.rank());
+      shard_comm_ = dp_->split(dp_->rank() / S, dp_->rank());
+      replicate_comm_ = dp_->split(dp_->rank() % S, dp_->rank());
       shard = shard_comm_.get();
     }
     engine_ = std::make_unique<parallel::ShardedEngine>(cfg, sc, *shard, replicate_comm_.get(), &ledger_);
   }
-  model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_, engine_.get());
+  model::TensorParallel tpc;
+  tpc.comm = tp_comm_.get();
+  tpc.sequence_parallel = opt.sequence_parallel;
+  model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_, engine_.get(),
+                                        tpc, opt.dropout);
   model_->set_compute_dtype(compute_);
   scaler_ = std::make_unique<DynamicLossScaler>(opt.loss_scale, compute_ == DType::f16);
   const size_t n = model_->num_params();
@@ -185,7 +225,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   if (engine_) {
     for (const auto& s : engine_->owned()) owned.push_back({s.offset, s.len, s.shard});
   } else if (opt.zero == 1) {
-    zero_ = std::make_unique<parallel::ZeroStage1>(world_, model_->params(), model_->grads(), n,
+    zero_ = std::make_unique<parallel::ZeroStage1>(*dp_, model_->params(), model_->grads(), n,
                                                    bucket_bytes, opt.overlap, opt.algo, &ledger_);
     owned = zero_->owned();
   } else if (ps_) {
@@ -194,7 +234,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
       ps_recv_ = Buffer(n * sizeof(float), MemCategory::comm, &ledger_);
     }
   } else {
-    ddp_ = std::make_unique<parallel::DDPGradSync>(world_, model_->grads(), n, bucket_bytes,
+    ddp_ = std::make_unique<parallel::DDPGradSync>(*dp_, model_->grads(), n, bucket_bytes,
                                                    opt.overlap, opt.algo);
     owned.push_back({0, n, 0});
   }
@@ -204,11 +244,12 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
     size_t pos = seg.offset;
     const size_t end = seg.offset + seg.len;
     while (pos < end) {
-      bool decay = false;
+      bool decay = false, replicated = true;
       size_t stop = end;
       for (const auto& p : model_->param_table()) {
         if (pos >= p.offset && pos < p.offset + p.numel) {
           decay = p.weight_decay;
+          replicated = p.tp_dim < 0;
           stop = std::min(end, p.offset + p.numel);
           break;
         }
@@ -217,9 +258,18 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
           break;
         }
       }
-      update_segments_.push_back({pos, stop - pos, seg.shard + (pos - seg.offset), decay});
+      update_segments_.push_back({pos, stop - pos, seg.shard + (pos - seg.offset), decay, replicated});
       pos = stop;
     }
+  }
+  // Which ranks count their gradients in the global norm: each element once in
+  // the world. DP replicas (DDP, or ZeRO stage 0 in half precision) hold the
+  // same averaged gradient, so only DP rank 0 counts; HSDP replicas likewise.
+  if (engine_) {
+    norm_counts_ = engine_->config().stage == 0 ? dp_rank_ == 0
+                                                  : (!replicate_comm_ || replicate_comm_->rank() == 0);
+  } else if (!zero_) {
+    norm_counts_ = ps_ ? world_.rank() == 0 : dp_rank_ == 0;
   }
   size_t state = 0;
   for (const auto& u : update_segments_) state = std::max(state, u.state + u.len);
@@ -250,25 +300,51 @@ uint64_t Trainer::param_hash() {
   return h;
 }
 
-float Trainer::clip_and_norm() {
-  // The global norm counts every element once: over the segments this rank
-  // owns, then summed over ranks under ZeRO. Without ZeRO every replica holds
-  // the same averaged gradient, so no collective is needed.
-  float* g = model_->grads();
+namespace {
+// Sum over the world of one double per rank, added in rank order: the same
+// value on every rank (raw doubles travel as f32 pairs, copied bit for bit).
+double world_sum(comm::Communicator& world, double x) {
+  if (world.size() == 1) return x;
+  std::vector<double> all(static_cast<size_t>(world.size()));
+  world.all_gather(&x, all.data(), 2, DType::f32);
+  double s = 0;
+  for (double v : all) s += v;
+  return s;
+}
+}  // namespace
+
+double Trainer::grad_sumsq(float mult) {
+  // Each gradient element is counted on exactly one rank of the world: its
+  // owner under sharding (DP rank 0 when DP replicas are equal), and TP rank 0
+  // for tensors replicated over TP.
   double ss = 0;
-  for (const auto& u : update_segments_) {
-    const float* p = g + u.offset;
-    double part = 0;
+  if (norm_counts_) {
+    for (const auto& u : update_segments_) {
+      if (u.tp_replicated && tp_rank_ != 0) continue;
+      const int64_t n = static_cast<int64_t>(u.len);
+      double part = 0;
+      if (engine_) {
+        const void* g = engine_->grad({u.offset, u.len, u.state});
+        const DType t = engine_->grad_dtype();
 #pragma omp parallel for reduction(+ : part) schedule(static)
-    for (size_t i = 0; i < u.len; ++i) part += static_cast<double>(p[i]) * p[i];
-    ss += part;
+        for (int64_t i = 0; i < n; ++i) {
+          const double v = static_cast<double>(load_as_f32(g, static_cast<size_t>(i), t) * mult);
+          part += v * v;
+        }
+      } else {
+        const float* p = model_->grads() + u.offset;
+#pragma omp parallel for reduction(+ : part) schedule(static)
+        for (int64_t i = 0; i < n; ++i) part += static_cast<double>(p[i]) * p[i];
+      }
+      ss += part;
+    }
   }
-  if (zero_ && dp_size_ > 1) {
-    float f = static_cast<float>(ss);
-    world_.all_reduce(&f, &f, 1, DType::f32, comm::ReduceOp::sum);
-    ss = f;
-  }
-  const float norm = static_cast<float>(std::sqrt(ss));
+  return world_sum(world_, ss);
+}
+
+float Trainer::clip_and_norm() {
+  float* g = model_->grads();
+  const float norm = static_cast<float>(std::sqrt(grad_sumsq(1.0f)));
   if (opt_.grad_clip > 0 && norm > opt_.grad_clip) {
     const float s = opt_.grad_clip / (norm + 1e-6f);
     for (const auto& u : update_segments_) {
@@ -299,6 +375,10 @@ double Trainer::forward_backward(int64_t step, bool release_buckets) {
   for (int64_t micro = 0; micro < accum_steps_; ++micro) {
     gather_batch(train_.data(), offsets.data() + micro * B, B, T, tokens_.as<int32_t>(),
                  targets_.as<int32_t>());
+    // Dropout masks keyed by the step and the global token row of the batch.
+    const int64_t seq0 = std::max(dp_rank_, 0) * sampler_->local_batch() + micro * B;
+    model_->set_dropout_key(opt_.seed, static_cast<uint64_t>(step) + 1, seq0 * T);
+    model_->set_tp_grad_sync(micro + 1 == accum_steps_);
     loss_sum += model_->forward(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
     if (engine_) {
       // The engine reduces every micro-batch (stages 2/3) or the last one (0/1).
@@ -323,6 +403,49 @@ double Trainer::forward_backward(int64_t step, bool release_buckets) {
   return loss_sum / static_cast<double>(accum_steps_);
 }
 
+void Trainer::tp_to_full(const float* local, std::vector<float>& full) {
+  const auto& lt = model_->param_table();
+  const auto ft = model::GPT::param_table(model_->config(), 1);
+  const size_t nl = model_->num_params();
+  std::vector<float> all(nl * static_cast<size_t>(tp_size_));
+  tp_comm_->all_gather(local, all.data(), nl, DType::f32);
+  full.assign(model::GPT::unit_bounds(model_->config(), 1).back(), 0.f);
+  for (int q = 0; q < tp_size_; ++q) {
+    const float* src = all.data() + static_cast<size_t>(q) * nl;
+    for (size_t pi = 0; pi < lt.size(); ++pi) {
+      const auto& p = lt[pi];
+      for (size_t i = 0; i < p.numel; ++i)
+        full[ft[pi].offset + model::GPT::full_index(p, i, q, tp_size_)] = src[p.offset + i];
+    }
+  }
+}
+
+void Trainer::full_to_tp(const float* full, float* local) const {
+  const auto& lt = model_->param_table();
+  const auto ft = model::GPT::param_table(model_->config(), 1);
+  std::fill(local, local + model_->num_params(), 0.f);
+  for (size_t pi = 0; pi < lt.size(); ++pi) {
+    const auto& p = lt[pi];
+    for (size_t i = 0; i < p.numel; ++i)
+      local[p.offset + i] = full[ft[pi].offset + model::GPT::full_index(p, i, tp_rank_, tp_size_)];
+  }
+}
+
+uint64_t Trainer::bytes_sent() const {
+  // Sub-communicators (TP, DP, HSDP groups) count their own traffic.
+  uint64_t b = world_.bytes_sent();
+  for (const auto* c : {tp_comm_.get(), dp_comm_own_.get(), shard_comm_.get(), replicate_comm_.get()})
+    if (c) b += c->bytes_sent();
+  return b;
+}
+
+uint64_t Trainer::bytes_received() const {
+  uint64_t b = world_.bytes_received();
+  for (const auto* c : {tp_comm_.get(), dp_comm_own_.get(), shard_comm_.get(), replicate_comm_.get()})
+    if (c) b += c->bytes_received();
+  return b;
+}
+
 void Trainer::maybe_inject_failure(int64_t step) const {
   if (opt_.inject_failure_rank == world_.rank() && opt_.inject_failure_step == step) {
     throw Error(detail::concat("injected failure on rank ", world_.rank(), " at step ", step));
@@ -337,33 +460,48 @@ void Trainer::finish_record(StepRecord& r, double seconds, uint64_t sent0, uint6
   if (opt_.peak_flops_per_rank > 0) {
     // Only ranks that compute count towards the available FLOP/s.
     r.mfu = static_cast<double>(model_->flops_per_token(T)) * r.tokens_per_sec /
-            (opt_.peak_flops_per_rank * dp_size_);
+            (opt_.peak_flops_per_rank * dp_size_ * tp_size_);
   }
   r.peak_mem_bytes = ledger_.peak_total();
-  r.comm_bytes_sent = world_.bytes_sent() - sent0;
-  r.comm_bytes_received = world_.bytes_received() - recv0;
+  r.comm_bytes_sent = bytes_sent() - sent0;
+  r.comm_bytes_received = bytes_received() - recv0;
   if (opt_.check_replicas && world_.size() > 1) {
+    // DP replicas (same TP rank) hold bitwise-equal parameters; under TP the
+    // tensors replicated over the TP group (LayerNorms, wpe, row-parallel
+    // biases) are bitwise equal across it too.
     r.param_hash = param_hash();
-    std::vector<uint64_t> all(static_cast<size_t>(world_.size()));
-    // Raw bytes travel as f32 pairs; all-gather copies bits without arithmetic.
-    world_.all_gather(&r.param_hash, all.data(), 2, DType::f32);
-    for (int q = 0; q < world_.size(); ++q) {
-      BRAID_CHECK(all[static_cast<size_t>(q)] == r.param_hash, "replicas diverged at step ",
-                  r.step, ": rank ", q, " parameter hash differs from rank ", world_.rank());
+    auto compare = [&](comm::Communicator& g, uint64_t h, const char* what) {
+      std::vector<uint64_t> all(static_cast<size_t>(g.size()));
+      // Raw bytes travel as f32 pairs; all-gather copies bits without arithmetic.
+      g.all_gather(&h, all.data(), 2, DType::f32);
+      for (int q = 0; q < g.size(); ++q) {
+        BRAID_CHECK(all[static_cast<size_t>(q)] == h, what, " diverged at step ", r.step, ": rank ", q,
+                    " of the group differs from rank ", g.rank());
+      }
+    };
+    compare(ps_ ? world_ : *dp_, r.param_hash, "DP replicas");
+    if (tp_size_ > 1 && model_->params()) {
+      uint64_t h = 1469598103934665603ull;
+      for (const auto& p : model_->param_table()) {
+        if (p.tp_dim >= 0) continue;
+        const auto* b = reinterpret_cast<const unsigned char*>(model_->params() + p.offset);
+        for (size_t i = 0; i < p.numel * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+      }
+      compare(*tp_comm_, h, "TP-replicated parameters");
     }
   }
 }
 
 StepRecord Trainer::engine_step(int64_t step) {
   const auto t0 = Clock::now();
-  const uint64_t sent0 = world_.bytes_sent(), recv0 = world_.bytes_received();
+  const uint64_t sent0 = bytes_sent(), recv0 = bytes_received();
   maybe_inject_failure(step);
   StepRecord r;
   r.step = step;
   r.loss_scale = scaler_->scale();
   float loss = static_cast<float>(forward_backward(step, true));
   engine_->finish_grads();
-  if (dp_size_ > 1) world_.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
+  if (dp_size_ > 1) dp_->all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
   BRAID_CONFIG_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
                      "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
   r.loss = loss;
@@ -377,7 +515,7 @@ StepRecord Trainer::engine_step(int64_t step) {
   const float unscale = 1.0f / r.loss_scale;
   if (!r.skipped) {
     // One global norm over the shards (each element once), identical on all ranks.
-    r.grad_norm = static_cast<float>(std::sqrt(engine_->grad_sumsq(unscale)));
+    r.grad_norm = static_cast<float>(std::sqrt(grad_sumsq(unscale)));
     float coef = 1.0f;
     if (opt_.grad_clip > 0 && r.grad_norm > opt_.grad_clip) coef = opt_.grad_clip / (r.grad_norm + 1e-6f);
     for (const auto& u : update_segments_) {
@@ -399,7 +537,7 @@ StepRecord Trainer::train_step(int64_t step) {
   if (ps_) return ps_sync_step(step);
   if (engine_) return engine_step(step);
   const auto t0 = Clock::now();
-  const uint64_t sent0 = world_.bytes_sent(), recv0 = world_.bytes_received();
+  const uint64_t sent0 = bytes_sent(), recv0 = bytes_received();
   maybe_inject_failure(step);
   float loss = static_cast<float>(forward_backward(step, true));
   if (zero_) {
@@ -408,7 +546,7 @@ StepRecord Trainer::train_step(int64_t step) {
     ddp_->finish_sync();
   }
   if (dp_size_ > 1) {
-    world_.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
+    dp_->all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
   }
   // Same value on every rank after the all-reduce, so every rank stops together.
   BRAID_CONFIG_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
@@ -425,6 +563,11 @@ StepRecord Trainer::train_step(int64_t step) {
 
 float Trainer::evaluate() {
   BRAID_CHECK(val_ != nullptr && !val_->empty(), "no validation data");
+  model_->set_training(false);
+  struct Restore {
+    model::GPT& m;
+    ~Restore() { m.set_training(true); }
+  } restore{*model_};
   const int64_t B = opt_.micro_batch, T = opt_.seq_len;
   const size_t windows = val_->size() - static_cast<size_t>(T);
   // Under a parameter server the server evaluates alone; otherwise each DP rank
@@ -448,11 +591,12 @@ float Trainer::evaluate() {
     }
   }
   float loss = static_cast<float>(sum / static_cast<double>(count));
-  if (eval_size > 1) world_.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
+  if (eval_size > 1) dp_->all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
   return loss;
 }
 
 std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed) {
+  model_->set_training(false);
   const int64_t Vp = model_->config().padded_vocab_size, V = model_->config().vocab_size;
   std::vector<int32_t> seq = prompt;
   Rng rng(seed);
@@ -484,6 +628,7 @@ std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t
     }
     seq.push_back(cand[static_cast<size_t>(pick)].second);
   }
+  model_->set_training(true);
   return seq;
 }
 
@@ -515,16 +660,27 @@ void Trainer::save(const std::string& path, int64_t next_step) {
       std::copy_n(v_.as<float>() + u.state, u.len, v.data() + u.offset);
     }
     if (dp_size_ > 1) {
-      world_.all_reduce(m.data(), m.data(), n, DType::f32, comm::ReduceOp::sum);
-      world_.all_reduce(v.data(), v.data(), n, DType::f32, comm::ReduceOp::sum);
+      dp_->all_reduce(m.data(), m.data(), n, DType::f32, comm::ReduceOp::sum);
+      dp_->all_reduce(v.data(), v.data(), n, DType::f32, comm::ReduceOp::sum);
     }
     mp = m.data();
     vp = v.data();
   }
+  // Tensor parallelism: assemble the whole tensors (the TP = 1 layout), so the
+  // checkpoint does not depend on the TP degree either.
+  std::vector<float> pf, mf, vf;
+  size_t n_out = n;
+  if (tp_size_ > 1) {
+    tp_to_full(params, pf);
+    tp_to_full(mp, mf);
+    tp_to_full(vp, vf);
+    params = pf.data(), mp = mf.data(), vp = vf.data();
+    n_out = pf.size();
+  }
   if (world_.rank() != 0) return;  // DP replicas hold identical parameters; rank 0 writes
   CheckpointView ck;
   ck.header = {{"format", "braid-checkpoint"}, {"model", opt_.model},
-               {"step", next_step},            {"n_params", n},
+               {"step", next_step},            {"n_params", n_out},
                {"seed", opt_.seed},            {"global_batch", opt_.global_batch},
                {"seq_len", opt_.seq_len}};
   if (scaler_->enabled()) {
@@ -542,7 +698,19 @@ int64_t Trainer::load(const std::string& path) {
   const size_t n = model_->num_params();
   std::vector<float> m(n), v(n), full;
   if (engine_) full.resize(n);
-  auto hdr = load_checkpoint(path, n, engine_ ? full.data() : model_->params(), m.data(), v.data());
+  float* params = engine_ ? full.data() : model_->params();
+  nlohmann::json hdr;
+  if (tp_size_ > 1) {
+    // The file holds whole tensors: take this TP rank's slices.
+    const size_t nf = model::GPT::unit_bounds(model_->config(), 1).back();
+    std::vector<float> pf(nf), mf(nf), vf(nf);
+    hdr = load_checkpoint(path, nf, pf.data(), mf.data(), vf.data());
+    full_to_tp(pf.data(), params);
+    full_to_tp(mf.data(), m.data());
+    full_to_tp(vf.data(), v.data());
+  } else {
+    hdr = load_checkpoint(path, n, params, m.data(), v.data());
+  }
   // The data order depends on (seed, global batch, seq len): a resumed run only
   // continues the saved one if they match.
   auto same = [&](const char* key, int64_t now, const char* flag) {

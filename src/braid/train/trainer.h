@@ -14,6 +14,7 @@
 #include "braid/parallel/ddp.h"
 #include "braid/parallel/zero.h"
 #include "braid/parallel/sharded.h"
+#include "braid/parallel/topology.h"
 #include "braid/train/loss_scaler.h"
 #include "braid/train/lr_schedule.h"
 #include "braid/train/sampler.h"
@@ -22,6 +23,9 @@ namespace braid::train {
 
 struct TrainOptions {
   std::string model = "small";
+  // Overrides of the preset's sizes (0: keep the preset's); the vocabulary is
+  // padded to a multiple of 64 again.
+  int64_t vocab_size = 0, n_layer = 0, n_head = 0, n_embd = 0;
   int64_t steps = 800;
   int64_t global_batch = 16;  // sequences per optimizer step, over all DP ranks
   int64_t micro_batch = 8;    // sequences per forward/backward on one rank
@@ -33,7 +37,10 @@ struct TrainOptions {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   float grad_clip = 1.0f;  // 0 disables
   uint64_t seed = 1337;
-  int dp = 0;  // 0: all ranks
+  int dp = 0;  // 0: all ranks / tp
+  int tp = 1;  // tensor-parallel degree (TP groups are consecutive ranks)
+  bool sequence_parallel = false;  // shard LayerNorm/dropout/residual rows over TP
+  float dropout = 0.0f;            // embedding and residual dropout probability
   double bucket_mb = 4.0;
   bool overlap = true;
   int zero = 0;  // ZeRO stage 0 (DDP), 1 (moments sharded), 2 (+ gradients), 3 (+ parameters)
@@ -71,6 +78,10 @@ void validate_options(const TrainOptions& opt, int world_size, const model::GPTC
 /// Fills defaults that depend on the model (seq_len 0 -> min(128, block_size)).
 TrainOptions resolve_options(TrainOptions opt, const model::GPTConfig& cfg);
 
+/// The model config of `opt`: the preset with the size overrides applied.
+/// Throws ConfigError for an unknown preset or invalid sizes.
+model::GPTConfig model_config(const TrainOptions& opt);
+
 struct StepRecord {
   int64_t step = 0;
   float loss = 0, lr = 0, grad_norm = 0;
@@ -105,7 +116,9 @@ class Trainer {
   model::GPT& model() { return *model_; }
   /// True when forward is collective (parameters sharded, ZeRO-3/FSDP): every
   /// rank must then call sample() and evaluate() together.
-  bool forward_is_collective() const { return engine_ && engine_->config().stage == 3; }
+  bool forward_is_collective() const {
+    return tp_size_ > 1 || (engine_ && engine_->config().stage == 3);
+  }
   /// The options in force (model-dependent defaults resolved).
   const TrainOptions& options() const { return opt_; }
   const MemoryLedger& ledger() const { return ledger_; }
@@ -120,11 +133,16 @@ class Trainer {
 
  private:
   float clip_and_norm();
+  /// Global sum of squared gradients (times mult^2), identical on all ranks.
+  double grad_sumsq(float mult);
   void adamw(float lr, int64_t t);
   /// Forward and backward over this rank's micro-batches of `step`; returns the
   /// mean loss. release_buckets: report finished gradient ranges to DDP/ZeRO.
   double forward_backward(int64_t step, bool release_buckets);
   void maybe_inject_failure(int64_t step) const;
+  /// Payload bytes over the world and every sub-communicator of this rank.
+  uint64_t bytes_sent() const;
+  uint64_t bytes_received() const;
   /// Fills timing, throughput, MFU, memory and traffic; checks replicas if asked.
   void finish_record(StepRecord& r, double seconds, uint64_t sent0, uint64_t recv0);
   // Parameter server (trainer_ps.cpp): rank 0 serves, ranks 1..N-1 work.
@@ -144,6 +162,14 @@ class Trainer {
   std::unique_ptr<parallel::ZeroStage1> zero_;   // zero == 1 in fp32
   // ZeRO-2/3, FSDP/HSDP and mixed precision: the sharding engine is the model's storage.
   std::unique_ptr<comm::Communicator> shard_comm_, replicate_comm_;  // HSDP groups
+  // 2D layout (RankGrid, TP fastest): the TP group and the DP group of this rank.
+  std::unique_ptr<comm::Communicator> tp_comm_, dp_comm_own_;
+  comm::Communicator* dp_ = nullptr;  // the DP group (the world when TP = 1)
+  int tp_size_ = 1, tp_rank_ = 0;
+  bool norm_counts_ = true;  // this rank's owned gradients are counted in the global norm
+  /// Local (TP-sharded) flat arrays <-> the whole model's TP = 1 layout (checkpoints).
+  void tp_to_full(const float* local, std::vector<float>& full);
+  void full_to_tp(const float* full, float* local) const;
   std::unique_ptr<parallel::ShardedEngine> engine_;
   std::unique_ptr<DynamicLossScaler> scaler_;
   DType compute_ = DType::f32;
@@ -153,6 +179,7 @@ class Trainer {
   struct UpdateSegment {
     size_t offset, len, state;  // flat offset, elements, offset in m_/v_
     bool decay;
+    bool tp_replicated;  // the same tensor on every TP rank (count it once in the norm)
   };
   std::vector<UpdateSegment> update_segments_;
   std::unique_ptr<DistributedSampler> sampler_;
