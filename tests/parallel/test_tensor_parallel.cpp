@@ -1,0 +1,221 @@
+// Tensor parallelism (Megatron column/row-parallel layers, vocab-parallel
+// embedding and loss), sequence parallelism, dropout and DP x TP: each layout
+// trains the single-rank run. The trainer's check_replicas compares DP replicas
+// and the TP-replicated tensors (LayerNorms, wpe, row-parallel biases) bitwise
+// after every step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <unistd.h>
+
+#include "braid/core/error.h"
+#include "braid/train/checkpoint.h"
+#include "braid/train/trainer.h"
+#include "parallel/harness.h"
+
+using namespace braid;
+
+namespace {
+
+using Runs = testing_harness::RankRuns;
+const auto run = testing_harness::run_ranks;
+
+// An odd vocabulary (1001, padded to 1024) so padding lands inside the last TP
+// rank's vocabulary slice.
+std::vector<uint16_t> tokens(size_t n, uint64_t seed, int64_t V) {
+  auto t = testing_harness::synthetic_tokens(n, seed);
+  for (auto& x : t) x = static_cast<uint16_t>(x % V);
+  return t;
+}
+
+train::TrainOptions odd_tiny(uint64_t seed) {
+  auto o = testing_harness::tiny_options(seed);
+  o.vocab_size = 1001;
+  o.micro_batch = 2;
+  o.global_batch = 8;
+  return o;
+}
+
+void expect_close(const std::vector<train::StepRecord>& a, const std::vector<train::StepRecord>& b,
+                  const std::string& what, double rtol = 1e-5) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i].loss, b[i].loss, rtol * std::fabs(b[i].loss)) << what << " step " << i;
+    EXPECT_NEAR(a[i].grad_norm, b[i].grad_norm, rtol * b[i].grad_norm + 1e-7) << what << " step " << i;
+  }
+}
+
+std::string tmp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()) + ".ckpt")).string();
+}
+
+}  // namespace
+
+TEST(TensorParallel, MatchesSingleRankWithAnOddVocabulary) {
+  auto o = odd_tiny(21);
+  const auto data = tokens(20000, 61, o.vocab_size);
+  const Runs single = run(o, 1, data);
+  bool clipped = false;
+  for (const auto& r : single.steps[0]) clipped |= r.grad_norm > o.grad_clip;
+  EXPECT_TRUE(clipped) << "clipping must fire";
+  EXPECT_LT(single.steps[0].back().loss, single.steps[0].front().loss - 0.05f);
+  for (int tp : {2, 4}) {
+    for (bool sp : {false, true}) {
+      auto t = o;
+      t.tp = tp;
+      t.sequence_parallel = sp;
+      const Runs got = run(t, tp, data);
+      const std::string what = "tp=" + std::to_string(tp) + (sp ? " sp" : "");
+      expect_close(got.steps[0], single.steps[0], what);
+      for (int r = 1; r < tp; ++r) {
+        for (size_t i = 0; i < got.steps[0].size(); ++i) {
+          EXPECT_EQ(got.steps[static_cast<size_t>(r)][i].loss, got.steps[0][i].loss) << what;
+          EXPECT_EQ(got.steps[static_cast<size_t>(r)][i].grad_norm, got.steps[0][i].grad_norm) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(TensorParallel, ThreeWaySplitOfSixHeads) {
+  auto o = odd_tiny(22);
+  o.n_head = 6;
+  o.n_embd = 48;       // 8 per head
+  o.vocab_size = 1100;  // padded to 1152 = 3 x 384
+  const auto data = tokens(20000, 63, o.vocab_size);
+  const Runs single = run(o, 1, data);
+  auto t = o;
+  t.tp = 3;
+  expect_close(run(t, 3, data).steps[0], single.steps[0], "tp=3");
+  t.sequence_parallel = true;
+  t.micro_batch = 3;  // 3 x 16 token rows split over 3 ranks
+  t.global_batch = 9;
+  auto s = o;
+  s.micro_batch = 3;
+  s.global_batch = 9;
+  expect_close(run(t, 3, data).steps[0], run(s, 1, data).steps[0], "tp=3 sp");
+}
+
+TEST(TensorParallel, DropoutMasksAreTheSingleRankMasks) {
+  auto o = odd_tiny(23);
+  o.dropout = 0.1f;
+  o.steps = 10;
+  const auto data = tokens(20000, 65, o.vocab_size);
+  const Runs single = run(o, 1, data);
+  auto nodrop = o;
+  nodrop.dropout = 0;
+  EXPECT_NE(run(nodrop, 1, data).steps[0][0].loss, single.steps[0][0].loss) << "dropout must act";
+  for (bool sp : {false, true}) {
+    auto t = o;
+    t.tp = 2;
+    t.sequence_parallel = sp;
+    expect_close(run(t, 2, data).steps[0], single.steps[0], std::string("dropout tp=2") + (sp ? " sp" : ""));
+  }
+  auto d = o;  // data parallel: masks keyed by the global token row
+  expect_close(run(d, 2, data).steps[0], single.steps[0], "dropout dp=2");
+}
+
+TEST(TensorParallel, DataTimesTensorParallelWithZero) {
+  auto o = odd_tiny(24);
+  const auto data = tokens(20000, 67, o.vocab_size);
+  const Runs single = run(o, 1, data);
+  for (int zero : {0, 1, 2}) {
+    for (bool sp : {false, true}) {
+      auto t = o;
+      t.tp = 2;
+      t.zero = zero;
+      t.sequence_parallel = sp;
+      const Runs got = run(t, 4, data);
+      const std::string what = "dp=2 x tp=2 zero" + std::to_string(zero) + (sp ? " sp" : "");
+      expect_close(got.steps[0], single.steps[0], what);
+      // DP replicas (ranks 0/2 and 1/3) end bitwise equal; the TP ranks hold different shards.
+      EXPECT_EQ(got.hash[0], got.hash[2]) << what;
+      EXPECT_EQ(got.hash[1], got.hash[3]) << what;
+      EXPECT_NE(got.hash[0], got.hash[1]) << what;
+    }
+  }
+}
+
+TEST(TensorParallel, GatheredParametersEqualTheSingleRankOnesAndResume) {
+  // The checkpoint assembles whole tensors from the TP shards. After k steps
+  // they match the single-rank parameters to within float rounding of the
+  // AdamW updates: |diff| <= 1e-5 + 1e-4 |p| (the partial sums of a split
+  // matmul round differently, and AdamW's normalised step can turn a 1e-7
+  // gradient difference into a visible one where v is tiny).
+  auto o = odd_tiny(25);
+  o.steps = 10;
+  const auto data = tokens(20000, 69, o.vocab_size);
+  const size_t n = model::GPT::unit_bounds(train::model_config(o), 1).back();
+  // Checkpoint after 6 of 10 steps, then stop (an injected failure at step 6).
+  auto params_after = [&](train::TrainOptions t, int ranks, const std::string& path) {
+    t.save_path = path;
+    t.save_every = 6;
+    t.inject_failure_rank = 0;
+    t.inject_failure_step = 6;
+    EXPECT_THROW(run(t, ranks, data), Error);
+    std::vector<float> p(n), m(n), v(n);
+    train::load_checkpoint(path, n, p.data(), m.data(), v.data());
+    return p;
+  };
+  const std::string ps = tmp_path("braid_tp_single_"), pt = tmp_path("braid_tp_two_");
+  const auto single = params_after(o, 1, ps);
+  auto t = o;
+  t.tp = 2;
+  t.sequence_parallel = true;
+  const auto tp2 = params_after(t, 2, pt);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (std::fabs(tp2[i] - single[i]) > 1e-5f + 1e-4f * std::fabs(single[i])) ++bad;
+  EXPECT_EQ(bad, 0u) << "elements outside the tolerance";
+  // Resume the TP=2 checkpoint on one rank and the single-rank one on TP=4:
+  // both continue the same run.
+  auto longer = o;
+  const Runs full = run(longer, 1, data);
+  std::vector<train::StepRecord> tail(full.steps[0].begin() + 6, full.steps[0].end());
+  auto r1 = longer;
+  r1.resume_path = pt;
+  expect_close(run(r1, 1, data).steps[0], tail, "tp=2 checkpoint resumed on 1 rank", 1e-4);
+  auto r4 = longer;
+  r4.resume_path = ps;
+  r4.tp = 4;
+  expect_close(run(r4, 4, data).steps[0], tail, "single checkpoint resumed on tp=4");
+  std::filesystem::remove(ps);
+  std::filesystem::remove(pt);
+}
+
+TEST(TensorParallel, ConfigErrorsNameTheFix) {
+  auto o = odd_tiny(26);
+  const auto data = tokens(2000, 1, o.vocab_size);
+  auto message = [&](train::TrainOptions t, int N) {
+    std::string msg;
+    try {
+      comm::run_local(N, [&](comm::Communicator& w) { train::Trainer tr(t, w, data, nullptr); });
+    } catch (const std::exception& e) {
+      msg = e.what();
+    }
+    return msg;
+  };
+  auto t = o;
+  t.tp = 3;  // tiny has 4 heads
+  EXPECT_NE(message(t, 3).find("does not divide n_head=4"), std::string::npos) << message(t, 3);
+  EXPECT_NE(message(t, 3).find("use 1, 2, 4"), std::string::npos);
+  t = o;
+  t.tp = 2;
+  EXPECT_NE(message(t, 3).find("does not divide the 3 ranks"), std::string::npos) << message(t, 3);
+  t = o;
+  t.sequence_parallel = true;
+  EXPECT_NE(message(t, 1).find("needs --tp > 1"), std::string::npos);
+  t = o;
+  t.tp = 2;
+  t.zero = 3;
+  EXPECT_NE(message(t, 2).find("use --zero 2"), std::string::npos) << message(t, 2);
+  t = o;
+  t.tp = 2;
+  t.sequence_parallel = true;
+  t.micro_batch = 1;
+  t.seq_len = 15;
+  EXPECT_NE(message(t, 2).find("divides by 2"), std::string::npos) << message(t, 2);
+}
