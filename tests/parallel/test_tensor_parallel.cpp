@@ -8,11 +8,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <unistd.h>
 
 #include "braid/core/error.h"
 #include "braid/train/checkpoint.h"
+#include "braid/train/plan.h"
 #include "braid/train/trainer.h"
 #include "parallel/harness.h"
 
@@ -218,4 +220,40 @@ TEST(TensorParallel, ConfigErrorsNameTheFix) {
   t.micro_batch = 1;
   t.seq_len = 15;
   EXPECT_NE(message(t, 2).find("divides by 2"), std::string::npos) << message(t, 2);
+}
+
+TEST(TensorParallel, PlanEqualsLedger) {
+  auto o = odd_tiny(27);
+  o.steps = 1;
+  o.check_replicas = false;
+  const auto data = tokens(20000, 71, o.vocab_size);
+  struct L {
+    int tp, ranks, zero;
+    bool sp;
+    float dropout;
+  };
+  for (const L& l : {L{2, 2, 0, false, 0.f}, L{2, 2, 0, true, 0.1f}, L{4, 4, 0, true, 0.f},
+                     L{2, 4, 1, true, 0.f}, L{2, 4, 2, false, 0.1f}}) {
+    auto t = o;
+    t.tp = l.tp;
+    t.zero = l.zero;
+    t.sequence_parallel = l.sp;
+    t.dropout = l.dropout;
+    std::vector<std::array<size_t, kNumMemCategories>> got(static_cast<size_t>(l.ranks));
+    std::mutex mu;
+    comm::run_local(l.ranks, [&](comm::Communicator& w) {
+      train::Trainer tr(t, w, data, nullptr);
+      tr.run();
+      std::lock_guard<std::mutex> lk(mu);
+      for (size_t c = 0; c < kNumMemCategories; ++c)
+        got[static_cast<size_t>(w.rank())][c] = tr.ledger().peak(static_cast<MemCategory>(c));
+    });
+    for (int r = 0; r < l.ranks; ++r) {
+      const auto p = train::plan_memory(t, l.ranks, r);
+      for (size_t c = 0; c < kNumMemCategories; ++c)
+        EXPECT_EQ(p.bytes[c], got[static_cast<size_t>(r)][c])
+            << "tp=" << l.tp << " ranks=" << l.ranks << " rank " << r << " "
+            << mem_category_name(static_cast<MemCategory>(c));
+    }
+  }
 }
