@@ -63,12 +63,12 @@ void add_plan(CLI::App& app) {
     const train::MemoryPlan& p0 = all[0];
     const auto& cfg = p0.config;
     const auto& ro = p0.options;
-    const int dp = ro.dp_mode == "ps" ? a->ranks - 1 : a->ranks;
+    const int dp = ro.dp_mode == "ps" ? a->ranks - 1 : a->ranks / ro.tp;
     std::printf("braid plan | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params) | ranks %d "
-                "(dp=%d%s, zero=%d) | batch %lld = %d x %lld x %lld accum | T=%lld | bucket %.2f MiB\n",
+                "(dp=%d x tp=%d%s, zero=%d) | batch %lld = %d x %lld x %lld accum | T=%lld | bucket %.2f MiB\n",
                 cfg.name.c_str(), (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
                 (long long)cfg.vocab_size, (long long)cfg.padded_vocab_size, p0.num_params / 1e6,
-                a->ranks, dp, ro.dp_mode == "ps" ? " + parameter server" : "", ro.zero,
+                a->ranks, dp, ro.tp, ro.dp_mode == "ps" ? " + parameter server" : "", ro.zero,
                 (long long)ro.global_batch, dp, (long long)ro.micro_batch,
                 (long long)(ro.global_batch / (dp * ro.micro_batch)),
                 (long long)ro.seq_len, ro.bucket_mb);

@@ -106,14 +106,20 @@ size_t GPT::full_index(const ParamInfo& p, size_t local, int tp_rank, int tp) {
   return full_row * cols_l + col;
 }
 
-size_t GPT::build_param_table(const GPTConfig& cfg, int tp, std::vector<ParamInfo>* table,
-                              std::vector<size_t>* layer_begin) {
+size_t GPT::build_param_table(const GPTConfig& cfg, int tp, const PipelineStage& stage,
+                              std::vector<ParamInfo>* table, std::vector<size_t>* layer_begin) {
   const int64_t C = cfg.n_embd, L = cfg.n_layer, Vp = cfg.padded_vocab_size, P = tp;
+  const int64_t l0 = stage.first_layer, l1 = stage.last_layer < 0 ? L : stage.last_layer;
+  const bool unit0 = l0 == 0 || l1 == L;  // the embeddings, or the tied head's copy
   size_t off = 0;
+  size_t global = 0;  // index in the whole model's table
+  bool keep = true;   // whether the tensors being added belong to this stage
   // tp_dim 0: rows split (column-parallel output features, vocab rows);
   // tp_dim 1: columns split (row-parallel input features).
   auto add = [&](const std::string& name, std::vector<int64_t> full, bool wd, int layer, int dim,
                  int blocks = 1) {
+    const size_t gi = global++;
+    if (!keep) return;
     std::vector<int64_t> shape = full;
     if (dim >= 0) shape[size_t(dim)] /= P;
     size_t n = 1;
@@ -126,17 +132,20 @@ size_t GPT::build_param_table(const GPTConfig& cfg, int tp, std::vector<ParamInf
     pi.weight_decay = wd;
     pi.layer = layer;
     pi.full_shape = std::move(full);
+    pi.global_index = gi;
     pi.tp_dim = P > 1 ? dim : -1;
     pi.tp_blocks = blocks;
     table->push_back(std::move(pi));
     off = align_up(off + n);
   };
+  keep = unit0;
   add("wte.weight", {Vp, C}, true, -1, 0);
   add("wpe.weight", {cfg.block_size, C}, true, -1, -1);
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     const int li = int(l);
-    layer_begin->push_back(off);
+    keep = l >= l0 && l < l1;
+    if (keep) layer_begin->push_back(off);
     add(p + "ln_1.weight", {C}, false, li, -1);
     add(p + "ln_1.bias", {C}, false, li, -1);
     add(p + "attn.c_attn.weight", {3 * C, C}, true, li, 0, 3);
@@ -150,7 +159,8 @@ size_t GPT::build_param_table(const GPTConfig& cfg, int tp, std::vector<ParamInf
     add(p + "mlp.c_proj.weight", {C, 4 * C}, true, li, 1);
     add(p + "mlp.c_proj.bias", {C}, false, li, -1);
   }
-  layer_begin->push_back(off);
+  keep = l1 == L;
+  if (keep) layer_begin->push_back(off);
   add("ln_f.weight", {C}, false, int(L), -1);
   add("ln_f.bias", {C}, false, int(L), -1);
   layer_begin->push_back(off);
@@ -162,7 +172,7 @@ std::vector<size_t> GPT::unit_bounds(const GPTConfig& cfg, int tp) {
   validate_tp(cfg, tp);
   std::vector<ParamInfo> table;
   std::vector<size_t> layer_begin;
-  build_param_table(cfg, tp, &table, &layer_begin);
+  build_param_table(cfg, tp, PipelineStage{}, &table, &layer_begin);
   std::vector<size_t> b{0};
   b.insert(b.end(), layer_begin.begin(), layer_begin.end());
   return b;
@@ -173,12 +183,13 @@ std::vector<ParamInfo> GPT::param_table(const GPTConfig& cfg, int tp) {
   validate_tp(cfg, tp);
   std::vector<ParamInfo> table;
   std::vector<size_t> layer_begin;
-  build_param_table(cfg, tp, &table, &layer_begin);
+  build_param_table(cfg, tp, PipelineStage{}, &table, &layer_begin);
   return table;
 }
 
 GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T,
-                               bool owns_state, int tp, bool sp, float dropout) {
+                               bool owns_state, int tp, bool sp, float dropout,
+                               const PipelineStage& stage) {
   cfg.validate();
   validate_tp(cfg, tp);
   BRAID_CONFIG_CHECK(max_B > 0 && max_T > 0, "GPT: max_B=", max_B, " and max_T=", max_T,
@@ -189,26 +200,34 @@ GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_
   BRAID_CONFIG_CHECK(!sp || (max_B * max_T) % tp == 0, "--sequence-parallel shards the ",
                      max_B * max_T, " token rows of a micro-batch (micro-batch ", max_B, " x seq-len ",
                      max_T, ") over --tp ", tp, "; choose sizes whose product divides by ", tp);
+  const int64_t l0 = stage.first_layer, l1 = stage.last_layer < 0 ? cfg.n_layer : stage.last_layer;
+  BRAID_CONFIG_CHECK(l0 >= 0 && l0 < l1 && l1 <= cfg.n_layer && stage.slots >= 1, "pipeline stage: layers [",
+                     l0, ", ", l1, ") with ", stage.slots, " activation slots is not a non-empty range of the ",
+                     cfg.n_layer, " layers of model '", cfg.name, "'");
+  const bool head = l1 == cfg.n_layer;
   GPTMemoryPlan m;
   std::vector<ParamInfo> table;
   std::vector<size_t> layer_begin;
-  m.num_params = build_param_table(cfg, tp, &table, &layer_begin);
+  m.num_params = build_param_table(cfg, tp, stage, &table, &layer_begin);
   m.params_bytes = owns_state ? m.num_params * sizeof(float) : 0;
   m.grads_bytes = owns_state ? m.num_params * sizeof(float) : 0;
 
   const size_t P = size_t(tp);
-  const size_t C = size_t(cfg.n_embd), L = size_t(cfg.n_layer), Vpl = size_t(cfg.padded_vocab_size) / P;
+  const size_t C = size_t(cfg.n_embd), L = size_t(l1 - l0), Vpl = size_t(cfg.padded_vocab_size) / P;
   const size_t Cl = C / P, NHl = size_t(cfg.n_head) / P;
   const size_t BT = size_t(max_B * max_T), rows = sp ? BT / P : BT;
+  const size_t S = size_t(stage.slots);
   // Per block (see layer_acts): ln1, attproj, res2, ln2, fcproj, res3 (rows x C
   // each: token rows of this rank); qkv, qkvr (BT x 3C/tp each), atty (BT x C/tp),
   // fch, fch_gelu (BT x 4C/tp each); 4 LayerNorm statistics of rows; the
   // attention matrix B x NH/tp x T x T.
   m.layer_act_floats = rows * C * 6 + BT * Cl * (3 + 3 + 1 + 4 + 4) + 4 * rows +
                        size_t(max_B) * NHl * size_t(max_T * max_T);
-  // Head: encoded, lnf (rows x C each), lnf_mean, lnf_rstd (rows each), lse,
+  // Per slot: the local blocks, the stage input `encoded` (rows x C); on the
+  // last stage the head: lnf (rows x C), lnf_mean, lnf_rstd (rows each), lse,
   // losses (BT each), logits (BT x Vp/tp).
-  m.act_floats = m.layer_act_floats * L + rows * C * 2 + rows * 2 + BT * 2 + BT * Vpl;
+  const size_t slot = m.layer_act_floats * L + rows * C + (head ? rows * C + rows * 2 + BT * 2 + BT * Vpl : 0);
+  m.act_floats = slot * S;
   m.acts_bytes = m.act_floats * sizeof(float);
   const size_t att_scratch =
       std::max(k::attention_forward_scratch_floats(max_B, max_T, int64_t(Cl)),
@@ -217,28 +236,35 @@ GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_
   // (4 BT x C/tp), dlogits (BT x Vp/tp), attention scratch; with TP > 1 the
   // vocab-parallel loss statistics (3 BT) and, with sequence parallelism, a
   // gather buffer (BT x C); with dropout a masked-gradient buffer (rows x C).
-  m.scratch_floats = rows * C + BT * C + BT * Cl * 8 + BT * Vpl + att_scratch;
+  m.scratch_floats = rows * C + BT * C + BT * Cl * 8 + (head ? BT * Vpl : 0) + att_scratch;
   if (tp > 1) m.scratch_floats += 3 * BT;
   if (sp) m.scratch_floats += BT * C;
   if (dropout > 0) m.scratch_floats += rows * C;
   m.workspace_bytes = m.scratch_floats * sizeof(float);
-  m.tokens_bytes = 2 * BT * sizeof(int32_t);
+  m.tokens_bytes = 2 * BT * sizeof(int32_t) * S;
   return m;
 }
 
 GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger,
-         UnitStorage* storage, const TensorParallel& tp, float dropout)
+         UnitStorage* storage, const TensorParallel& tp, float dropout, const PipelineStage& stage)
     : cfg_(cfg), max_B_(max_B), max_T_(max_T), storage_(storage), tp_(tp), dropout_(dropout) {
+  l0_ = stage.first_layer;
+  l1_ = stage.last_layer < 0 ? cfg.n_layer : stage.last_layer;
+  slots_ = stage.slots;
+  has_embed_ = l0_ == 0;
+  has_head_ = l1_ == cfg.n_layer;
+  has_unit0_ = has_embed_ || has_head_;
   tpn_ = tp_.size();
   tpr_ = tp_.rank();
   BRAID_CONFIG_CHECK(dropout >= 0.0f && dropout < 1.0f, "--dropout ", dropout, " must be in [0, 1)");
   // Validates cfg, max_B, max_T and TP; every size below comes from the plan.
   const GPTMemoryPlan plan =
-      memory_plan(cfg_, max_B, max_T, storage == nullptr, tpn_, tp_.sequence_parallel, dropout);
-  num_params_ = build_param_table(cfg_, tpn_, &table_, &layer_begin_);
+      memory_plan(cfg_, max_B, max_T, storage == nullptr, tpn_, tp_.sequence_parallel, dropout, stage);
+  num_params_ = build_param_table(cfg_, tpn_, stage, &table_, &layer_begin_);
   BRAID_CHECK(num_params_ == plan.num_params, "parameter table out of sync with memory_plan");
-  units_.push_back(0);
+  if (has_unit0_) units_.push_back(0);
   units_.insert(units_.end(), layer_begin_.begin(), layer_begin_.end());
+  BRAID_CHECK(!storage_ || (has_embed_ && has_head_), "external storage needs the whole model on one stage");
   if (!storage_) {
     params_ = Buffer(plan.params_bytes, MemCategory::compute_params, ledger);
     grads_ = Buffer(plan.grads_bytes, MemCategory::grads, ledger);
@@ -248,17 +274,11 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   const size_t C = size_t(cfg_.n_embd), L = size_t(cfg_.n_layer), Vpl = size_t(cfg_.padded_vocab_size) / P;
   const size_t Cl = C / P;
   const size_t BT = size_t(max_B * max_T), rows = tp_.sequence_parallel ? BT / P : BT;
+  (void)L;
   layer_act_floats_ = plan.layer_act_floats;
   acts_ = Buffer(plan.acts_bytes, MemCategory::activations, ledger);
-  float* a = acts_.as<float>() + layer_act_floats_ * L;
-  encoded_ = a, a += rows * C;
-  lnf_ = a, a += rows * C;
-  lnf_mean_ = a, a += rows;
-  lnf_rstd_ = a, a += rows;
-  lse_ = a, a += BT;
-  losses_ = a, a += BT;
-  logits_ = a, a += BT * Vpl;
-  BRAID_CHECK(a == acts_.as<float>() + plan.act_floats, "activation layout out of sync with memory_plan");
+  slot_floats_ = plan.act_floats / size_t(slots_);
+  BRAID_CHECK(slot_floats_ * size_t(slots_) == plan.act_floats, "activation slots out of sync with memory_plan");
 
   scratch_ = Buffer(plan.workspace_bytes, MemCategory::workspace, ledger);
   float* s = scratch_.as<float>();
@@ -267,7 +287,7 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   datty_ = s, s += BT * Cl;
   dqkv_ = s, s += 3 * BT * Cl;
   dfch_ = s, s += 4 * BT * Cl;
-  dlogits_ = s, s += BT * Vpl;
+  if (has_head_) dlogits_ = s, s += BT * Vpl;
   if (tpn_ > 1) ce_max_ = s, s += BT, ce_sum_ = s, s += 2 * BT;
   if (tp_.sequence_parallel) gbuf_ = s, s += BT * C;
   if (dropout_ > 0) dtmp_ = s, s += rows * C;
@@ -275,8 +295,35 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   BRAID_CHECK(size_t(s - scratch_.as<float>()) <= plan.scratch_floats,
               "scratch layout out of sync with memory_plan");
   tokens_buf_ = Buffer(plan.tokens_bytes, MemCategory::activations, ledger);
-  tokens_ = tokens_buf_.as<int32_t>();
+  set_slot(0);
+}
+
+void GPT::set_slot(int64_t k) {
+  BRAID_CHECK(k >= 0 && k < slots_, "set_slot: slot ", k, " outside [0, ", slots_, ")");
+  slot_ = k;
+  const size_t C = size_t(cfg_.n_embd), P = size_t(tpn_), Vpl = size_t(cfg_.padded_vocab_size) / P;
+  const size_t BT = size_t(max_B_ * max_T_), rows = tp_.sequence_parallel ? BT / P : BT;
+  float* a = acts_.as<float>() + slot_floats_ * size_t(k) + layer_act_floats_ * size_t(l1_ - l0_);
+  encoded_ = a, a += rows * C;
+  if (has_head_) {
+    lnf_ = a, a += rows * C;
+    lnf_mean_ = a, a += rows;
+    lnf_rstd_ = a, a += rows;
+    lse_ = a, a += BT;
+    losses_ = a, a += BT;
+    logits_ = a, a += BT * Vpl;
+  }
+  BRAID_CHECK(a == acts_.as<float>() + slot_floats_ * size_t(k + 1), "slot layout out of sync with memory_plan");
+  tokens_ = tokens_buf_.as<int32_t>() + 2 * BT * size_t(k);
   targets_ = tokens_ + BT;
+}
+
+int64_t GPT::boundary_rows(int64_t B, int64_t T) const {
+  return tp_.sequence_parallel && tpn_ > 1 ? B * T / tpn_ : B * T;
+}
+
+const float* GPT::stage_output() const {
+  return l1_ > l0_ ? layer_acts(l1_ - 1).res3 : encoded_;
 }
 
 const ParamInfo& GPT::param(const std::string& name) const {
@@ -286,8 +333,8 @@ const ParamInfo& GPT::param(const std::string& name) const {
 }
 
 GPT::LayerParams GPT::layer_params(const float* unit, int64_t l) const {
-  const size_t first = 2 + size_t(l) * 12;  // index in table_ of h.l.ln_1.weight
-  const size_t begin = units_[size_t(l) + 1];
+  const size_t first = (has_unit0_ ? 2 : 0) + size_t(l - l0_) * 12;  // index in table_ of h.l.ln_1.weight
+  const size_t begin = units_[size_t(unit_of_block(l))];
   float* base = const_cast<float*>(unit);
   auto at = [&](size_t i) { return base + (table_[first + i].offset - begin); };
   return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11)};
@@ -297,7 +344,9 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
   const size_t P = size_t(tpn_);
   const size_t BT = size_t(max_B_ * max_T_), C = size_t(cfg_.n_embd), Cl = C / P;
   const size_t rows = tp_.sequence_parallel ? BT / P : BT;
-  float* a = const_cast<float*>(acts_.as<float>()) + layer_act_floats_ * size_t(l);
+  float* const base = const_cast<float*>(acts_.as<float>()) + slot_floats_ * size_t(slot_) +
+                      layer_act_floats_ * size_t(l - l0_);
+  float* a = base;
   LayerActs r;
   auto take = [&a](size_t n) {
     float* p = a;
@@ -321,8 +370,7 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
   r.res3 = take(rows * C);
   r.att = take(size_t(max_B_) * (size_t(cfg_.n_head) / P) * size_t(max_T_ * max_T_));
   // The constructor's per-layer size must match what is carved out here.
-  BRAID_CHECK(a == const_cast<float*>(acts_.as<float>()) + layer_act_floats_ * size_t(l + 1),
-              "layer activation layout out of sync with layer_act_floats_");
+  BRAID_CHECK(a == base + layer_act_floats_, "layer activation layout out of sync with layer_act_floats_");
   return r;
 }
 
@@ -361,7 +409,8 @@ void GPT::init_weights_range(uint64_t seed, float* dst, size_t lo, size_t hi) co
 #pragma omp parallel for schedule(static)
     for (int64_t i = A; i < EE; ++i) {
       const size_t f = full_index(info, size_t(i), tpr_, tpn_);
-      dst[info.offset + size_t(i) - lo] = f < valid ? sd * rand_normal(seed, pi, uint64_t(f)) : 0.0f;
+      dst[info.offset + size_t(i) - lo] =
+          f < valid ? sd * rand_normal(seed, info.global_index, uint64_t(f)) : 0.0f;
     }
   }
 }
@@ -420,15 +469,18 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   const int64_t Vl = std::clamp<int64_t>(V - vstart, 0, Vpl);
   const int64_t rows = sp ? BT / P : BT, row0 = sp ? tpr_ * rows : 0;
   const bool dropping = dropout_ > 0 && training_;
+  BRAID_CHECK(tokens || !has_embed_, "forward: the first stage needs tokens");
   for (int64_t i = 0; i < BT; ++i) {
-    BRAID_CHECK(tokens[i] >= 0 && tokens[i] < V, "forward: token ", tokens[i], " at ", i,
-                " outside [0, ", V, ")");
-    tokens_[i] = tokens[i];
+    if (tokens) {
+      BRAID_CHECK(tokens[i] >= 0 && tokens[i] < V, "forward: token ", tokens[i], " at ", i,
+                  " outside [0, ", V, ")");
+      tokens_[i] = tokens[i];
+    }
     if (targets) targets_[i] = targets[i];
   }
   B_ = B, T_ = T;
   have_targets_ = targets != nullptr;
-  const int uf = int(L) + 1;  // final LayerNorm unit
+  const int uf = int(units_.size()) - 2;  // final LayerNorm unit (last stage)
   // Rounds a matmul input to the compute dtype (no-op in f32).
   auto rnd = [this](float* a, int64_t n) { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); };
   // A column-parallel matmul's input: all token rows (gathered under SP).
@@ -449,23 +501,26 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
     }
   };
 
-  // Unit 0 holds wte at offset 0 and wpe at table_[1].offset.
-  const float* E = acquire_params(0);
-  if (P == 1) {
-    k::encoder_forward(encoded_, tokens_, E, E + table_[1].offset, B, T, C);
-  } else {
-    // Vocab-parallel embedding: each rank looks up its rows, the sum over TP is
-    // exact (one non-zero term per element), then the replicated positions.
-    float* part = sp ? gbuf_ : encoded_;
-    k::embedding_lookup_range(part, tokens_, E, vstart, Vpl, BT, C);
-    reduce_rows(part, encoded_);
-    k::position_forward(encoded_, E + table_[1].offset, row0, rows, T, C);
+  // Unit 0 holds wte at offset 0 and wpe at table_[1].offset. A later
+  // pipeline stage finds its input in encoded_ (stage_input()).
+  if (has_embed_) {
+    const float* E = acquire_params(0);
+    if (P == 1) {
+      k::encoder_forward(encoded_, tokens_, E, E + table_[1].offset, B, T, C);
+    } else {
+      // Vocab-parallel embedding: each rank looks up its rows, the sum over TP is
+      // exact (one non-zero term per element), then the replicated positions.
+      float* part = sp ? gbuf_ : encoded_;
+      k::embedding_lookup_range(part, tokens_, E, vstart, Vpl, BT, C);
+      reduce_rows(part, encoded_);
+      k::position_forward(encoded_, E + table_[1].offset, row0, rows, T, C);
+    }
+    release_params(0);
+    if (dropping) drop(encoded_, encoded_, rows, row0, 2 * uint64_t(L));
   }
-  release_params(0);
-  if (dropping) drop(encoded_, encoded_, rows, row0, 2 * uint64_t(L));
   const float* x = encoded_;
-  for (int64_t l = 0; l < L; ++l) {
-    LayerParams p = layer_params(acquire_params(int(l) + 1), l);
+  for (int64_t l = l0_; l < l1_; ++l) {
+    LayerParams p = layer_params(acquire_params(unit_of_block(l)), l);
     LayerActs a = layer_acts(l);
     k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, rows, C);
     rnd(a.ln1, rows * C);
@@ -497,9 +552,10 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
     }
     if (dropping) drop(a.fcproj, a.fcproj, rows, row0, 2 * uint64_t(l) + 1);
     k::residual_forward(a.res3, a.res2, a.fcproj, rows * C);
-    release_params(int(l) + 1);
+    release_params(unit_of_block(l));
     x = a.res3;
   }
+  if (!has_head_) return 0.0f;  // the stage's output is x = stage_output()
   const float* F = acquire_params(uf);  // ln_f.weight at F[0], ln_f.bias after it
   const size_t lnfb_rel = table_[table_.size() - 1].offset - units_[size_t(uf)];
   k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, F, F + lnfb_rel, rows, C);
@@ -534,7 +590,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
 }
 
 void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& on_ready) {
-  BRAID_CHECK(have_targets_, "backward: the last forward had no targets");
+  BRAID_CHECK(have_targets_ || !has_head_, "backward: the last forward had no targets");
   const int64_t B = B_, T = T_, C = cfg_.n_embd, L = cfg_.n_layer, NH = cfg_.n_head,
                 V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, BT = B * T, P = tpn_;
   const bool sp = tp_.sequence_parallel && P > 1;
@@ -542,7 +598,7 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
   const int64_t Vl = std::clamp<int64_t>(V - vstart, 0, Vpl);
   const int64_t rows = sp ? BT / P : BT, row0 = sp ? tpr_ * rows : 0;
   const bool dropping = dropout_ > 0 && training_;
-  const int uf = int(L) + 1;
+  const int uf = int(units_.size()) - 2;
   auto ready = [&](int u) {
     if (storage_) {
       storage_->grads_ready(u);
@@ -575,6 +631,9 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
     return dtmp_;
   };
 
+  float* G0 = nullptr;  // dwte at G0[0], dwpe at G0[table_[1].offset]
+  // A stage other than the last finds d(output) in dres_ (boundary_grad()).
+  if (has_head_) {
   if (P == 1) {
     k::softmax_crossentropy_backward(dlogits_, logits_, lse_, targets_, loss_scale / float(BT), BT,
                                      V, Vp);
@@ -584,15 +643,14 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
   }
   // Output gradients enter each matmul backward in the compute dtype (no-op in f32).
   rnd(dlogits_, BT * Vpl);
-  float* G0 = acquire_grads(0);  // dwte at G0[0], dwpe at G0[table_[1].offset]
+  G0 = acquire_grads(0);
   const float* wte = acquire_params(0);
   k::matmul_backward(dln_, G0, nullptr, dlogits_, full_rows(lnf_), wte, BT, C, Vpl);
   release_params(0);
   const float* dlnf = reduce_dinp();
   // dres_ is the residual-stream gradient; layer norms accumulate into it.
   std::memset(dres_, 0, size_t(rows * C) * sizeof(float));
-  const float* xL = L > 0 ? layer_acts(L - 1).res3 : encoded_;
-  {
+  const float* xL = stage_output();
     const float* F = acquire_params(uf);
     float* GF = acquire_grads(uf);
     const size_t lnfb_rel = table_[table_.size() - 1].offset - units_[size_t(uf)];
@@ -602,13 +660,13 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
     ready(uf);
   }
 
-  for (int64_t l = L - 1; l >= 0; --l) {
-    const int u = int(l) + 1;
+  for (int64_t l = l1_ - 1; l >= l0_; --l) {
+    const int u = unit_of_block(l);
     LayerParams p = layer_params(acquire_params(u), l);
     float* Gu = acquire_grads(u);
     LayerParams g = layer_params(Gu, l);
     LayerActs a = layer_acts(l);
-    const float* x = l == 0 ? encoded_ : layer_acts(l - 1).res3;
+    const float* x = l == l0_ ? encoded_ : layer_acts(l - 1).res3;
     // res3 = res2 + drop(fcproj): d fcproj = mask * dres; d res2 = dres (+ LN2 path below).
     // With rounding on, dres is rounded in place: the residual stream's
     // gradient is then held in the compute dtype, as in a half-precision run.
@@ -633,15 +691,18 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
     sync_replicated_grads(Gu, u);
     ready(u);
   }
-  const float* denc = branch_grad(2 * uint64_t(L));
-  if (P == 1) {
-    k::encoder_backward(G0, G0 + table_[1].offset, denc, tokens_, B, T, C);
-  } else {
-    k::position_backward(G0 + table_[1].offset, denc, row0, rows, T, C);
-    k::embedding_backward_range(G0, full_rows(denc), tokens_, vstart, Vpl, BT, C);
+  if (has_embed_) {
+    if (!G0) G0 = acquire_grads(0);
+    const float* denc = branch_grad(2 * uint64_t(L));
+    if (P == 1) {
+      k::encoder_backward(G0, G0 + table_[1].offset, denc, tokens_, B, T, C);
+    } else {
+      k::position_backward(G0 + table_[1].offset, denc, row0, rows, T, C);
+      k::embedding_backward_range(G0, full_rows(denc), tokens_, vstart, Vpl, BT, C);
+    }
+    sync_replicated_grads(G0, 0);
   }
-  sync_replicated_grads(G0, 0);
-  ready(0);
+  if (has_unit0_) ready(0);
 }
 
 int64_t GPT::flops_per_token(int64_t T) const {

@@ -51,6 +51,17 @@ struct GPTConfig {
   static int64_t pad_vocab(int64_t v, int64_t multiple = 64);
 };
 
+/// The layers one pipeline stage holds (GPipe, Huang et al. 2019): blocks
+/// [first_layer, last_layer); the first stage also holds the embeddings, the
+/// last the final LayerNorm and the head, which is tied to wte, so the last
+/// stage keeps its own copy of the embedding unit. `slots` activation sets let
+/// that many micro-batches sit between their forward and their backward.
+struct PipelineStage {
+  int64_t first_layer = 0;
+  int64_t last_layer = -1;  // exclusive; -1: n_layer
+  int64_t slots = 1;
+};
+
 /// One tensor of the flat parameter buffer (this TP rank's part of it).
 struct ParamInfo {
   std::string name;            // Hugging Face GPT-2 name, e.g. "h.3.attn.c_attn.weight"
@@ -62,6 +73,7 @@ struct ParamInfo {
   size_t numel;                // product of shape
   bool weight_decay;           // true for 2-D matrices (incl. wte, wpe), false for biases/LN
   int layer;                   // -1 embeddings, 0..L-1 blocks, L final LayerNorm
+  size_t global_index = 0;     // index in the whole model's table (keys the initialisation)
 };
 
 /// What GPT(cfg, max_B, max_T) allocates, computed without allocating
@@ -136,7 +148,8 @@ class GPT {
   /// Throws ConfigError when TP does not divide n_head, padded_vocab_size or
   /// (sequence parallel) max_B * max_T.
   GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger = nullptr,
-      UnitStorage* storage = nullptr, const TensorParallel& tp = {}, float dropout = 0.0f);
+      UnitStorage* storage = nullptr, const TensorParallel& tp = {}, float dropout = 0.0f,
+      const PipelineStage& stage = {});
 
   /// The buffers the constructor would allocate for (cfg, max_B, max_T), in
   /// bytes per category, computed without allocating them (cheap even for
@@ -145,7 +158,7 @@ class GPT {
   /// (no parameter or gradient buffers).
   static GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T,
                                    bool owns_state = true, int tp = 1, bool sequence_parallel = false,
-                                   float dropout = 0.0f);
+                                   float dropout = 0.0f, const PipelineStage& stage = {});
 
   /// Unit boundaries of cfg's flat layout on a TP rank: L + 3 offsets
   /// (elements), unit u is [b[u], b[u+1]). See UnitStorage for the numbering.
@@ -210,6 +223,25 @@ class GPT {
   void set_training(bool on) { training_ = on; }
   const TensorParallel& tensor_parallel() const { return tp_; }
 
+  // ---- pipeline stage ----
+  bool is_first_stage() const { return has_embed_; }
+  bool is_last_stage() const { return has_head_; }
+  int64_t first_layer() const { return l0_; }
+  int64_t last_layer() const { return l1_; }
+  int64_t slots() const { return slots_; }
+  /// Activation set used by the following forward/backward (0 <= k < slots()).
+  void set_slot(int64_t k);
+  /// Token rows x C of the stage boundary for a (B, T) micro-batch (B*T, or
+  /// B*T/TP under sequence parallelism).
+  int64_t boundary_rows(int64_t B, int64_t T) const;
+  /// Current slot: where a later stage receives its input before forward.
+  float* stage_input() { return encoded_; }
+  /// Current slot: the stage's output after forward (the last local block's output).
+  const float* stage_output() const;
+  /// Where a stage other than the last receives d(output) before backward;
+  /// after backward on a stage other than the first it holds d(input).
+  float* boundary_grad() { return dres_; }
+
   /// Accumulates (+=) into grads() the gradient of loss_scale * (mean loss of the
   /// last forward). on_ready(begin, end) is called with element ranges of
   /// grads() as soon as they are final: [ln_f.weight, end), then block L-1 ..
@@ -249,8 +281,9 @@ class GPT {
   };
   /// Builds the parameter table for cfg on a rank of a TP group of tp; returns
   /// num_params (elements).
-  static size_t build_param_table(const GPTConfig& cfg, int tp, std::vector<ParamInfo>* table,
-                                  std::vector<size_t>* layer_begin);
+  static size_t build_param_table(const GPTConfig& cfg, int tp, const PipelineStage& stage,
+                                  std::vector<ParamInfo>* table, std::vector<size_t>* layer_begin);
+  int unit_of_block(int64_t l) const { return (has_unit0_ ? 1 : 0) + int(l - l0_); }
   void tp_all_reduce(float* x, size_t n);          // sum over TP (no-op at TP 1)
   void tp_all_gather(const float* local, float* full, size_t n_local);
   void tp_reduce_scatter(float* full, size_t n_local);  // result at full + rank * n_local
@@ -282,6 +315,9 @@ class GPT {
   DType compute_dtype_ = DType::f32;
   TensorParallel tp_;
   int tpn_ = 1, tpr_ = 0;
+  int64_t l0_ = 0, l1_ = 0, slots_ = 1, slot_ = 0;
+  bool has_embed_ = true, has_head_ = true, has_unit0_ = true;
+  size_t slot_floats_ = 0;  // activation floats of one slot
   float dropout_ = 0.0f;
   bool training_ = true, tp_grad_sync_ = true;
   uint64_t drop_seed_ = 0, drop_stream_ = 0;

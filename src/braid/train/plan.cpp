@@ -165,7 +165,9 @@ std::string format_zero_formulas(const std::vector<MemoryPlan>& plans) {
   std::ostringstream os;
   if (plans.empty()) return "";
   const MemoryPlan& p0 = plans[0];
-  const int S = p0.options.fsdp_shard_size > 0 ? p0.options.fsdp_shard_size : p0.world_size;
+  // N: the ranks the state is sharded over (the DP group, or an HSDP shard group).
+  const int dp_world = p0.options.dp_mode == "ps" ? p0.world_size - 1 : p0.world_size / p0.options.tp;
+  const int S = p0.options.fsdp_shard_size > 0 ? p0.options.fsdp_shard_size : dp_world;
   const int stage = p0.options.fsdp ? 3 : p0.options.zero;
   const ZeroFormula f = zero_formula(p0.options, p0.num_params, S);
   char s[400];
