@@ -30,6 +30,10 @@ void add_plan(CLI::App& app) {
   c->add_option("--dp-mode", o.dp_mode, "ddp or ps (rank 0 is a parameter server)")->capture_default_str();
   c->add_option("--zero", o.zero, "ZeRO stage 0..3")->capture_default_str();
   c->add_flag("--fsdp", o.fsdp, "FSDP (stage 3 with one flat parameter per block)");
+  c->add_option("--pp", o.pp, "Pipeline stages: consecutive layer ranges on groups of ranks (TP fastest, then DP, then PP)")->capture_default_str();
+  c->add_option("--pp-layers", o.pp_layers, "Layers per stage, e.g. 3,5 (default: even split)");
+  c->add_option("--schedule", o.schedule, "Pipeline schedule: naive, gpipe or 1f1b")->capture_default_str();
+  c->add_option("--micro-batches", o.micro_batches, "Micro-batches per step and pipeline (sets --micro-batch = batch / (dp x m))")->capture_default_str();
   c->add_option("--tp", o.tp, "Tensor-parallel degree: heads, MLP columns and the vocabulary split over groups of consecutive ranks")->capture_default_str();
   c->add_flag("--sequence-parallel", o.sequence_parallel, "Sequence parallelism: LayerNorm/dropout/residual rows sharded over the TP group");
   c->add_option("--dropout", o.dropout, "Embedding and residual dropout probability")->capture_default_str();

@@ -43,10 +43,11 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
     train::Trainer trainer(opt, world, train, val);
     opt = trainer.options();
     if (log) {
-      const int dp = opt.dp_mode == "ps" ? world.size() - 1 : world.size() / opt.tp;
+      const int dp = opt.dp_mode == "ps" ? world.size() - 1 : world.size() / (opt.tp * opt.pp);
       const auto& c = trainer.model().config();
       std::string tp;
       if (opt.tp > 1) tp = " x tp=" + std::to_string(opt.tp) + (opt.sequence_parallel ? "+sp" : "");
+      if (opt.pp > 1) tp += " x pp=" + std::to_string(opt.pp) + " (" + opt.schedule + ")";
       std::printf("braid train | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params per rank) | ranks %d (dp=%d%s%s, zero=%d%s, %s, %s) | "
                   "batch %lld = %d x %lld x %lld accum | T=%lld | matmul peak %.1f GFLOP/s per rank\n",
                   c.name.c_str(), (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd,
@@ -148,6 +149,10 @@ void add_train(CLI::App& app) {
   c->add_option("--staleness", o.staleness, "Asynchronous PS: a worker may run at most this many iterations ahead of the slowest")->capture_default_str();
   c->add_option("--zero", o.zero, "ZeRO stage: 0 (DDP all-reduce), 1 (AdamW moments sharded over DP), 2 (+ gradients), 3 (+ parameters, gathered per layer)")->capture_default_str();
   c->add_flag("--fsdp", o.fsdp, "FSDP: shard parameters, gradients and optimizer states with one flat parameter per transformer block (ZeRO-3 by unit)");
+  c->add_option("--pp", o.pp, "Pipeline stages: consecutive layer ranges on groups of ranks (TP fastest, then DP, then PP)")->capture_default_str();
+  c->add_option("--pp-layers", o.pp_layers, "Layers per stage, e.g. 3,5 (default: even split)");
+  c->add_option("--schedule", o.schedule, "Pipeline schedule: naive, gpipe or 1f1b")->capture_default_str();
+  c->add_option("--micro-batches", o.micro_batches, "Micro-batches per step and pipeline (sets --micro-batch = batch / (dp x m))")->capture_default_str();
   c->add_option("--tp", o.tp, "Tensor-parallel degree: heads, MLP columns and the vocabulary split over groups of consecutive ranks")->capture_default_str();
   c->add_flag("--sequence-parallel", o.sequence_parallel, "Sequence parallelism: LayerNorm/dropout/residual rows sharded over the TP group");
   c->add_option("--dropout", o.dropout, "Embedding and residual dropout probability")->capture_default_str();

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
@@ -61,6 +62,9 @@ void truncate_metrics(const std::string& path, int64_t start_step) {
 
 }  // namespace
 
+std::vector<int64_t> stage_layers(const TrainOptions& o, const model::GPTConfig& cfg);
+void parse_schedule_options(const TrainOptions& o, const model::GPTConfig& cfg);
+
 void validate_options(const TrainOptions& o, int world_size, const model::GPTConfig& cfg) {
   BRAID_CONFIG_CHECK(o.dp >= 0, "--dp ", o.dp, " must be >= 0 (0 means all ranks)");
   BRAID_CONFIG_CHECK(o.dp_mode == "ddp" || o.dp_mode == "ps", "--dp-mode '", o.dp_mode,
@@ -75,6 +79,21 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
   BRAID_CONFIG_CHECK(o.staleness == 0 || o.ps_async, "--staleness ", o.staleness,
                      " only applies to --dp-mode ps --ps-async; add --ps-async or drop it");
   BRAID_CONFIG_CHECK(o.tp >= 1, "--tp ", o.tp, " must be >= 1");
+  BRAID_CONFIG_CHECK(o.pp >= 1, "--pp ", o.pp, " must be >= 1");
+  if (o.pp > 1) {
+    BRAID_CONFIG_CHECK(!ps && o.zero <= 1 && !o.fsdp && o.precision == "fp32", "--pp ", o.pp,
+                       " runs with DDP or ZeRO-1 over the DP group in fp32; drop --dp-mode ps, "
+                       "--zero 2/3, --fsdp and --precision ", o.precision);
+    BRAID_CONFIG_CHECK(o.pp <= cfg.n_layer, "--pp ", o.pp, " exceeds the ", cfg.n_layer,
+                       " layers of model '", cfg.name, "'; every stage needs at least one layer");
+    BRAID_CONFIG_CHECK(o.sample_tokens == 0 && o.save_path.empty() && o.resume_path.empty(),
+                       "--pp ", o.pp, ": sampling and checkpoints are not available with pipeline "
+                       "parallelism yet; drop --sample-tokens / --save / --resume");
+    parse_schedule_options(o, cfg);
+  }
+  BRAID_CONFIG_CHECK(world_size % (o.tp * o.pp) == 0, "--tp ", o.tp, " x --pp ", o.pp,
+                     " does not divide the ", world_size, " ranks of the job; the product of the "
+                     "parallel degrees must divide the number of ranks");
   BRAID_CONFIG_CHECK(!ps || o.tp == 1, "--dp-mode ps runs without tensor parallelism; drop --tp ", o.tp);
   BRAID_CONFIG_CHECK(world_size % o.tp == 0, "--tp ", o.tp, " does not divide the ", world_size,
                      " ranks of the job; use a TP degree that divides it (TP groups are ",
@@ -85,13 +104,13 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
   BRAID_CONFIG_CHECK(o.tp == 1 || (!o.fsdp && o.zero <= 2), "--tp ", o.tp, " combines with DDP and "
                      "ZeRO-1/2 over the DP group; --zero 3 / --fsdp with TP is not supported, use --zero 2");
   model::GPT::validate_tp(cfg, o.tp);
-  const int ranks_for_dp = ps ? world_size - 1 : world_size / o.tp;
+  const int ranks_for_dp = ps ? world_size - 1 : world_size / (o.tp * o.pp);
   const int dp = o.dp == 0 ? ranks_for_dp : o.dp;
   BRAID_CONFIG_CHECK(dp == ranks_for_dp, "--dp ", o.dp, o.tp > 1 ? " x --tp " + std::to_string(o.tp) : "",
                      " but the job has ", world_size, " ranks",
                      ps ? " (1 server + workers)" : "",
                      "; the product of the parallel degrees must equal the number of "
-                     "ranks (launch with mpirun -np ", ps ? dp + 1 : dp * o.tp, ", or pass --dp ",
+                     "ranks (launch with mpirun -np ", ps ? dp + 1 : dp * o.tp * o.pp, ", or pass --dp ",
                      ranks_for_dp, ")");
   BRAID_CONFIG_CHECK(o.steps > 0, "--steps ", o.steps, " must be positive");
   BRAID_CONFIG_CHECK(o.micro_batch > 0 && o.global_batch > 0, "--batch ", o.global_batch,
@@ -138,6 +157,37 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
                      " must be >= 0 and --val-batches ", o.val_batches, " > 0");
 }
 
+std::vector<int64_t> stage_layers(const TrainOptions& o, const model::GPTConfig& cfg) {
+  std::vector<int64_t> n;
+  if (o.pp_layers.empty()) {
+    // Even split; the first stages take the remainder.
+    for (int s = 0; s < o.pp; ++s) n.push_back(cfg.n_layer / o.pp + (s < cfg.n_layer % o.pp ? 1 : 0));
+    return n;
+  }
+  std::stringstream ss(o.pp_layers);
+  std::string item;
+  int64_t total = 0;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    BRAID_CONFIG_CHECK(!item.empty() && end && *end == '\0' && v >= 1, "--pp-layers '", o.pp_layers,
+                       "': '", item, "' is not a layer count >= 1");
+    n.push_back(v);
+    total += v;
+  }
+  BRAID_CONFIG_CHECK(static_cast<int>(n.size()) == o.pp && total == cfg.n_layer, "--pp-layers '",
+                     o.pp_layers, "' gives ", n.size(), " stages with ", total, " layers, but --pp is ",
+                     o.pp, " and model '", cfg.name, "' has ", cfg.n_layer,
+                     " layers; list one count per stage, summing to ", cfg.n_layer,
+                     " (every layer built exactly once)");
+  return n;
+}
+
+void parse_schedule_options(const TrainOptions& o, const model::GPTConfig& cfg) {
+  stage_layers(o, cfg);
+  parallel::parse_schedule(o.schedule);
+}
+
 model::GPTConfig model_config(const TrainOptions& o) {
   model::GPTConfig c = model::GPTConfig::preset(o.model);
   BRAID_CONFIG_CHECK(o.vocab_size >= 0 && o.n_layer >= 0 && o.n_head >= 0 && o.n_embd >= 0,
@@ -165,16 +215,35 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
       val_(val) {
   const TrainOptions& opt = opt_;
   const model::GPTConfig cfg = model_config(opt);
+  if (opt_.micro_batches > 0) {
+    // --micro-batches m: each pipeline (DP rank) splits its share of the batch into m.
+    const int dp = std::max(1, world.size() / std::max(1, opt_.tp * opt_.pp));
+    BRAID_CONFIG_CHECK(opt_.global_batch % (static_cast<int64_t>(dp) * opt_.micro_batches) == 0,
+                       "--micro-batches ", opt_.micro_batches, " does not divide the ",
+                       opt_.global_batch / dp, " sequences per DP rank (--batch ", opt_.global_batch,
+                       " over dp ", dp, "); choose a divisor");
+    opt_.micro_batch = opt_.global_batch / (static_cast<int64_t>(dp) * opt_.micro_batches);
+  }
   validate_options(opt, world.size(), cfg);
   ps_ = opt.dp_mode == "ps";
   tp_size_ = opt.tp;
+  pp_size_ = opt.pp;
   dp_ = &world_;
-  if (tp_size_ > 1) {
-    const parallel::RankGrid grid(world.size(), tp_size_, world.size() / tp_size_);
-    tp_comm_ = world_.split(grid.tp_color(world.rank()), world.rank());
-    dp_comm_own_ = world_.split(grid.dp_color(world.rank()), world.rank());
+  if (tp_size_ > 1 || pp_size_ > 1) {
+    // RankGrid: TP fastest, then DP, then PP.
+    const parallel::RankGrid grid(world.size(), tp_size_, world.size() / (tp_size_ * pp_size_), pp_size_);
+    const int r = world.rank();
+    if (tp_size_ > 1) tp_comm_ = world_.split(grid.tp_color(r), r);
+    dp_comm_own_ = world_.split(grid.dp_color(r), r);
     dp_ = dp_comm_own_.get();
-    tp_rank_ = tp_comm_->rank();
+    if (tp_comm_) tp_rank_ = tp_comm_->rank();
+    if (pp_size_ > 1) {
+      pp_comm_ = world_.split(grid.pp_color(r), r);
+      pp_rank_ = pp_comm_->rank();
+      // The tied embedding lives on the first and the last stage.
+      const bool ends = pp_rank_ == 0 || pp_rank_ == pp_size_ - 1;
+      emb_comm_ = world_.split(ends ? grid.pp_color(r) : world.size() + r, r);
+    }
   }
   dp_size_ = ps_ ? world.size() - 1 : dp_->size();
   dp_rank_ = ps_ ? world.rank() - 1 : dp_->rank();
@@ -215,8 +284,20 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   model::TensorParallel tpc;
   tpc.comm = tp_comm_.get();
   tpc.sequence_parallel = opt.sequence_parallel;
+  model::PipelineStage stage;
+  if (pp_size_ > 1) {
+    const auto layers = stage_layers(opt, cfg);
+    for (int s = 0; s < pp_rank_; ++s) stage.first_layer += layers[static_cast<size_t>(s)];
+    stage.last_layer = stage.first_layer + layers[static_cast<size_t>(pp_rank_)];
+    // The schedule is checked on its tables before any communication; its
+    // simulation gives the micro-batches alive at once on this stage.
+    const auto kind = parallel::parse_schedule(opt.schedule);
+    programs_ = parallel::build_schedule(kind, pp_size_, static_cast<int>(accum_steps_));
+    const auto st = parallel::check_schedule(programs_, pp_size_, static_cast<int>(accum_steps_));
+    stage.slots = st.peak_in_flight[static_cast<size_t>(pp_rank_)];
+  }
   model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_, engine_.get(),
-                                        tpc, opt.dropout);
+                                        tpc, opt.dropout, stage);
   model_->set_compute_dtype(compute_);
   scaler_ = std::make_unique<DynamicLossScaler>(opt.loss_scale, compute_ == DType::f16);
   const size_t n = model_->num_params();
@@ -258,7 +339,8 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
           break;
         }
       }
-      update_segments_.push_back({pos, stop - pos, seg.shard + (pos - seg.offset), decay, replicated});
+      update_segments_.push_back({pos, stop - pos, seg.shard + (pos - seg.offset), decay, replicated,
+                                  pp_size_ > 1 && pp_rank_ == pp_size_ - 1 && pos < model_->unit_end(0)});
       pos = stop;
     }
   }
@@ -320,7 +402,7 @@ double Trainer::grad_sumsq(float mult) {
   double ss = 0;
   if (norm_counts_) {
     for (const auto& u : update_segments_) {
-      if (u.tp_replicated && tp_rank_ != 0) continue;
+      if ((u.tp_replicated && tp_rank_ != 0) || u.pp_copy) continue;
       const int64_t n = static_cast<int64_t>(u.len);
       double part = 0;
       if (engine_) {
@@ -489,6 +571,13 @@ void Trainer::finish_record(StepRecord& r, double seconds, uint64_t sent0, uint6
       }
       compare(*tp_comm_, h, "TP-replicated parameters");
     }
+    if (pp_size_ > 1 && (pp_rank_ == 0 || pp_rank_ == pp_size_ - 1)) {
+      // The tied embedding's copies on the first and the last stage.
+      uint64_t h = 1469598103934665603ull;
+      const auto* b = reinterpret_cast<const unsigned char*>(model_->params());
+      for (size_t i = 0; i < model_->unit_end(0) * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+      compare(*emb_comm_, h, "tied embedding copies");
+    }
   }
 }
 
@@ -535,6 +624,7 @@ StepRecord Trainer::engine_step(int64_t step) {
 
 StepRecord Trainer::train_step(int64_t step) {
   if (ps_) return ps_sync_step(step);
+  if (pp_size_ > 1) return pipeline_step(step);
   if (engine_) return engine_step(step);
   const auto t0 = Clock::now();
   const uint64_t sent0 = bytes_sent(), recv0 = bytes_received();
@@ -585,8 +675,12 @@ float Trainer::evaluate() {
         const int64_t j = vb * opt_.global_batch + eval_rank * per_rank + micro * B + b;
         offs[static_cast<size_t>(b)] = static_cast<size_t>(j * T) % windows;
       }
-      gather_batch(val_->data(), offs.data(), B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
-      sum += model_->forward(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
+      if (pp_size_ > 1) {
+        sum += pipeline_evaluate_batch(offs.data(), 1, val_->data());
+      } else {
+        gather_batch(val_->data(), offs.data(), B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
+        sum += model_->forward(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
+      }
       ++count;
     }
   }
@@ -771,6 +865,7 @@ std::vector<StepRecord> Trainer::run() {
       }
       if (ps_ && opt_.ps_async) std::printf(" | staleness <= %lld", static_cast<long long>(r.staleness_max));
       if (scaler_->enabled()) std::printf(" | scale %g%s", r.loss_scale, r.skipped ? " (overflow: step skipped)" : "");
+      if (pp_size_ > 1) std::printf(" | bubble %.1f%%", 100 * r.bubble);
       std::printf("\n");
       std::fflush(stdout);
     }
@@ -780,6 +875,7 @@ std::vector<StepRecord> Trainer::run() {
                           {"ms", r.ms},               {"mfu", r.mfu},      {"peak_mem_bytes", r.peak_mem_bytes},
                           {"comm_bytes_sent", r.comm_bytes_sent}, {"comm_bytes_received", r.comm_bytes_received}};
       if (ps_ && opt_.ps_async) j["staleness_max"] = r.staleness_max;
+      if (pp_size_ > 1) j["bubble"] = r.bubble;
       if (scaler_->enabled()) {
         j["loss_scale"] = r.loss_scale;
         j["skipped"] = r.skipped;

@@ -14,6 +14,7 @@
 #include "braid/parallel/ddp.h"
 #include "braid/parallel/zero.h"
 #include "braid/parallel/sharded.h"
+#include "braid/parallel/pipeline.h"
 #include "braid/parallel/topology.h"
 #include "braid/train/loss_scaler.h"
 #include "braid/train/lr_schedule.h"
@@ -41,6 +42,10 @@ struct TrainOptions {
   int tp = 1;  // tensor-parallel degree (TP groups are consecutive ranks)
   bool sequence_parallel = false;  // shard LayerNorm/dropout/residual rows over TP
   float dropout = 0.0f;            // embedding and residual dropout probability
+  int pp = 1;                      // pipeline stages (consecutive layer ranges)
+  std::string pp_layers;           // explicit layers per stage, e.g. "3,5" (empty: even split)
+  std::string schedule = "1f1b";   // naive | gpipe | 1f1b
+  int64_t micro_batches = 0;       // micro-batches per step per pipeline (0: batch / (dp x micro-batch))
   double bucket_mb = 4.0;
   bool overlap = true;
   int zero = 0;  // ZeRO stage 0 (DDP), 1 (moments sharded), 2 (+ gradients), 3 (+ parameters)
@@ -78,6 +83,13 @@ void validate_options(const TrainOptions& opt, int world_size, const model::GPTC
 /// Fills defaults that depend on the model (seq_len 0 -> min(128, block_size)).
 TrainOptions resolve_options(TrainOptions opt, const model::GPTConfig& cfg);
 
+/// Layers per pipeline stage: --pp-layers, or an even split (the first stages
+/// take the remainder). Throws ConfigError naming the fix when the counts do
+/// not cover every layer exactly once.
+std::vector<int64_t> stage_layers(const TrainOptions& opt, const model::GPTConfig& cfg);
+/// Validates --pp-layers and --schedule (throws ConfigError).
+void parse_schedule_options(const TrainOptions& opt, const model::GPTConfig& cfg);
+
 /// The model config of `opt`: the preset with the size overrides applied.
 /// Throws ConfigError for an unknown preset or invalid sizes.
 model::GPTConfig model_config(const TrainOptions& opt);
@@ -92,6 +104,7 @@ struct StepRecord {
   int64_t staleness_max = 0;         // ps async: most updates a gradient missed
   float loss_scale = 1;              // fp16: the scale this step's backward used
   bool skipped = false;              // fp16: gradients overflowed, no update
+  double bubble = 0;                 // pipeline: idle fraction of the step, mean over stages
   uint64_t param_hash = 0;
 };
 
@@ -117,7 +130,7 @@ class Trainer {
   /// True when forward is collective (parameters sharded, ZeRO-3/FSDP): every
   /// rank must then call sample() and evaluate() together.
   bool forward_is_collective() const {
-    return tp_size_ > 1 || (engine_ && engine_->config().stage == 3);
+    return tp_size_ > 1 || pp_size_ > 1 || (engine_ && engine_->config().stage == 3);
   }
   /// The options in force (model-dependent defaults resolved).
   const TrainOptions& options() const { return opt_; }
@@ -174,12 +187,21 @@ class Trainer {
   std::unique_ptr<DynamicLossScaler> scaler_;
   DType compute_ = DType::f32;
   StepRecord engine_step(int64_t step);
+  // Pipeline parallelism (trainer_pp.cpp).
+  std::unique_ptr<comm::Communicator> pp_comm_, emb_comm_;
+  int pp_size_ = 1, pp_rank_ = 0;
+  std::vector<parallel::StageProgram> programs_;
+  StepRecord pipeline_step(int64_t step);
+  float pipeline_evaluate_batch(const size_t* offsets, int64_t micro_count, const uint16_t* stream);
+  /// Sums the tied embedding's gradient over the first and last stage.
+  void sync_tied_embedding();
   /// The pieces of the flat buffer this rank updates (everything without ZeRO),
   /// split at parameter boundaries so each piece has one weight-decay setting.
   struct UpdateSegment {
     size_t offset, len, state;  // flat offset, elements, offset in m_/v_
     bool decay;
     bool tp_replicated;  // the same tensor on every TP rank (count it once in the norm)
+    bool pp_copy = false;  // the last stage's copy of the tied embedding (counted on the first)
   };
   std::vector<UpdateSegment> update_segments_;
   std::unique_ptr<DistributedSampler> sampler_;

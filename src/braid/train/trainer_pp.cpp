@@ -1,0 +1,156 @@
+// The pipeline executor: runs this stage's action list (from the schedule
+// builder) for one step. A forward on a later stage first receives its input
+// activation from the previous stage; a backward on an earlier stage first
+// receives the output gradient from the next stage; sends are non-blocking and
+// complete before their buffer is reused. Tags are (micro-batch, direction), so
+// the checked order of the tables is the order of every send and receive.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "braid/core/error.h"
+#include "braid/train/trainer.h"
+
+namespace braid::train {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+int act_tag(int micro) { return 2 * micro; }
+int grad_tag(int micro) { return 2 * micro + 1; }
+}  // namespace
+
+void Trainer::sync_tied_embedding() {
+  // wte is used by the embedding on the first stage and by the head on the
+  // last; each stage holds a copy, and the copies get the sum of both
+  // gradients, so they stay bitwise equal (Shoeybi et al. 2019, sec. 3).
+  if (pp_size_ == 1 || !(pp_rank_ == 0 || pp_rank_ == pp_size_ - 1)) return;
+  const size_t n0 = model_->unit_end(0);
+  emb_comm_->all_reduce(model_->grads(), model_->grads(), n0, DType::f32, comm::ReduceOp::sum);
+}
+
+StepRecord Trainer::pipeline_step(int64_t step) {
+  const auto t0 = Clock::now();
+  const uint64_t sent0 = bytes_sent(), recv0 = bytes_received();
+  maybe_inject_failure(step);
+  const int64_t B = opt_.micro_batch, T = opt_.seq_len, m = accum_steps_;
+  const bool first = model_->is_first_stage(), last = model_->is_last_stage();
+  const size_t boundary = static_cast<size_t>(model_->boundary_rows(B, T) * model_->config().n_embd);
+  const size_t boundary_bytes = boundary * sizeof(float);
+  const std::vector<size_t> offsets = sampler_->rank_offsets(step);
+  const auto& prog = programs_[static_cast<size_t>(pp_rank_)];
+  model_->zero_grad();
+
+  std::vector<int64_t> slot_of(static_cast<size_t>(m), -1);
+  std::vector<comm::WorkPtr> act_send(static_cast<size_t>(m));
+  std::vector<int64_t> free_slots;
+  for (int64_t k = model_->slots() - 1; k >= 0; --k) free_slots.push_back(k);
+  comm::WorkPtr grad_send;
+  double loss_sum = 0, compute = 0;
+  const float scale = 1.0f / static_cast<float>(m);
+  size_t last_backward = 0;
+  for (size_t i = 0; i < prog.size(); ++i)
+    if (prog[i].op == parallel::PipeOp::backward) last_backward = i;
+
+  auto load_micro = [&](int j) {
+    // Data of micro-batch j on every stage that needs it (tokens first, targets last).
+    if (first || last)
+      gather_batch(train_.data(), offsets.data() + j * B, B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
+    const int64_t seq0 = std::max(dp_rank_, 0) * sampler_->local_batch() + j * B;
+    model_->set_dropout_key(opt_.seed, static_cast<uint64_t>(step) + 1, seq0 * T);
+  };
+
+  for (size_t i = 0; i < prog.size(); ++i) {
+    const parallel::PipeAction a = prog[i];
+    const int j = a.micro;
+    if (a.op == parallel::PipeOp::forward) {
+      BRAID_CHECK(!free_slots.empty(), "pipeline: no free activation slot for micro-batch ", j);
+      const int64_t slot = free_slots.back();
+      free_slots.pop_back();
+      slot_of[static_cast<size_t>(j)] = slot;
+      model_->set_slot(slot);
+      if (!first) pp_comm_->recv(model_->stage_input(), boundary_bytes, pp_rank_ - 1, act_tag(j));
+      load_micro(j);
+      const auto c0 = Clock::now();
+      const float loss = model_->forward(first ? tokens_.as<int32_t>() : nullptr,
+                                         last ? targets_.as<int32_t>() : nullptr, B, T);
+      compute += secs(c0, Clock::now());
+      if (last) loss_sum += loss;
+      if (!last)
+        act_send[static_cast<size_t>(j)] =
+            pp_comm_->isend(model_->stage_output(), boundary_bytes, pp_rank_ + 1, act_tag(j));
+    } else {
+      const int64_t slot = slot_of[static_cast<size_t>(j)];
+      model_->set_slot(slot);
+      // The previous gradient send reads boundary_grad(): finish it first.
+      if (grad_send) grad_send->wait(), grad_send.reset();
+      if (!last) pp_comm_->recv(model_->boundary_grad(), boundary_bytes, pp_rank_ + 1, grad_tag(j));
+      load_micro(j);
+      model_->set_tp_grad_sync(i == last_backward);
+      const auto c0 = Clock::now();
+      model_->backward(scale);
+      compute += secs(c0, Clock::now());
+      if (!first) grad_send = pp_comm_->isend(model_->boundary_grad(), boundary_bytes, pp_rank_ - 1, grad_tag(j));
+      // The slot's activations (and the output sent from them) are free again.
+      if (act_send[static_cast<size_t>(j)]) act_send[static_cast<size_t>(j)]->wait();
+      act_send[static_cast<size_t>(j)].reset();
+      free_slots.push_back(slot);
+    }
+  }
+  if (grad_send) grad_send->wait();
+  (void)boundary;
+
+  // After this stage's last backward: the tied embedding, then the DP sync, once.
+  sync_tied_embedding();
+  if (zero_) {
+    zero_->begin_sync();
+    zero_->on_ready(0, model_->num_params());
+    zero_->finish_sync();
+  } else {
+    ddp_->begin_sync();
+    ddp_->on_ready(0, model_->num_params());
+    ddp_->finish_sync();
+  }
+  // The loss lives on the last stage: broadcast it along the pipeline, average over DP.
+  float loss = last ? static_cast<float>(loss_sum / static_cast<double>(m)) : 0.f;
+  pp_comm_->broadcast(&loss, 1, DType::f32, pp_size_ - 1);
+  if (dp_size_ > 1) dp_->all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
+  BRAID_CONFIG_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
+                     "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
+  StepRecord r;
+  r.step = step;
+  r.loss = loss;
+  r.grad_norm = clip_and_norm();
+  r.lr = sched_.at(step);
+  adamw(r.lr, step + 1);
+  const double wall = secs(t0, Clock::now());
+  // Measured bubble: the part of the step a stage spends not computing,
+  // averaged over the stages of the pipeline.
+  float idle = static_cast<float>(1.0 - compute / wall);
+  pp_comm_->all_reduce(&idle, &idle, 1, DType::f32, comm::ReduceOp::avg);
+  r.bubble = idle;
+  finish_record(r, wall, sent0, recv0);
+  return r;
+}
+
+float Trainer::pipeline_evaluate_batch(const size_t* offsets, int64_t micro_count, const uint16_t* stream) {
+  // Forward only, one micro-batch after another through the stages.
+  const int64_t B = opt_.micro_batch, T = opt_.seq_len;
+  const bool first = model_->is_first_stage(), last = model_->is_last_stage();
+  const size_t bytes = static_cast<size_t>(model_->boundary_rows(B, T) * model_->config().n_embd) * sizeof(float);
+  double sum = 0;
+  model_->set_slot(0);
+  for (int64_t j = 0; j < micro_count; ++j) {
+    if (first || last)
+      gather_batch(stream, offsets + j * B, B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
+    if (!first) pp_comm_->recv(model_->stage_input(), bytes, pp_rank_ - 1, act_tag(static_cast<int>(j)));
+    const float l = model_->forward(first ? tokens_.as<int32_t>() : nullptr, last ? targets_.as<int32_t>() : nullptr, B, T);
+    if (last) sum += l;
+    if (!last) pp_comm_->send(model_->stage_output(), bytes, pp_rank_ + 1, act_tag(static_cast<int>(j)));
+  }
+  float loss = last ? static_cast<float>(sum) : 0.f;
+  pp_comm_->broadcast(&loss, 1, DType::f32, pp_size_ - 1);
+  return loss;
+}
+
+}  // namespace braid::train
