@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "braid/core/error.h"
+#include "braid/parallel/pipeline.h"
 #include "braid/parallel/sharded.h"
 #include "braid/parallel/zero.h"
 
@@ -32,6 +33,7 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   MemoryPlan p;
   p.config = model_config(options);
   p.options = resolve_options(options, p.config);
+  apply_micro_batches(p.options, world_size);
   const TrainOptions& o = p.options;
   validate_options(o, world_size, p.config);
   p.world_size = world_size;
@@ -41,10 +43,22 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   // GPT(cfg, micro_batch, seq_len): params, grads, activations, workspace
   // (parameters and gradients come from the sharding engine when it runs).
   const bool engine = o.zero >= 2 || o.fsdp || o.precision != "fp32";
+  // The DP group of this rank (RankGrid: TP varies fastest, then DP, then PP).
+  const int dp_world = world_size / (o.tp * o.pp), dp_rank = (rank / o.tp) % dp_world;
+  model::PipelineStage stage;
+  if (o.pp > 1) {
+    const int pp_rank = rank / (o.tp * dp_world);
+    const auto layers = stage_layers(o, p.config);
+    for (int s = 0; s < pp_rank; ++s) stage.first_layer += layers[static_cast<size_t>(s)];
+    stage.last_layer = stage.first_layer + layers[static_cast<size_t>(pp_rank)];
+    // Activation slots: the micro-batches alive at once on this stage (as Trainer).
+    const int m = static_cast<int>(o.global_batch / (static_cast<int64_t>(dp_world) * o.micro_batch));
+    const auto kind = parallel::parse_schedule(o.schedule);
+    stage.slots = parallel::check_schedule(parallel::build_schedule(kind, o.pp, m), o.pp, m)
+                      .peak_in_flight[static_cast<size_t>(pp_rank)];
+  }
   const model::GPTMemoryPlan g = model::GPT::memory_plan(p.config, o.micro_batch, o.seq_len, !engine,
-                                                         o.tp, o.sequence_parallel, o.dropout);
-  // The DP group of this rank (RankGrid: TP varies fastest).
-  const int dp_world = world_size / o.tp, dp_rank = (rank / o.tp) % dp_world;
+                                                         o.tp, o.sequence_parallel, o.dropout, stage);
   p.num_params = g.num_params;
   for (size_t i = 0; i < kNumMemCategories; ++i)
     add(static_cast<MemCategory>(i), g.bytes(static_cast<MemCategory>(i)));

@@ -157,6 +157,17 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
                      " must be >= 0 and --val-batches ", o.val_batches, " > 0");
 }
 
+void apply_micro_batches(TrainOptions& o, int world_size) {
+  if (o.micro_batches <= 0) return;
+  // --micro-batches m: each pipeline (DP rank) splits its share of the batch into m.
+  const int dp = std::max(1, world_size / std::max(1, o.tp * o.pp));
+  BRAID_CONFIG_CHECK(o.global_batch % (static_cast<int64_t>(dp) * o.micro_batches) == 0,
+                     "--micro-batches ", o.micro_batches, " does not divide the ", o.global_batch / dp,
+                     " sequences per DP rank (--batch ", o.global_batch, " over dp ", dp,
+                     "); choose a divisor");
+  o.micro_batch = o.global_batch / (static_cast<int64_t>(dp) * o.micro_batches);
+}
+
 std::vector<int64_t> stage_layers(const TrainOptions& o, const model::GPTConfig& cfg) {
   std::vector<int64_t> n;
   if (o.pp_layers.empty()) {
@@ -215,15 +226,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
       val_(val) {
   const TrainOptions& opt = opt_;
   const model::GPTConfig cfg = model_config(opt);
-  if (opt_.micro_batches > 0) {
-    // --micro-batches m: each pipeline (DP rank) splits its share of the batch into m.
-    const int dp = std::max(1, world.size() / std::max(1, opt_.tp * opt_.pp));
-    BRAID_CONFIG_CHECK(opt_.global_batch % (static_cast<int64_t>(dp) * opt_.micro_batches) == 0,
-                       "--micro-batches ", opt_.micro_batches, " does not divide the ",
-                       opt_.global_batch / dp, " sequences per DP rank (--batch ", opt_.global_batch,
-                       " over dp ", dp, "); choose a divisor");
-    opt_.micro_batch = opt_.global_batch / (static_cast<int64_t>(dp) * opt_.micro_batches);
-  }
+  apply_micro_batches(opt_, world.size());
   validate_options(opt, world.size(), cfg);
   ps_ = opt.dp_mode == "ps";
   tp_size_ = opt.tp;

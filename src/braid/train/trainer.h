@@ -87,6 +87,9 @@ TrainOptions resolve_options(TrainOptions opt, const model::GPTConfig& cfg);
 /// take the remainder). Throws ConfigError naming the fix when the counts do
 /// not cover every layer exactly once.
 std::vector<int64_t> stage_layers(const TrainOptions& opt, const model::GPTConfig& cfg);
+/// --micro-batches m > 0 sets micro_batch = batch / (dp x m) (throws
+/// ConfigError naming the fix when m does not divide a DP rank's share).
+void apply_micro_batches(TrainOptions& opt, int world_size);
 /// Validates --pp-layers and --schedule (throws ConfigError).
 void parse_schedule_options(const TrainOptions& opt, const model::GPTConfig& cfg);
 

@@ -1,0 +1,200 @@
+// Pipeline parallelism: every schedule at P = 2 and 4 with m in {1, P-1, P,
+// 2P+1}, uneven layer splits, and 3D layouts (TP x DP x PP) train the
+// single-rank run. The trainer's check_replicas compares DP replicas,
+// TP-replicated tensors and the tied embedding's first/last-stage copies
+// bitwise after every step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <mutex>
+#include <set>
+
+#include "braid/comm/backends/local.h"
+#include "braid/train/plan.h"
+#include "braid/train/trainer.h"
+#include "parallel/harness.h"
+
+using namespace braid;
+
+namespace {
+
+using Runs = testing_harness::RankRuns;
+const auto run = testing_harness::run_ranks;
+
+// tiny with 4 layers (so P = 4 has one layer per stage) and a small vocabulary.
+train::TrainOptions deep_tiny(uint64_t seed) {
+  auto o = testing_harness::tiny_options(seed);
+  o.n_layer = 4;
+  o.vocab_size = 1001;
+  o.micro_batch = 1;
+  o.steps = 8;
+  return o;
+}
+
+std::vector<uint16_t> tokens(size_t n, uint64_t seed) {
+  auto t = testing_harness::synthetic_tokens(n, seed);
+  for (auto& x : t) x = static_cast<uint16_t>(x % 1001);
+  return t;
+}
+
+void expect_close(const std::vector<train::StepRecord>& a, const std::vector<train::StepRecord>& b,
+                  const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  // The first step's loss is a forward of the same weights with the same
+  // arithmetic: bitwise. Later steps differ by the order in which the tied
+  // embedding's two gradient contributions are summed: rtol 1e-5.
+  EXPECT_EQ(a[0].loss, b[0].loss) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i].loss, b[i].loss, 1e-5 * std::fabs(b[i].loss)) << what << " step " << i;
+    EXPECT_NEAR(a[i].grad_norm, b[i].grad_norm, 1e-5 * b[i].grad_norm + 1e-7) << what << " step " << i;
+  }
+}
+
+}  // namespace
+
+TEST(Pipeline, EveryScheduleMatchesSingleRank) {
+  const auto data = tokens(20000, 81);
+  for (int P : {2, 4}) {
+    for (int m : {1, P - 1, P, 2 * P + 1}) {
+      auto o = deep_tiny(31);
+      o.global_batch = m;  // m micro-batches of one sequence
+      const Runs single = run(o, 1, data);
+      for (const char* sched : {"naive", "gpipe", "1f1b"}) {
+        auto t = o;
+        t.pp = P;
+        t.schedule = sched;
+        const Runs got = run(t, P, data);
+        const std::string what = std::string(sched) + " P=" + std::to_string(P) + " m=" + std::to_string(m);
+        expect_close(got.steps[0], single.steps[0], what);
+        for (int r = 1; r < P; ++r)
+          for (size_t i = 0; i < got.steps[0].size(); ++i)
+            EXPECT_EQ(got.steps[static_cast<size_t>(r)][i].loss, got.steps[0][i].loss) << what;
+      }
+    }
+  }
+}
+
+TEST(Pipeline, UnevenLayerSplitsAndValidation) {
+  const auto data = tokens(20000, 83);
+  auto o = deep_tiny(32);
+  o.global_batch = 4;
+  o.val_every = 4;
+  o.val_batches = 1;
+  std::vector<uint16_t> val = tokens(4000, 84);
+  auto run_val = [&](const train::TrainOptions& t, int ranks) {
+    std::vector<std::vector<train::StepRecord>> steps(static_cast<size_t>(ranks));
+    std::vector<float> vl(static_cast<size_t>(ranks));
+    std::mutex mu;
+    comm::run_local(ranks, [&](comm::Communicator& w) {
+      train::Trainer tr(t, w, data, &val);
+      auto recs = tr.run();
+      const float v = tr.evaluate();
+      std::lock_guard<std::mutex> lk(mu);
+      steps[static_cast<size_t>(w.rank())] = recs;
+      vl[static_cast<size_t>(w.rank())] = v;
+    });
+    return std::make_pair(steps, vl);
+  };
+  const auto single = run_val(o, 1);
+  for (const char* split : {"1,3", "3,1", "2,1,1"}) {
+    auto t = o;
+    t.pp_layers = split;
+    t.pp = std::string(split) == "2,1,1" ? 3 : 2;
+    const auto got = run_val(t, t.pp);
+    expect_close(got.first[0], single.first[0], std::string("split ") + split);
+    for (float v : got.second) EXPECT_NEAR(v, single.second[0], 1e-5 * single.second[0]) << split;
+  }
+}
+
+TEST(Pipeline, ThreeDimensionalLayouts) {
+  const auto data = tokens(20000, 85);
+  auto o = deep_tiny(33);
+  o.global_batch = 8;
+  o.steps = 6;
+  const Runs single = run(o, 1, data);
+  struct L {
+    int tp, pp, ranks;
+  };
+  // 8 ranks as 2 x 2 x 2, and 4 ranks in every arrangement of TP x DP x PP.
+  for (const L& l : {L{2, 2, 8}, L{4, 1, 4}, L{1, 1, 4}, L{1, 4, 4}, L{2, 1, 4}, L{2, 2, 4}, L{1, 2, 4}}) {
+    for (int zero : {0, 1}) {
+      auto t = o;
+      t.tp = l.tp;
+      t.pp = l.pp;
+      t.zero = zero;
+      const int dp = l.ranks / (l.tp * l.pp);
+      const Runs got = run(t, l.ranks, data);
+      const std::string what = "tp=" + std::to_string(l.tp) + " dp=" + std::to_string(dp) +
+                               " pp=" + std::to_string(l.pp) + " zero" + std::to_string(zero);
+      for (size_t i = 0; i < got.steps[0].size(); ++i) {
+        EXPECT_NEAR(got.steps[0][i].loss, single.steps[0][i].loss, 1e-5 * single.steps[0][i].loss) << what;
+        EXPECT_NEAR(got.steps[0][i].grad_norm, single.steps[0][i].grad_norm, 1e-5 * single.steps[0][i].grad_norm)
+            << what;
+      }
+    }
+  }
+}
+
+TEST(Pipeline, OneFOneBKeepsFewerActivationsThanGPipe) {
+  // Activation slots come from the schedule's simulation: GPipe keeps all m
+  // micro-batches on the first stage, 1F1B at most P.
+  const auto data = tokens(20000, 87);
+  auto o = deep_tiny(34);
+  o.global_batch = 8;
+  o.steps = 1;
+  o.check_replicas = false;
+  o.pp = 2;
+  auto act = [&](const char* sched) {
+    auto t = o;
+    t.schedule = sched;
+    std::vector<size_t> a(2);
+    std::mutex mu;
+    comm::run_local(2, [&](comm::Communicator& w) {
+      train::Trainer tr(t, w, data, nullptr);
+      tr.run();
+      std::lock_guard<std::mutex> lk(mu);
+      a[static_cast<size_t>(w.rank())] = tr.ledger().peak(MemCategory::activations);
+      const auto p = train::plan_memory(t, 2, w.rank());
+      for (size_t c = 0; c < kNumMemCategories; ++c)
+        EXPECT_EQ(p.bytes[c], tr.ledger().peak(static_cast<MemCategory>(c))) << sched << " rank " << w.rank();
+    });
+    return a;
+  };
+  const auto g = act("gpipe"), f = act("1f1b");
+  EXPECT_GT(g[0], 3 * f[0]) << "stage 0: 8 slots vs 2";
+  EXPECT_LT(f[0], g[0]);
+}
+
+TEST(Pipeline, ConfigErrorsNameTheFix) {
+  const auto data = tokens(2000, 1);
+  auto message = [&](train::TrainOptions t, int N) {
+    std::string msg;
+    try {
+      comm::run_local(N, [&](comm::Communicator& w) { train::Trainer tr(t, w, data, nullptr); });
+    } catch (const std::exception& e) {
+      msg = e.what();
+    }
+    return msg;
+  };
+  auto o = deep_tiny(35);
+  auto t = o;
+  t.pp = 5;
+  EXPECT_NE(message(t, 5).find("every stage needs at least one layer"), std::string::npos) << message(t, 5);
+  t = o;
+  t.pp = 2;
+  t.pp_layers = "1,2";
+  EXPECT_NE(message(t, 2).find("summing to 4"), std::string::npos) << message(t, 2);
+  t.pp_layers = "2,x";
+  EXPECT_NE(message(t, 2).find("not a layer count"), std::string::npos) << message(t, 2);
+  t = o;
+  t.pp = 2;
+  t.zero = 2;
+  EXPECT_NE(message(t, 2).find("DDP or ZeRO-1"), std::string::npos) << message(t, 2);
+  t = o;
+  t.pp = 2;
+  t.schedule = "zb-h1";
+  EXPECT_NE(message(t, 2).find("not implemented yet"), std::string::npos) << message(t, 2);
+  t = o;
+  t.pp = 3;
+  EXPECT_NE(message(t, 4).find("does not divide the 4 ranks"), std::string::npos) << message(t, 4);
+}
