@@ -11,6 +11,7 @@ void add_train(CLI::App& app);         // the main job (MPI or one process)
 void add_bench_comm(CLI::App& app);    // collective busbw sweep, ours vs MPI's own
 void add_bench_step(CLI::App& app);    // training-step tokens/s and MFU
 void add_plan(CLI::App& app);          // predicted per-rank peak memory by category
+void add_schedule(CLI::App& app);      // pipeline schedule table / SVG and its bubble
 
 /// Set by a command that initialised MPI with more than one rank, so main()
 /// takes the whole job down on error instead of leaving peers hanging.

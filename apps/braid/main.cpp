@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   braid::cli::add_bench_comm(app);
   braid::cli::add_bench_step(app);
   braid::cli::add_plan(app);
+  braid::cli::add_schedule(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
