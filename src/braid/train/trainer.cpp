@@ -836,6 +836,7 @@ int64_t Trainer::load(const std::string& path) {
 
 std::vector<StepRecord> Trainer::run() {
   const bool log = opt_.verbose && world_.rank() == 0;
+  trace_origin_ = std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
   if (!opt_.resume_path.empty()) {
     start_step_ = load(opt_.resume_path);
     if (log) std::printf("resumed from %s at step %lld\n", opt_.resume_path.c_str(), static_cast<long long>(start_step_));
@@ -895,7 +896,10 @@ std::vector<StepRecord> Trainer::run() {
     return out;
   }
   for (int64_t step = start_step_; step < opt_.steps; ++step) {
+    const double t_step = std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
     StepRecord r = train_step(step);
+    trace("step " + std::to_string(step + 1), "step", t_step,
+          std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count());
     out.push_back(r);
     log_step(r);
     const bool last = step + 1 == opt_.steps;
@@ -913,6 +917,7 @@ std::vector<StepRecord> Trainer::run() {
       save(opt_.save_path, step + 1);
     }
   }
+  write_trace();
   return out;
 }
 

@@ -46,6 +46,7 @@ struct TrainOptions {
   std::string pp_layers;           // explicit layers per stage, e.g. "3,5" (empty: even split)
   std::string schedule = "1f1b";   // naive | gpipe | 1f1b
   int64_t micro_batches = 0;       // micro-batches per step per pipeline (0: batch / (dp x micro-batch))
+  std::string trace_out;           // Chrome trace (Perfetto) of every rank's pipeline spans
   double bucket_mb = 4.0;
   bool overlap = true;
   int zero = 0;  // ZeRO stage 0 (DDP), 1 (moments sharded), 2 (+ gradients), 3 (+ parameters)
@@ -198,6 +199,16 @@ class Trainer {
   float pipeline_evaluate_batch(const size_t* offsets, int64_t micro_count, const uint16_t* stream);
   /// Sums the tied embedding's gradient over the first and last stage.
   void sync_tied_embedding();
+  // --trace-out: spans of this rank (microseconds since the trainer started).
+  struct TraceEvent {
+    std::string name, cat;
+    double ts, dur;
+  };
+  std::vector<TraceEvent> trace_;
+  double trace_origin_ = 0;
+  void trace(const std::string& name, const char* cat, double t0, double t1);
+  /// Gathers every rank's spans on rank 0 and writes the Chrome trace (atomic).
+  void write_trace();
   /// The pieces of the flat buffer this rank updates (everything without ZeRO),
   /// split at parameter boundaries so each piece has one weight-decay setting.
   struct UpdateSegment {

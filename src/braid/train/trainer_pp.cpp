@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "braid/core/error.h"
 #include "braid/train/trainer.h"
@@ -16,6 +19,9 @@ namespace braid::train {
 namespace {
 using Clock = std::chrono::steady_clock;
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double now_us() {
+  return std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
+}
 int act_tag(int micro) { return 2 * micro; }
 int grad_tag(int micro) { return 2 * micro + 1; }
 }  // namespace
@@ -69,12 +75,16 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       free_slots.pop_back();
       slot_of[static_cast<size_t>(j)] = slot;
       model_->set_slot(slot);
+      const double w0 = now_us();
       if (!first) pp_comm_->recv(model_->stage_input(), boundary_bytes, pp_rank_ - 1, act_tag(j));
       load_micro(j);
       const auto c0 = Clock::now();
+      const double f0 = now_us();
+      if (!first) trace("recv activation " + std::to_string(j), "comm", w0, f0);
       const float loss = model_->forward(first ? tokens_.as<int32_t>() : nullptr,
                                          last ? targets_.as<int32_t>() : nullptr, B, T);
       compute += secs(c0, Clock::now());
+      trace("F" + std::to_string(j), "compute", f0, now_us());
       if (last) loss_sum += loss;
       if (!last)
         act_send[static_cast<size_t>(j)] =
@@ -83,13 +93,17 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       const int64_t slot = slot_of[static_cast<size_t>(j)];
       model_->set_slot(slot);
       // The previous gradient send reads boundary_grad(): finish it first.
+      const double w0 = now_us();
       if (grad_send) grad_send->wait(), grad_send.reset();
       if (!last) pp_comm_->recv(model_->boundary_grad(), boundary_bytes, pp_rank_ + 1, grad_tag(j));
       load_micro(j);
       model_->set_tp_grad_sync(i == last_backward);
       const auto c0 = Clock::now();
+      const double b0 = now_us();
+      if (!last) trace("recv gradient " + std::to_string(j), "comm", w0, b0);
       model_->backward(scale);
       compute += secs(c0, Clock::now());
+      trace("B" + std::to_string(j), "compute", b0, now_us());
       if (!first) grad_send = pp_comm_->isend(model_->boundary_grad(), boundary_bytes, pp_rank_ - 1, grad_tag(j));
       // The slot's activations (and the output sent from them) are free again.
       if (act_send[static_cast<size_t>(j)]) act_send[static_cast<size_t>(j)]->wait();
@@ -101,6 +115,7 @@ StepRecord Trainer::pipeline_step(int64_t step) {
   (void)boundary;
 
   // After this stage's last backward: the tied embedding, then the DP sync, once.
+  const double s0 = now_us();
   sync_tied_embedding();
   if (zero_) {
     zero_->begin_sync();
@@ -120,9 +135,12 @@ StepRecord Trainer::pipeline_step(int64_t step) {
   StepRecord r;
   r.step = step;
   r.loss = loss;
+  const double s1 = now_us();
+  trace("gradient sync", "comm", s0, s1);
   r.grad_norm = clip_and_norm();
   r.lr = sched_.at(step);
   adamw(r.lr, step + 1);
+  trace("optimizer", "compute", s1, now_us());
   const double wall = secs(t0, Clock::now());
   // Measured bubble: the part of the step a stage spends not computing,
   // averaged over the stages of the pipeline.
@@ -131,6 +149,48 @@ StepRecord Trainer::pipeline_step(int64_t step) {
   r.bubble = idle;
   finish_record(r, wall, sent0, recv0);
   return r;
+}
+
+void Trainer::trace(const std::string& name, const char* cat, double t0, double t1) {
+  if (opt_.trace_out.empty()) return;
+  trace_.push_back({name, cat, t0 - trace_origin_, t1 - t0});
+}
+
+void Trainer::write_trace() {
+  if (opt_.trace_out.empty()) return;
+  // Every rank serialises its spans (pid = world rank, tid = 0); rank 0
+  // receives them in rank order and writes one file (rename: atomic).
+  nlohmann::json mine = nlohmann::json::array();
+  for (const auto& e : trace_)
+    mine.push_back({{"name", e.name}, {"cat", e.cat}, {"ph", "X"}, {"ts", e.ts}, {"dur", e.dur},
+                    {"pid", world_.rank()}, {"tid", 0}});
+  const std::string text = mine.dump();
+  if (world_.rank() != 0) {
+    const uint64_t len = text.size();
+    world_.send(&len, sizeof len, 0, 7001);
+    world_.send(text.data(), len, 0, 7002);
+    return;
+  }
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& e : mine) all.push_back(e);
+  for (int q = 1; q < world_.size(); ++q) {
+    uint64_t len = 0;
+    world_.recv(&len, sizeof len, q, 7001);
+    std::string buf(len, '\0');
+    world_.recv(buf.data(), len, q, 7002);
+    for (const auto& e : nlohmann::json::parse(buf)) all.push_back(e);
+  }
+  for (int q = 0; q < world_.size(); ++q) {
+    all.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", q},
+                   {"args", {{"name", "rank " + std::to_string(q)}}}});
+  }
+  const std::string tmp = opt_.trace_out + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << nlohmann::json{{"traceEvents", all}, {"displayTimeUnit", "ms"}}.dump();
+    BRAID_CONFIG_CHECK(f.good(), "cannot write --trace-out ", opt_.trace_out);
+  }
+  std::filesystem::rename(tmp, opt_.trace_out);
 }
 
 float Trainer::pipeline_evaluate_batch(const size_t* offsets, int64_t micro_count, const uint16_t* stream) {
