@@ -34,6 +34,7 @@ void add_plan(CLI::App& app) {
   c->add_option("--pp-layers", o.pp_layers, "Layers per stage, e.g. 3,5 (default: even split)");
   c->add_option("--schedule", o.schedule, "Pipeline schedule: naive, gpipe or 1f1b")->capture_default_str();
   c->add_option("--micro-batches", o.micro_batches, "Micro-batches per step and pipeline (sets --micro-batch = batch / (dp x m))")->capture_default_str();
+  c->add_option("--recompute", o.recompute, "Activation checkpointing: none, selective (attention internals and GELU) or full (each block)")->capture_default_str();
   c->add_option("--tp", o.tp, "Tensor-parallel degree: heads, MLP columns and the vocabulary split over groups of consecutive ranks")->capture_default_str();
   c->add_flag("--sequence-parallel", o.sequence_parallel, "Sequence parallelism: LayerNorm/dropout/residual rows sharded over the TP group");
   c->add_option("--dropout", o.dropout, "Embedding and residual dropout probability")->capture_default_str();

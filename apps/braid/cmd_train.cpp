@@ -40,6 +40,11 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
     float peak = static_cast<float>(train::measure_matmul_peak_flops(1.0));
     if (world.size() > 1) world.all_reduce(&peak, &peak, 1, DType::f32, comm::ReduceOp::max);
     opt.peak_flops_per_rank = static_cast<double>(peak);
+    // The tokenizer is needed only to sample after training: load it now, so a
+    // missing vocabulary file fails before the run, not after it.
+    std::unique_ptr<data::Gpt2Tokenizer> tok;
+    if (opt.sample_tokens > 0)
+      tok = std::make_unique<data::Gpt2Tokenizer>(data::Gpt2Tokenizer::load(data::Gpt2Tokenizer::default_dir()));
     train::Trainer trainer(opt, world, train, val);
     opt = trainer.options();
     if (log) {
@@ -87,13 +92,12 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
     }
     // With sharded parameters every rank takes part in each forward.
     if (opt.sample_tokens > 0 && (world.rank() == 0 || trainer.forward_is_collective())) {
-      const auto tok = data::Gpt2Tokenizer::load(data::Gpt2Tokenizer::default_dir());
-      std::vector<int32_t> prompt = tok.encode(opt.sample_prompt);
-      if (prompt.empty()) prompt.push_back(tok.eot());
+      std::vector<int32_t> prompt = tok->encode(opt.sample_prompt);
+      if (prompt.empty()) prompt.push_back(tok->eot());
       auto out = trainer.sample(prompt, opt.sample_tokens, opt.seed);
       if (world.rank() == 0) std::printf("\n--- sample (%lld tokens, temperature %.2f, top-k %lld) ---\n%s\n---\n",
                   (long long)opt.sample_tokens, opt.sample_temperature, (long long)opt.sample_top_k,
-                  tok.decode(out).c_str());
+                  tok->decode(out).c_str());
       std::fflush(stdout);
     }
     if (world.size() > 1) world.barrier();
@@ -154,6 +158,7 @@ void add_train(CLI::App& app) {
   c->add_option("--schedule", o.schedule, "Pipeline schedule: naive, gpipe or 1f1b")->capture_default_str();
   c->add_option("--micro-batches", o.micro_batches, "Micro-batches per step and pipeline (sets --micro-batch = batch / (dp x m))")->capture_default_str();
   c->add_option("--trace-out", o.trace_out, "Write a Chrome trace (open in Perfetto) of every rank's steps and pipeline spans");
+  c->add_option("--recompute", o.recompute, "Activation checkpointing: none, selective (attention internals and GELU) or full (each block)")->capture_default_str();
   c->add_option("--tp", o.tp, "Tensor-parallel degree: heads, MLP columns and the vocabulary split over groups of consecutive ranks")->capture_default_str();
   c->add_flag("--sequence-parallel", o.sequence_parallel, "Sequence parallelism: LayerNorm/dropout/residual rows sharded over the TP group");
   c->add_option("--dropout", o.dropout, "Embedding and residual dropout probability")->capture_default_str();

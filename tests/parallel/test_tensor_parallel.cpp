@@ -257,3 +257,31 @@ TEST(TensorParallel, PlanEqualsLedger) {
     }
   }
 }
+
+TEST(TensorParallel, SamplingMatchesSingleRank) {
+  // Under TP the vocabulary's logits are sliced over the ranks; sampling
+  // gathers the row, so every layout draws the single-rank continuation.
+  auto o = odd_tiny(28);
+  o.steps = 3;
+  o.sample_top_k = 5;
+  const auto data = tokens(20000, 73, o.vocab_size);
+  auto sample = [&](train::TrainOptions t, int ranks) {
+    std::vector<std::vector<int32_t>> out(static_cast<size_t>(ranks));
+    std::mutex mu;
+    comm::run_local(ranks, [&](comm::Communicator& w) {
+      train::Trainer tr(t, w, data, nullptr);
+      tr.run();
+      auto s = tr.sample({5, 17, 300}, 12, 99);
+      std::lock_guard<std::mutex> lk(mu);
+      out[static_cast<size_t>(w.rank())] = s;
+    });
+    return out;
+  };
+  const auto ref = sample(o, 1)[0];
+  for (bool sp : {false, true}) {
+    auto t = o;
+    t.tp = 2;
+    t.sequence_parallel = sp;
+    for (const auto& s : sample(t, 2)) EXPECT_EQ(s, ref) << (sp ? "tp=2 sp" : "tp=2");
+  }
+}

@@ -60,6 +60,13 @@ constexpr size_t kAlign = 16;  // floats (64 bytes)
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
+Recompute parse_recompute(const std::string& s) {
+  if (s == "none") return Recompute::none;
+  if (s == "selective") return Recompute::selective;
+  if (s == "full") return Recompute::full;
+  throw ConfigError("--recompute '" + s + "' is not known; use none, selective or full");
+}
+
 int TensorParallel::size() const { return comm ? comm->size() : 1; }
 int TensorParallel::rank() const { return comm ? comm->rank() : 0; }
 
@@ -189,7 +196,7 @@ std::vector<ParamInfo> GPT::param_table(const GPTConfig& cfg, int tp) {
 
 GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T,
                                bool owns_state, int tp, bool sp, float dropout,
-                               const PipelineStage& stage) {
+                               const PipelineStage& stage, Recompute recompute) {
   cfg.validate();
   validate_tp(cfg, tp);
   BRAID_CONFIG_CHECK(max_B > 0 && max_T > 0, "GPT: max_B=", max_B, " and max_T=", max_T,
@@ -221,13 +228,26 @@ GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_
   // each: token rows of this rank); qkv, qkvr (BT x 3C/tp each), atty (BT x C/tp),
   // fch, fch_gelu (BT x 4C/tp each); 4 LayerNorm statistics of rows; the
   // attention matrix B x NH/tp x T x T.
-  m.layer_act_floats = rows * C * 6 + BT * Cl * (3 + 3 + 1 + 4 + 4) + 4 * rows +
-                       size_t(max_B) * NHl * size_t(max_T * max_T);
+  const size_t all_floats = rows * C * 6 + BT * Cl * (3 + 3 + 1 + 4 + 4) + 4 * rows +
+                           size_t(max_B) * NHl * size_t(max_T * max_T);
+  // Recomputed tensors live once, in a workspace shared by all blocks and slots.
+  const size_t recomputed_selective = BT * Cl * (3 + 1 + 4) + size_t(max_B) * NHl * size_t(max_T * max_T);
+  switch (recompute) {
+    case Recompute::none: m.layer_act_floats = all_floats; break;
+    case Recompute::selective:
+      m.layer_act_floats = all_floats - recomputed_selective;
+      m.shared_act_floats = recomputed_selective;
+      break;
+    case Recompute::full:
+      m.layer_act_floats = rows * C;  // the block's output
+      m.shared_act_floats = all_floats - rows * C;
+      break;
+  }
   // Per slot: the local blocks, the stage input `encoded` (rows x C); on the
   // last stage the head: lnf (rows x C), lnf_mean, lnf_rstd (rows each), lse,
   // losses (BT each), logits (BT x Vp/tp).
   const size_t slot = m.layer_act_floats * L + rows * C + (head ? rows * C + rows * 2 + BT * 2 + BT * Vpl : 0);
-  m.act_floats = slot * S;
+  m.act_floats = slot * S + m.shared_act_floats;
   m.acts_bytes = m.act_floats * sizeof(float);
   const size_t att_scratch =
       std::max(k::attention_forward_scratch_floats(max_B, max_T, int64_t(Cl)),
@@ -246,8 +266,10 @@ GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_
 }
 
 GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger,
-         UnitStorage* storage, const TensorParallel& tp, float dropout, const PipelineStage& stage)
-    : cfg_(cfg), max_B_(max_B), max_T_(max_T), storage_(storage), tp_(tp), dropout_(dropout) {
+         UnitStorage* storage, const TensorParallel& tp, float dropout, const PipelineStage& stage,
+         Recompute recompute)
+    : cfg_(cfg), max_B_(max_B), max_T_(max_T), storage_(storage), tp_(tp), dropout_(dropout),
+      recompute_(recompute) {
   l0_ = stage.first_layer;
   l1_ = stage.last_layer < 0 ? cfg.n_layer : stage.last_layer;
   slots_ = stage.slots;
@@ -259,7 +281,8 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   BRAID_CONFIG_CHECK(dropout >= 0.0f && dropout < 1.0f, "--dropout ", dropout, " must be in [0, 1)");
   // Validates cfg, max_B, max_T and TP; every size below comes from the plan.
   const GPTMemoryPlan plan =
-      memory_plan(cfg_, max_B, max_T, storage == nullptr, tpn_, tp_.sequence_parallel, dropout, stage);
+      memory_plan(cfg_, max_B, max_T, storage == nullptr, tpn_, tp_.sequence_parallel, dropout, stage,
+                  recompute);
   num_params_ = build_param_table(cfg_, tpn_, stage, &table_, &layer_begin_);
   BRAID_CHECK(num_params_ == plan.num_params, "parameter table out of sync with memory_plan");
   if (has_unit0_) units_.push_back(0);
@@ -277,8 +300,10 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   (void)L;
   layer_act_floats_ = plan.layer_act_floats;
   acts_ = Buffer(plan.acts_bytes, MemCategory::activations, ledger);
-  slot_floats_ = plan.act_floats / size_t(slots_);
-  BRAID_CHECK(slot_floats_ * size_t(slots_) == plan.act_floats, "activation slots out of sync with memory_plan");
+  shared_act_floats_ = plan.shared_act_floats;
+  slot_floats_ = (plan.act_floats - shared_act_floats_) / size_t(slots_);
+  BRAID_CHECK(slot_floats_ * size_t(slots_) + shared_act_floats_ == plan.act_floats,
+              "activation slots out of sync with memory_plan");
 
   scratch_ = Buffer(plan.workspace_bytes, MemCategory::workspace, ledger);
   float* s = scratch_.as<float>();
@@ -344,33 +369,46 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
   const size_t P = size_t(tpn_);
   const size_t BT = size_t(max_B_ * max_T_), C = size_t(cfg_.n_embd), Cl = C / P;
   const size_t rows = tp_.sequence_parallel ? BT / P : BT;
+  const size_t att = size_t(max_B_) * (size_t(cfg_.n_head) / P) * size_t(max_T_ * max_T_);
   float* const base = const_cast<float*>(acts_.as<float>()) + slot_floats_ * size_t(slot_) +
                       layer_act_floats_ * size_t(l - l0_);
+  // The recomputation workspace follows all slots.
+  float* const shared = const_cast<float*>(acts_.as<float>()) + slot_floats_ * size_t(slots_);
   float* a = base;
-  LayerActs r;
-  auto take = [&a](size_t n) {
+  float* w = shared;
+  // Kept tensors come from the block's own region, recomputed ones from the workspace.
+  auto kept = [&](size_t n) {
     float* p = a;
     a += n;
     return p;
   };
-  r.ln1 = take(rows * C);
-  r.ln1_mean = take(rows);
-  r.ln1_rstd = take(rows);
-  r.qkv = take(3 * BT * Cl);
-  r.qkvr = take(3 * BT * Cl);
-  r.atty = take(BT * Cl);
-  r.attproj = take(rows * C);
-  r.res2 = take(rows * C);
-  r.ln2 = take(rows * C);
-  r.ln2_mean = take(rows);
-  r.ln2_rstd = take(rows);
-  r.fch = take(4 * BT * Cl);
-  r.fch_gelu = take(4 * BT * Cl);
-  r.fcproj = take(rows * C);
-  r.res3 = take(rows * C);
-  r.att = take(size_t(max_B_) * (size_t(cfg_.n_head) / P) * size_t(max_T_ * max_T_));
-  // The constructor's per-layer size must match what is carved out here.
-  BRAID_CHECK(a == base + layer_act_floats_, "layer activation layout out of sync with layer_act_floats_");
+  auto redo = [&](size_t n) {
+    float* p = w;
+    w += n;
+    return p;
+  };
+  const bool full = recompute_ == Recompute::full, sel = recompute_ == Recompute::selective;
+  auto take = [&](size_t n, bool recomputed) { return recomputed ? redo(n) : kept(n); };
+  LayerActs r;
+  r.ln1 = take(rows * C, full);
+  r.ln1_mean = take(rows, full);
+  r.ln1_rstd = take(rows, full);
+  r.qkv = take(3 * BT * Cl, full);
+  r.qkvr = take(3 * BT * Cl, full || sel);
+  r.atty = take(BT * Cl, full || sel);
+  r.attproj = take(rows * C, full);
+  r.res2 = take(rows * C, full);
+  r.ln2 = take(rows * C, full);
+  r.ln2_mean = take(rows, full);
+  r.ln2_rstd = take(rows, full);
+  r.fch = take(4 * BT * Cl, full);
+  r.fch_gelu = take(4 * BT * Cl, full || sel);
+  r.fcproj = take(rows * C, full);
+  r.res3 = kept(rows * C);
+  r.att = take(att, full || sel);
+  // The constructor's sizes must match what is carved out here.
+  BRAID_CHECK(a == base + layer_act_floats_ && w <= shared + shared_act_floats_,
+              "layer activation layout out of sync with the memory plan");
   return r;
 }
 
@@ -458,6 +496,63 @@ void GPT::sync_replicated_grads(const float* unit_grads, int u) {
   }
 }
 
+void GPT::block_forward(int64_t l, const LayerParams& p, const float* x) {
+  const int64_t B = B_, T = T_, C = cfg_.n_embd, NH = cfg_.n_head, BT = B * T, P = tpn_;
+  const bool sp = tp_.sequence_parallel && P > 1;
+  const int64_t Cl = C / P, NHl = NH / P;
+  const int64_t rows = sp ? BT / P : BT, row0 = sp ? tpr_ * rows : 0;
+  const bool dropping = dropout_ > 0 && training_;
+  auto rnd = [this](float* a, int64_t n) { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); };
+  // A column-parallel matmul's input: all token rows (gathered under SP).
+  auto full_rows = [&](float* local) -> float* {
+    if (!sp) return local;
+    tp_all_gather(local, gbuf_, size_t(rows * C));
+    return gbuf_;
+  };
+  // A row-parallel matmul's output: partial sums over TP, reduced into rows x C.
+  auto reduce_rows = [&](float* partial, float* out) {
+    if (P == 1) return;
+    if (sp) {
+      tp_reduce_scatter(partial, size_t(rows * C));
+      std::memcpy(out, partial + tpr_ * rows * C, size_t(rows * C) * sizeof(float));
+    } else {
+      tp_all_reduce(partial, size_t(BT * C));
+      if (out != partial) std::memcpy(out, partial, size_t(BT * C) * sizeof(float));
+    }
+  };
+  LayerActs a = layer_acts(l);
+    k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, rows, C);
+    rnd(a.ln1, rows * C);
+    k::matmul_forward(a.qkv, full_rows(a.ln1), p.qkvw, p.qkvb, BT, C, 3 * Cl);
+    k::attention_forward(a.atty, a.qkvr, a.att, att_scratch_, a.qkv, B, T, Cl, NHl);
+    rnd(a.atty, BT * Cl);
+    if (P == 1) {
+      k::matmul_forward(a.attproj, a.atty, p.attprojw, p.attprojb, BT, C, C);
+    } else {
+      float* part = sp ? gbuf_ : a.attproj;
+      k::matmul_forward(part, a.atty, p.attprojw, nullptr, BT, Cl, C);
+      reduce_rows(part, a.attproj);
+      k::bias_forward(a.attproj, p.attprojb, rows, C);
+    }
+    if (dropping) drop(a.attproj, a.attproj, rows, row0, 2 * uint64_t(l));
+    k::residual_forward(a.res2, x, a.attproj, rows * C);
+    k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, rows, C);
+    rnd(a.ln2, rows * C);
+    k::matmul_forward(a.fch, full_rows(a.ln2), p.fcw, p.fcb, BT, C, 4 * Cl);
+    k::gelu_forward(a.fch_gelu, a.fch, BT * 4 * Cl);
+    rnd(a.fch_gelu, BT * 4 * Cl);
+    if (P == 1) {
+      k::matmul_forward(a.fcproj, a.fch_gelu, p.fcprojw, p.fcprojb, BT, 4 * C, C);
+    } else {
+      float* part = sp ? gbuf_ : a.fcproj;
+      k::matmul_forward(part, a.fch_gelu, p.fcprojw, nullptr, BT, 4 * Cl, C);
+      reduce_rows(part, a.fcproj);
+      k::bias_forward(a.fcproj, p.fcprojb, rows, C);
+    }
+    if (dropping) drop(a.fcproj, a.fcproj, rows, row0, 2 * uint64_t(l) + 1);
+    k::residual_forward(a.res3, a.res2, a.fcproj, rows * C);
+}
+
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
   BRAID_CHECK(B > 0 && B <= max_B_ && T > 0 && T <= max_T_, "forward: B=", B, " T=", T,
               " outside the allocated max_B=", max_B_, " max_T=", max_T_);
@@ -521,39 +616,9 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   const float* x = encoded_;
   for (int64_t l = l0_; l < l1_; ++l) {
     LayerParams p = layer_params(acquire_params(unit_of_block(l)), l);
-    LayerActs a = layer_acts(l);
-    k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, rows, C);
-    rnd(a.ln1, rows * C);
-    k::matmul_forward(a.qkv, full_rows(a.ln1), p.qkvw, p.qkvb, BT, C, 3 * Cl);
-    k::attention_forward(a.atty, a.qkvr, a.att, att_scratch_, a.qkv, B, T, Cl, NHl);
-    rnd(a.atty, BT * Cl);
-    if (P == 1) {
-      k::matmul_forward(a.attproj, a.atty, p.attprojw, p.attprojb, BT, C, C);
-    } else {
-      float* part = sp ? gbuf_ : a.attproj;
-      k::matmul_forward(part, a.atty, p.attprojw, nullptr, BT, Cl, C);
-      reduce_rows(part, a.attproj);
-      k::bias_forward(a.attproj, p.attprojb, rows, C);
-    }
-    if (dropping) drop(a.attproj, a.attproj, rows, row0, 2 * uint64_t(l));
-    k::residual_forward(a.res2, x, a.attproj, rows * C);
-    k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, rows, C);
-    rnd(a.ln2, rows * C);
-    k::matmul_forward(a.fch, full_rows(a.ln2), p.fcw, p.fcb, BT, C, 4 * Cl);
-    k::gelu_forward(a.fch_gelu, a.fch, BT * 4 * Cl);
-    rnd(a.fch_gelu, BT * 4 * Cl);
-    if (P == 1) {
-      k::matmul_forward(a.fcproj, a.fch_gelu, p.fcprojw, p.fcprojb, BT, 4 * C, C);
-    } else {
-      float* part = sp ? gbuf_ : a.fcproj;
-      k::matmul_forward(part, a.fch_gelu, p.fcprojw, nullptr, BT, 4 * Cl, C);
-      reduce_rows(part, a.fcproj);
-      k::bias_forward(a.fcproj, p.fcprojb, rows, C);
-    }
-    if (dropping) drop(a.fcproj, a.fcproj, rows, row0, 2 * uint64_t(l) + 1);
-    k::residual_forward(a.res3, a.res2, a.fcproj, rows * C);
+    block_forward(l, p, x);
     release_params(unit_of_block(l));
-    x = a.res3;
+    x = layer_acts(l).res3;
   }
   if (!has_head_) return 0.0f;  // the stage's output is x = stage_output()
   const float* F = acquire_params(uf);  // ln_f.weight at F[0], ln_f.bias after it
@@ -665,8 +730,20 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
     LayerParams p = layer_params(acquire_params(u), l);
     float* Gu = acquire_grads(u);
     LayerParams g = layer_params(Gu, l);
-    LayerActs a = layer_acts(l);
     const float* x = l == l0_ ? encoded_ : layer_acts(l - 1).res3;
+    // Activation checkpointing: rebuild what forward did not keep, with the
+    // same kernels, inputs and dropout keys, so the values are bitwise the
+    // ones a run without recomputation stores.
+    if (recompute_ == Recompute::full) {
+      block_forward(l, p, x);
+    } else if (recompute_ == Recompute::selective) {
+      LayerActs r = layer_acts(l);
+      k::attention_forward(r.atty, r.qkvr, r.att, att_scratch_, r.qkv, B, T, Cl, NHl);
+      rnd(r.atty, BT * Cl);
+      k::gelu_forward(r.fch_gelu, r.fch, BT * 4 * Cl);
+      rnd(r.fch_gelu, BT * 4 * Cl);
+    }
+    LayerActs a = layer_acts(l);
     // res3 = res2 + drop(fcproj): d fcproj = mask * dres; d res2 = dres (+ LN2 path below).
     // With rounding on, dres is rounded in place: the residual stream's
     // gradient is then held in the compute dtype, as in a half-precision run.

@@ -62,6 +62,17 @@ struct PipelineStage {
   int64_t slots = 1;
 };
 
+/// Activation checkpointing (Chen et al. 2016; Korthikanti et al. 2022, sec. 5):
+/// none keeps every block activation; selective keeps all but the attention
+/// internals (scores, head-major q/k/v, attention output) and the GELU output,
+/// recomputed in backward from the stored QKV and c_fc outputs; full keeps only
+/// each block's output (the next block's input) and recomputes the whole block
+/// in backward. Recomputation uses the same kernels, inputs and dropout keys,
+/// so the results are bitwise those of `none`.
+enum class Recompute : uint8_t { none, selective, full };
+/// "none" | "selective" | "full"; throws ConfigError naming the choices.
+Recompute parse_recompute(const std::string& s);
+
 /// One tensor of the flat parameter buffer (this TP rank's part of it).
 struct ParamInfo {
   std::string name;            // Hugging Face GPT-2 name, e.g. "h.3.attn.c_attn.weight"
@@ -82,7 +93,8 @@ struct ParamInfo {
 /// *_floats / num_params (elements).
 struct GPTMemoryPlan {
   size_t num_params = 0;        // elements of the flat parameter buffer (incl. alignment gaps)
-  size_t layer_act_floats = 0;  // activation floats of one transformer block
+  size_t layer_act_floats = 0;  // activation floats one transformer block keeps (per slot)
+  size_t shared_act_floats = 0; // recomputation workspace shared by all blocks (activations)
   size_t act_floats = 0;        // floats of the activation buffer (all blocks + head)
   size_t scratch_floats = 0;    // floats of the backward scratch buffer
   size_t params_bytes = 0;      // compute_params: num_params f32
@@ -149,7 +161,7 @@ class GPT {
   /// (sequence parallel) max_B * max_T.
   GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger = nullptr,
       UnitStorage* storage = nullptr, const TensorParallel& tp = {}, float dropout = 0.0f,
-      const PipelineStage& stage = {});
+      const PipelineStage& stage = {}, Recompute recompute = Recompute::none);
 
   /// The buffers the constructor would allocate for (cfg, max_B, max_T), in
   /// bytes per category, computed without allocating them (cheap even for
@@ -158,7 +170,8 @@ class GPT {
   /// (no parameter or gradient buffers).
   static GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T,
                                    bool owns_state = true, int tp = 1, bool sequence_parallel = false,
-                                   float dropout = 0.0f, const PipelineStage& stage = {});
+                                   float dropout = 0.0f, const PipelineStage& stage = {},
+                                   Recompute recompute = Recompute::none);
 
   /// Unit boundaries of cfg's flat layout on a TP rank: L + 3 offsets
   /// (elements), unit u is [b[u], b[u+1]). See UnitStorage for the numbering.
@@ -292,6 +305,8 @@ class GPT {
   /// Pointers into a unit buffer of block l (flat element o at unit[o - unit_begin]).
   LayerParams layer_params(const float* unit, int64_t l) const;
   LayerActs layer_acts(int64_t l) const;
+  /// One block's forward from input x into layer_acts(l) (also the full recomputation).
+  void block_forward(int64_t l, const LayerParams& p, const float* x);
   const float* acquire_params(int u);  // from storage_, or params_
   void release_params(int u);
   float* acquire_grads(int u);
@@ -318,6 +333,8 @@ class GPT {
   int64_t l0_ = 0, l1_ = 0, slots_ = 1, slot_ = 0;
   bool has_embed_ = true, has_head_ = true, has_unit0_ = true;
   size_t slot_floats_ = 0;  // activation floats of one slot
+  size_t shared_act_floats_ = 0;
+  Recompute recompute_ = Recompute::none;
   float dropout_ = 0.0f;
   bool training_ = true, tp_grad_sync_ = true;
   uint64_t drop_seed_ = 0, drop_stream_ = 0;

@@ -58,7 +58,8 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
                       .peak_in_flight[static_cast<size_t>(pp_rank)];
   }
   const model::GPTMemoryPlan g = model::GPT::memory_plan(p.config, o.micro_batch, o.seq_len, !engine,
-                                                         o.tp, o.sequence_parallel, o.dropout, stage);
+                                                         o.tp, o.sequence_parallel, o.dropout, stage,
+                                                         model::parse_recompute(o.recompute));
   p.num_params = g.num_params;
   for (size_t i = 0; i < kNumMemCategories; ++i)
     add(static_cast<MemCategory>(i), g.bytes(static_cast<MemCategory>(i)));

@@ -101,6 +101,7 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
   BRAID_CONFIG_CHECK(!o.sequence_parallel || o.tp > 1, "--sequence-parallel shards over the TP "
                      "group and needs --tp > 1");
   BRAID_CONFIG_CHECK(o.dropout >= 0 && o.dropout < 1, "--dropout ", o.dropout, " must be in [0, 1)");
+  model::parse_recompute(o.recompute);
   BRAID_CONFIG_CHECK(o.tp == 1 || (!o.fsdp && o.zero <= 2), "--tp ", o.tp, " combines with DDP and "
                      "ZeRO-1/2 over the DP group; --zero 3 / --fsdp with TP is not supported, use --zero 2");
   model::GPT::validate_tp(cfg, o.tp);
@@ -300,7 +301,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
     stage.slots = st.peak_in_flight[static_cast<size_t>(pp_rank_)];
   }
   model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_, engine_.get(),
-                                        tpc, opt.dropout, stage);
+                                        tpc, opt.dropout, stage, model::parse_recompute(opt.recompute));
   model_->set_compute_dtype(compute_);
   scaler_ = std::make_unique<DynamicLossScaler>(opt.loss_scale, compute_ == DType::f16);
   const size_t n = model_->num_params();
@@ -424,7 +425,8 @@ double Trainer::grad_sumsq(float mult) {
       ss += part;
     }
   }
-  return world_sum(world_, ss);
+  // Under a parameter server only the server holds (and clips) the gradient.
+  return ps_ ? ss : world_sum(world_, ss);
 }
 
 float Trainer::clip_and_norm() {
@@ -698,11 +700,26 @@ std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t
   std::vector<int32_t> seq = prompt;
   Rng rng(seed);
   std::vector<std::pair<float, int32_t>> cand(static_cast<size_t>(V));
+  // Under TP each rank holds a slice of the vocabulary's logits: gather the
+  // last position's row, so every rank sees the full row and picks the same token.
+  const int64_t P = tp_size_, Vpl = Vp / P;
+  std::vector<float> row(static_cast<size_t>(Vp));
+  // Sequence parallelism splits the token rows over TP: round the context up
+  // to a multiple of TP with trailing filler tokens, which causal attention
+  // keeps from influencing the positions before them.
+  const int64_t max_len = opt_.sequence_parallel ? opt_.seq_len / P * P : opt_.seq_len;
+  std::vector<int32_t> ctx_buf;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t len = std::min<int64_t>(static_cast<int64_t>(seq.size()), opt_.seq_len);
-    const int32_t* ctx = seq.data() + seq.size() - static_cast<size_t>(len);
-    model_->forward(ctx, nullptr, 1, len);
-    const float* logits = model_->logits() + (len - 1) * Vp;
+    const int64_t len = std::min<int64_t>(static_cast<int64_t>(seq.size()), max_len);
+    ctx_buf.assign(seq.end() - len, seq.end());
+    const int64_t T = opt_.sequence_parallel ? (len + P - 1) / P * P : len;
+    ctx_buf.resize(static_cast<size_t>(T), ctx_buf.back());
+    model_->forward(ctx_buf.data(), nullptr, 1, T);
+    const float* logits = model_->logits() + (len - 1) * Vpl;
+    if (P > 1) {
+      tp_comm_->all_gather(logits, row.data(), static_cast<size_t>(Vpl), DType::f32);
+      logits = row.data();
+    }
     for (int64_t v = 0; v < V; ++v) cand[static_cast<size_t>(v)] = {logits[v], static_cast<int32_t>(v)};
     const int64_t k = std::clamp<int64_t>(opt_.sample_top_k, 1, V);
     std::partial_sort(cand.begin(), cand.begin() + k, cand.end(),
@@ -779,7 +796,9 @@ void Trainer::save(const std::string& path, int64_t next_step) {
   ck.header = {{"format", "braid-checkpoint"}, {"model", opt_.model},
                {"step", next_step},            {"n_params", n_out},
                {"seed", opt_.seed},            {"global_batch", opt_.global_batch},
-               {"seq_len", opt_.seq_len}};
+               {"seq_len", opt_.seq_len},      {"n_layer", model_->config().n_layer},
+               {"n_head", model_->config().n_head}, {"n_embd", model_->config().n_embd},
+               {"vocab_size", model_->config().vocab_size}};
   if (scaler_->enabled()) {
     const LossScalerState st = scaler_->state();
     ck.header["loss_scale"] = {{"scale", st.scale}, {"growth_tracker", st.growth_tracker},
@@ -816,6 +835,10 @@ int64_t Trainer::load(const std::string& path) {
                        " but this run has ", flag, " ", now, "; resume with the same value");
   };
   same("seed", static_cast<int64_t>(opt_.seed), "--seed");
+  same("n_layer", model_->config().n_layer, "--n-layer");
+  same("n_head", model_->config().n_head, "--n-head");
+  same("n_embd", model_->config().n_embd, "--n-embd");
+  same("vocab_size", model_->config().vocab_size, "--vocab-size");
   same("global_batch", opt_.global_batch, "--batch");
   same("seq_len", opt_.seq_len, "--seq-len");
   const int64_t step = hdr.at("step").get<int64_t>();

@@ -47,6 +47,7 @@ struct TrainOptions {
   std::string schedule = "1f1b";   // naive | gpipe | 1f1b
   int64_t micro_batches = 0;       // micro-batches per step per pipeline (0: batch / (dp x micro-batch))
   std::string trace_out;           // Chrome trace (Perfetto) of every rank's pipeline spans
+  std::string recompute = "none";  // activation checkpointing: none | selective | full
   double bucket_mb = 4.0;
   bool overlap = true;
   int zero = 0;  // ZeRO stage 0 (DDP), 1 (moments sharded), 2 (+ gradients), 3 (+ parameters)
