@@ -25,29 +25,8 @@ void add_plan(CLI::App& app) {
   CLI::App* c = app.add_subcommand(
       "plan", "Predict the per-rank peak memory by category of `braid train` (allocates nothing)");
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  c->add_option("--model", o.model, "Model config: tiny, small, gpt2")->capture_default_str();
-  c->add_option("--ranks", a->ranks, "Ranks of the job (the DP degree)")->capture_default_str();
-  c->add_option("--dp-mode", o.dp_mode, "ddp or ps (rank 0 is a parameter server)")->capture_default_str();
-  c->add_option("--zero", o.zero, "ZeRO stage 0..3")->capture_default_str();
-  c->add_flag("--fsdp", o.fsdp, "FSDP (stage 3 with one flat parameter per block)");
-  c->add_option("--pp", o.pp, "Pipeline stages: consecutive layer ranges on groups of ranks (TP fastest, then DP, then PP)")->capture_default_str();
-  c->add_option("--pp-layers", o.pp_layers, "Layers per stage, e.g. 3,5 (default: even split)");
-  c->add_option("--schedule", o.schedule, "Pipeline schedule: naive, gpipe or 1f1b")->capture_default_str();
-  c->add_option("--micro-batches", o.micro_batches, "Micro-batches per step and pipeline (sets --micro-batch = batch / (dp x m))")->capture_default_str();
-  c->add_option("--recompute", o.recompute, "Activation checkpointing: none, selective (attention internals and GELU) or full (each block)")->capture_default_str();
-  c->add_option("--tp", o.tp, "Tensor-parallel degree: heads, MLP columns and the vocabulary split over groups of consecutive ranks")->capture_default_str();
-  c->add_flag("--sequence-parallel", o.sequence_parallel, "Sequence parallelism: LayerNorm/dropout/residual rows sharded over the TP group");
-  c->add_option("--dropout", o.dropout, "Embedding and residual dropout probability")->capture_default_str();
-  c->add_option("--vocab-size", o.vocab_size, "Override the preset's vocabulary size (0: keep)")->capture_default_str();
-  c->add_option("--n-layer", o.n_layer, "Override the preset's layer count (0: keep)")->capture_default_str();
-  c->add_option("--n-head", o.n_head, "Override the preset's head count (0: keep)")->capture_default_str();
-  c->add_option("--n-embd", o.n_embd, "Override the preset's width (0: keep)")->capture_default_str();
-  c->add_option("--fsdp-shard-size", o.fsdp_shard_size, "HSDP: shard within groups of S ranks")->capture_default_str();
-  c->add_option("--precision", o.precision, "fp32, bf16 or fp16")->capture_default_str();
-  c->add_option("--batch", o.global_batch, "Global batch in sequences (over all DP ranks)")->capture_default_str();
-  c->add_option("--micro-batch", o.micro_batch, "Sequences per forward/backward on one rank")->capture_default_str();
-  c->add_option("--seq-len", o.seq_len, "Sequence length T (0: min(128, the model's block size))")->capture_default_str();
-  c->add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB")->capture_default_str();
+  add_model_and_layout_options(c, o);
+  c->add_option("--ranks", a->ranks, "Ranks of the job (TP x DP x PP)")->capture_default_str();
   c->add_flag("--all-ranks", a->all_ranks, "Print every rank (default: every rank up to 8, else rank 0 and the largest)");
 
   c->callback([a] {
@@ -68,12 +47,12 @@ void add_plan(CLI::App& app) {
     const train::MemoryPlan& p0 = all[0];
     const auto& cfg = p0.config;
     const auto& ro = p0.options;
-    const int dp = ro.dp_mode == "ps" ? a->ranks - 1 : a->ranks / ro.tp;
+    const int dp = ro.dp_mode == "ps" ? a->ranks - 1 : a->ranks / (ro.tp * ro.pp);
     std::printf("braid plan | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params) | ranks %d "
-                "(dp=%d x tp=%d%s, zero=%d) | batch %lld = %d x %lld x %lld accum | T=%lld | bucket %.2f MiB\n",
+                "(dp=%d x tp=%d x pp=%d%s, zero=%d) | batch %lld = %d x %lld x %lld accum | T=%lld | bucket %.2f MiB\n",
                 cfg.name.c_str(), (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
                 (long long)cfg.vocab_size, (long long)cfg.padded_vocab_size, p0.num_params / 1e6,
-                a->ranks, dp, ro.tp, ro.dp_mode == "ps" ? " + parameter server" : "", ro.zero,
+                a->ranks, dp, ro.tp, ro.pp, ro.dp_mode == "ps" ? " + parameter server" : "", ro.zero,
                 (long long)ro.global_batch, dp, (long long)ro.micro_batch,
                 (long long)(ro.global_batch / (dp * ro.micro_batch)),
                 (long long)ro.seq_len, ro.bucket_mb);

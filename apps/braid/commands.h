@@ -4,6 +4,8 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include "braid/train/trainer.h"
+
 namespace braid::cli {
 
 void add_prepare_data(CLI::App& app);  // tokenize a corpus into a .bin token file
@@ -12,6 +14,10 @@ void add_bench_comm(CLI::App& app);    // collective busbw sweep, ours vs MPI's 
 void add_bench_step(CLI::App& app);    // training-step tokens/s and MFU
 void add_plan(CLI::App& app);          // predicted per-rank peak memory by category
 void add_schedule(CLI::App& app);      // pipeline schedule table / SVG and its bubble
+
+/// The model and parallel-layout flags of `train` and `plan` (--model, sizes,
+/// --batch, --micro-batch, --seq-len, --zero, --fsdp, --tp, --pp, ...).
+void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o);
 
 /// Set by a command that initialised MPI with more than one rank, so main()
 /// takes the whole job down on error instead of leaving peers hanging.

@@ -268,8 +268,8 @@ GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_
 GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger,
          UnitStorage* storage, const TensorParallel& tp, float dropout, const PipelineStage& stage,
          Recompute recompute)
-    : cfg_(cfg), max_B_(max_B), max_T_(max_T), storage_(storage), tp_(tp), dropout_(dropout),
-      recompute_(recompute) {
+    : cfg_(cfg), max_B_(max_B), max_T_(max_T), storage_(storage), tp_(tp), dropout_(dropout) {
+  recompute_ = recompute;
   l0_ = stage.first_layer;
   l1_ = stage.last_layer < 0 ? cfg.n_layer : stage.last_layer;
   slots_ = stage.slots;
@@ -477,6 +477,26 @@ void GPT::tp_reduce_scatter(float* full, size_t n_local) {
   tp_.comm->reduce_scatter(full, full + size_t(tpr_) * n_local, n_local, DType::f32, comm::ReduceOp::sum);
 }
 
+float* GPT::gather_rows(float* local) {
+  const int64_t P = tpn_, BT = B_ * T_, C = cfg_.n_embd;
+  if (!(tp_.sequence_parallel && P > 1)) return local;
+  tp_all_gather(local, gbuf_, size_t(BT / P * C));
+  return gbuf_;
+}
+
+void GPT::reduce_row_partials(float* partial, float* out) {
+  const int64_t P = tpn_, BT = B_ * T_, C = cfg_.n_embd;
+  if (P == 1) return;
+  if (tp_.sequence_parallel) {
+    const int64_t rows = BT / P;
+    tp_reduce_scatter(partial, size_t(rows * C));
+    std::memcpy(out, partial + tpr_ * rows * C, size_t(rows * C) * sizeof(float));
+  } else {
+    tp_all_reduce(partial, size_t(BT * C));
+    if (out != partial) std::memcpy(out, partial, size_t(BT * C) * sizeof(float));
+  }
+}
+
 void GPT::drop(float* out, const float* in, int64_t rows, int64_t row0, uint64_t site) {
   // One stream per (step key, site); rows are numbered globally.
   k::dropout(out, in, rows, cfg_.n_embd, drop_row_base_ + row0, dropout_, drop_seed_,
@@ -503,23 +523,8 @@ void GPT::block_forward(int64_t l, const LayerParams& p, const float* x) {
   const int64_t rows = sp ? BT / P : BT, row0 = sp ? tpr_ * rows : 0;
   const bool dropping = dropout_ > 0 && training_;
   auto rnd = [this](float* a, int64_t n) { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); };
-  // A column-parallel matmul's input: all token rows (gathered under SP).
-  auto full_rows = [&](float* local) -> float* {
-    if (!sp) return local;
-    tp_all_gather(local, gbuf_, size_t(rows * C));
-    return gbuf_;
-  };
-  // A row-parallel matmul's output: partial sums over TP, reduced into rows x C.
-  auto reduce_rows = [&](float* partial, float* out) {
-    if (P == 1) return;
-    if (sp) {
-      tp_reduce_scatter(partial, size_t(rows * C));
-      std::memcpy(out, partial + tpr_ * rows * C, size_t(rows * C) * sizeof(float));
-    } else {
-      tp_all_reduce(partial, size_t(BT * C));
-      if (out != partial) std::memcpy(out, partial, size_t(BT * C) * sizeof(float));
-    }
-  };
+  auto full_rows = [this](float* local) { return gather_rows(local); };
+  auto reduce_rows = [this](float* partial, float* out) { reduce_row_partials(partial, out); };
   LayerActs a = layer_acts(l);
     k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, rows, C);
     rnd(a.ln1, rows * C);
@@ -556,11 +561,11 @@ void GPT::block_forward(int64_t l, const LayerParams& p, const float* x) {
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
   BRAID_CHECK(B > 0 && B <= max_B_ && T > 0 && T <= max_T_, "forward: B=", B, " T=", T,
               " outside the allocated max_B=", max_B_, " max_T=", max_T_);
-  const int64_t C = cfg_.n_embd, L = cfg_.n_layer, NH = cfg_.n_head, V = cfg_.vocab_size,
+  const int64_t C = cfg_.n_embd, L = cfg_.n_layer, V = cfg_.vocab_size,
                 Vp = cfg_.padded_vocab_size, BT = B * T, P = tpn_;
   const bool sp = tp_.sequence_parallel && P > 1;
   BRAID_CHECK(!sp || BT % P == 0, "forward: ", BT, " token rows do not split over TP=", P);
-  const int64_t Cl = C / P, NHl = NH / P, Vpl = Vp / P, vstart = tpr_ * Vpl;
+  const int64_t Vpl = Vp / P, vstart = tpr_ * Vpl;
   const int64_t Vl = std::clamp<int64_t>(V - vstart, 0, Vpl);
   const int64_t rows = sp ? BT / P : BT, row0 = sp ? tpr_ * rows : 0;
   const bool dropping = dropout_ > 0 && training_;
@@ -578,23 +583,8 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   const int uf = int(units_.size()) - 2;  // final LayerNorm unit (last stage)
   // Rounds a matmul input to the compute dtype (no-op in f32).
   auto rnd = [this](float* a, int64_t n) { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); };
-  // A column-parallel matmul's input: all token rows (gathered under SP).
-  auto full_rows = [&](float* local) -> float* {
-    if (!sp) return local;
-    tp_all_gather(local, gbuf_, size_t(rows * C));
-    return gbuf_;
-  };
-  // A row-parallel matmul's output: partial sums over TP, reduced into rows x C.
-  auto reduce_rows = [&](float* partial, float* out) {
-    if (P == 1) return;
-    if (sp) {
-      tp_reduce_scatter(partial, size_t(rows * C));
-      std::memcpy(out, partial + tpr_ * rows * C, size_t(rows * C) * sizeof(float));
-    } else {
-      tp_all_reduce(partial, size_t(BT * C));
-      if (out != partial) std::memcpy(out, partial, size_t(BT * C) * sizeof(float));
-    }
-  };
+  auto full_rows = [this](float* local) { return gather_rows(local); };
+  auto reduce_rows = [this](float* partial, float* out) { reduce_row_partials(partial, out); };
 
   // Unit 0 holds wte at offset 0 and wpe at table_[1].offset. A later
   // pipeline stage finds its input in encoded_ (stage_input()).
@@ -672,12 +662,7 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
     }
   };
   auto rnd = [this](float* a, int64_t n) { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); };
-  // All token rows of a (rows x C) tensor: gathered under SP.
-  auto full_rows = [&](const float* local) -> const float* {
-    if (!sp) return local;
-    tp_all_gather(local, gbuf_, size_t(rows * C));
-    return gbuf_;
-  };
+  auto full_rows = [this](const float* local) { return gather_rows(const_cast<float*>(local)); };
   // Column-parallel backward leaves a partial input gradient (BT x C): sum it
   // over TP into this rank's rows (all-reduce, or reduce-scatter under SP).
   auto reduce_dinp = [&]() -> float* {

@@ -301,6 +301,12 @@ class GPT {
   void tp_all_gather(const float* local, float* full, size_t n_local);
   void tp_reduce_scatter(float* full, size_t n_local);  // result at full + rank * n_local
   void sync_replicated_grads(const float* unit_grads, int u);
+  /// A column-parallel matmul's input: all B*T token rows (gathered into gbuf_
+  /// under SP, else `local` itself).
+  float* gather_rows(float* local);
+  /// A row-parallel matmul's partial output summed over TP into this rank's
+  /// rows x C (all-reduce, or reduce-scatter under SP).
+  void reduce_row_partials(float* partial, float* out);
   void drop(float* out, const float* in, int64_t rows, int64_t row0, uint64_t site);
   /// Pointers into a unit buffer of block l (flat element o at unit[o - unit_begin]).
   LayerParams layer_params(const float* unit, int64_t l) const;
