@@ -1,7 +1,11 @@
 // Shared helpers for the parallel tests: a synthetic token stream with
 // learnable structure, and a runner that trains on N local ranks.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "braid/comm/backends/local.h"
@@ -76,6 +80,28 @@ struct Rank0Run {
 inline Rank0Run run_rank0(const train::TrainOptions& o, int ranks, const std::vector<uint16_t>& data) {
   auto r = run_ranks(o, ranks, data);
   return {r.steps[0], r.hash};
+}
+
+/// Per-step loss and global gradient norm of a layout against a reference run
+/// (the parity rule: rtol 1e-5 in fp32).
+inline void expect_close(const std::vector<train::StepRecord>& a, const std::vector<train::StepRecord>& b,
+                         const std::string& what, double rtol = 1e-5) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i].loss, b[i].loss, rtol * std::fabs(b[i].loss)) << what << " step " << i;
+    EXPECT_NEAR(a[i].grad_norm, b[i].grad_norm, rtol * b[i].grad_norm + 1e-7) << what << " step " << i;
+  }
+}
+
+/// The message a Trainer with `o` on `ranks` local ranks fails with ("" if none).
+inline std::string config_error(const train::TrainOptions& o, int ranks, const std::vector<uint16_t>& data) {
+  std::string msg;
+  try {
+    comm::run_local(ranks, [&](comm::Communicator& w) { train::Trainer t(o, w, data, nullptr); });
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  return msg;
 }
 
 }  // namespace braid::testing_harness

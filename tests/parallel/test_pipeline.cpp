@@ -44,10 +44,7 @@ void expect_close(const std::vector<train::StepRecord>& a, const std::vector<tra
   // arithmetic: bitwise. Later steps differ by the order in which the tied
   // embedding's two gradient contributions are summed: rtol 1e-5.
   EXPECT_EQ(a[0].loss, b[0].loss) << what;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_NEAR(a[i].loss, b[i].loss, 1e-5 * std::fabs(b[i].loss)) << what << " step " << i;
-    EXPECT_NEAR(a[i].grad_norm, b[i].grad_norm, 1e-5 * b[i].grad_norm + 1e-7) << what << " step " << i;
-  }
+  testing_harness::expect_close(a, b, what);
 }
 
 }  // namespace
@@ -167,15 +164,7 @@ TEST(Pipeline, OneFOneBKeepsFewerActivationsThanGPipe) {
 
 TEST(Pipeline, ConfigErrorsNameTheFix) {
   const auto data = tokens(2000, 1);
-  auto message = [&](train::TrainOptions t, int N) {
-    std::string msg;
-    try {
-      comm::run_local(N, [&](comm::Communicator& w) { train::Trainer tr(t, w, data, nullptr); });
-    } catch (const std::exception& e) {
-      msg = e.what();
-    }
-    return msg;
-  };
+  auto message = [&](const train::TrainOptions& t, int N) { return testing_harness::config_error(t, N, data); };
   auto o = deep_tiny(35);
   auto t = o;
   t.pp = 5;

@@ -38,14 +38,7 @@ train::TrainOptions with(train::TrainOptions o, const Mode& m) {
   return o;
 }
 
-void expect_close(const std::vector<train::StepRecord>& a, const std::vector<train::StepRecord>& b,
-                  const std::string& what, double rtol = 1e-5) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_NEAR(a[i].loss, b[i].loss, rtol * std::fabs(b[i].loss)) << what << " step " << i;
-    EXPECT_NEAR(a[i].grad_norm, b[i].grad_norm, rtol * b[i].grad_norm + 1e-7) << what << " step " << i;
-  }
-}
+using testing_harness::expect_close;
 
 bool clipping_fired(const std::vector<train::StepRecord>& s, float clip) {
   for (const auto& r : s)
@@ -265,13 +258,8 @@ TEST(Sharded, TrafficMatchesTheFormulas) {
 
 TEST(Sharded, ConfigErrorsNameTheFix) {
   const auto data = synthetic_tokens(2000, 1);
-  auto expect_config_error = [&](train::TrainOptions o, int N, const std::string& needle) {
-    std::string msg;
-    try {
-      comm::run_local(N, [&](comm::Communicator& w) { train::Trainer t(o, w, data, nullptr); });
-    } catch (const std::exception& e) {
-      msg = e.what();
-    }
+  auto expect_config_error = [&](const train::TrainOptions& o, int N, const std::string& needle) {
+    const std::string msg = testing_harness::config_error(o, N, data);
     EXPECT_NE(msg.find(needle), std::string::npos) << "got: " << msg;
   };
   auto o = testing_harness::tiny_options(1);

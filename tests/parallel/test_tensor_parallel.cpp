@@ -41,14 +41,7 @@ train::TrainOptions odd_tiny(uint64_t seed) {
   return o;
 }
 
-void expect_close(const std::vector<train::StepRecord>& a, const std::vector<train::StepRecord>& b,
-                  const std::string& what, double rtol = 1e-5) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_NEAR(a[i].loss, b[i].loss, rtol * std::fabs(b[i].loss)) << what << " step " << i;
-    EXPECT_NEAR(a[i].grad_norm, b[i].grad_norm, rtol * b[i].grad_norm + 1e-7) << what << " step " << i;
-  }
-}
+using testing_harness::expect_close;
 
 std::string tmp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()) + ".ckpt")).string();
@@ -191,15 +184,7 @@ TEST(TensorParallel, GatheredParametersEqualTheSingleRankOnesAndResume) {
 TEST(TensorParallel, ConfigErrorsNameTheFix) {
   auto o = odd_tiny(26);
   const auto data = tokens(2000, 1, o.vocab_size);
-  auto message = [&](train::TrainOptions t, int N) {
-    std::string msg;
-    try {
-      comm::run_local(N, [&](comm::Communicator& w) { train::Trainer tr(t, w, data, nullptr); });
-    } catch (const std::exception& e) {
-      msg = e.what();
-    }
-    return msg;
-  };
+  auto message = [&](const train::TrainOptions& t, int N) { return testing_harness::config_error(t, N, data); };
   auto t = o;
   t.tp = 3;  // tiny has 4 heads
   EXPECT_NE(message(t, 3).find("does not divide n_head=4"), std::string::npos) << message(t, 3);
