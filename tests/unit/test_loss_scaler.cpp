@@ -142,15 +142,15 @@ TEST(LossScaler, ValidateNamesBadValueAndFix) {
     const char* expect;
   };
   const Case cases[] = {
-      {[](LossScaleOptions& o) { o.initial_scale = 0; }, "initial_scale=0"},
-      {[](LossScaleOptions& o) { o.initial_scale = -4; }, "initial_scale=-4"},
-      {[](LossScaleOptions& o) { o.growth_factor = 1; }, "growth_factor=1"},
-      {[](LossScaleOptions& o) { o.backoff_factor = 1; }, "backoff_factor=1"},
-      {[](LossScaleOptions& o) { o.backoff_factor = 0; }, "backoff_factor=0"},
-      {[](LossScaleOptions& o) { o.growth_interval = 0; }, "growth_interval=0"},
-      {[](LossScaleOptions& o) { o.hysteresis = 0; }, "hysteresis=0"},
-      {[](LossScaleOptions& o) { o.min_scale = 0; }, "min_scale=0"},
-      {[](LossScaleOptions& o) { o.min_scale = 1e6f; }, "exceeds initial_scale=65536"},
+      {[](LossScaleOptions& o) { o.initial_scale = 0; }, "--loss-scale 0"},
+      {[](LossScaleOptions& o) { o.initial_scale = -4; }, "--loss-scale -4"},
+      {[](LossScaleOptions& o) { o.growth_factor = 1; }, "--loss-scale-growth 1"},
+      {[](LossScaleOptions& o) { o.backoff_factor = 1; }, "--loss-scale-backoff 1"},
+      {[](LossScaleOptions& o) { o.backoff_factor = 0; }, "--loss-scale-backoff 0"},
+      {[](LossScaleOptions& o) { o.growth_interval = 0; }, "--loss-scale-window 0"},
+      {[](LossScaleOptions& o) { o.hysteresis = 0; }, "--loss-scale-hysteresis 0"},
+      {[](LossScaleOptions& o) { o.min_scale = 0; }, "--min-loss-scale 0"},
+      {[](LossScaleOptions& o) { o.min_scale = 1e6f; }, "exceeds --loss-scale 65536"},
   };
   for (const Case& c : cases) {
     LossScaleOptions o;

@@ -9,23 +9,23 @@ namespace braid::train {
 
 void LossScaleOptions::validate() const {
   BRAID_CONFIG_CHECK(std::isfinite(initial_scale) && initial_scale > 0.0f,
-                     "loss scaling: initial_scale=", initial_scale,
+                     "--loss-scale ", initial_scale,
                      " must be finite and > 0; use a power of two such as 65536 (2^16)");
   BRAID_CONFIG_CHECK(std::isfinite(growth_factor) && growth_factor > 1.0f,
-                     "loss scaling: growth_factor=", growth_factor,
+                     "--loss-scale-growth ", growth_factor,
                      " must be finite and > 1 (the scale grows after clean steps); use 2");
   BRAID_CONFIG_CHECK(backoff_factor > 0.0f && backoff_factor < 1.0f,
-                     "loss scaling: backoff_factor=", backoff_factor,
+                     "--loss-scale-backoff ", backoff_factor,
                      " must be in (0, 1) (the scale shrinks on overflow); use 0.5");
-  BRAID_CONFIG_CHECK(growth_interval >= 1, "loss scaling: growth_interval=", growth_interval,
+  BRAID_CONFIG_CHECK(growth_interval >= 1, "--loss-scale-window ", growth_interval,
                      " must be >= 1 (clean steps before the scale grows); use 1000");
-  BRAID_CONFIG_CHECK(hysteresis >= 1, "loss scaling: hysteresis=", hysteresis,
+  BRAID_CONFIG_CHECK(hysteresis >= 1, "--loss-scale-hysteresis ", hysteresis,
                      " must be >= 1 (overflows tolerated before backing off); use 1 or 2");
   BRAID_CONFIG_CHECK(std::isfinite(min_scale) && min_scale > 0.0f,
-                     "loss scaling: min_scale=", min_scale, " must be finite and > 0; use 1");
-  BRAID_CONFIG_CHECK(min_scale <= initial_scale, "loss scaling: min_scale=", min_scale,
-                     " exceeds initial_scale=", initial_scale,
-                     "; use a min_scale <= initial_scale (e.g. 1) or a larger initial_scale");
+                     "--min-loss-scale ", min_scale, " must be finite and > 0; use 1");
+  BRAID_CONFIG_CHECK(min_scale <= initial_scale, "--min-loss-scale ", min_scale,
+                     " exceeds --loss-scale ", initial_scale,
+                     "; use a --min-loss-scale <= --loss-scale (e.g. 1) or a larger --loss-scale");
 }
 
 DynamicLossScaler::DynamicLossScaler(LossScaleOptions opts, bool enabled)

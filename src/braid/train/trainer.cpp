@@ -150,7 +150,11 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
   BRAID_CONFIG_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
                      "--precision '", o.precision, "' is not known; use fp32, bf16 or fp16");
   BRAID_CONFIG_CHECK(!ps || (o.precision == "fp32" && !o.fsdp), "--dp-mode ps runs in fp32 "
-                     "without sharding; drop --precision ", o.precision, o.fsdp ? " / --fsdp" : "");
+                     "without sharding; drop ", o.fsdp ? "--fsdp" : "--precision " + o.precision);
+  BRAID_CONFIG_CHECK(o.inject_failure_rank < world_size && o.inject_failure_step < o.steps,
+                     "--inject-failure ", o.inject_failure_rank, ":", o.inject_failure_step,
+                     " names rank/step outside the job's ", world_size, " ranks and ", o.steps,
+                     " steps (steps count from 0)");
   if (o.precision == "fp16") o.loss_scale.validate();
   BRAID_CONFIG_CHECK(o.bucket_mb > 0 && o.bucket_mb <= 65536, "--bucket-mb ", o.bucket_mb,
                      " must be in (0, 65536]");
@@ -256,7 +260,9 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
     const uint16_t mx = d.empty() ? uint16_t{0} : *std::max_element(d.begin(), d.end());
     BRAID_CONFIG_CHECK(mx < cfg.vocab_size, what, " data holds token id ", mx,
                        " outside the model's vocabulary of ", cfg.vocab_size,
-                       "; re-create it with `braid prepare-data`");
+                       opt.vocab_size > 0 ? "; use --vocab-size " + std::to_string(int64_t(mx) + 1) +
+                                                " or more (or drop it)"
+                                          : std::string("; re-create it with `braid prepare-data`"));
   };
   check_ids(train, "training");
   if (val && opt.val_every > 0) {
