@@ -59,7 +59,7 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
                   (long long)c.vocab_size, (long long)c.padded_vocab_size,
                   trainer.model().num_params() / 1e6, world.size(), dp, tp.c_str(),
                   opt.dp_mode == "ps" ? (opt.ps_async ? " + async parameter server" : " + parameter server") : "",
-                  opt.zero, opt.fsdp ? (opt.fsdp_shard_size > 0 ? ", hsdp" : ", fsdp") : "",
+                  opt.fsdp ? 3 : opt.zero, opt.fsdp ? (opt.fsdp_shard_size > 0 ? ", hsdp" : ", fsdp") : "",
                   opt.precision.c_str(), world.backend().c_str(),
                   (long long)opt.global_batch, dp, (long long)opt.micro_batch,
                   (long long)(opt.global_batch / (dp * opt.micro_batch)), (long long)opt.seq_len,
@@ -129,7 +129,7 @@ std::vector<uint16_t> load_tokens(const std::string& path, const char* what) {
 void add_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   auto& o = a->opt;
-  CLI::App* c = app.add_subcommand("train", "Train a GPT-2 model (data-parallel over MPI ranks)");
+  CLI::App* c = app.add_subcommand("train", "Train a GPT-2 model over MPI ranks (or threads): data, tensor and pipeline parallel");
   // A later flag overrides an earlier one, so scripts can append to defaults.
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_model_and_layout_options(c, o);

@@ -28,7 +28,9 @@ TEST(PipelineSchedule, EveryScheduleIsValidForAllSizes) {
         } else {
           EXPECT_NEAR(st.bubble, parallel::theoretical_bubble(P, m), 1e-9) << what;
         }
-        if (kind == parallel::ScheduleKind::gpipe) EXPECT_EQ(st.peak_in_flight[0], m) << what;
+        if (kind == parallel::ScheduleKind::gpipe) {
+          EXPECT_EQ(st.peak_in_flight[0], m) << what;
+        }
         if (kind == parallel::ScheduleKind::one_f_one_b) {
           for (int s = 0; s < P; ++s)
             EXPECT_LE(st.peak_in_flight[static_cast<size_t>(s)], std::min(P - s, m)) << what << " stage " << s;

@@ -154,7 +154,8 @@ std::string draw_schedule(const ScheduleStats& st, int P) {
   for (int s = 0; s < P; ++s) {
     std::vector<std::string> cells(static_cast<size_t>(width), ".");
     for (const auto& sp : st.spans[static_cast<size_t>(s)]) {
-      const std::string tag = (sp.action.op == PipeOp::forward ? "F" : "B") + std::to_string(sp.action.micro);
+      std::string tag(1, sp.action.op == PipeOp::forward ? 'F' : 'B');
+      tag += std::to_string(sp.action.micro);
       for (int t = static_cast<int>(sp.start); t < static_cast<int>(std::ceil(sp.end)) && t < width; ++t)
         cells[static_cast<size_t>(t)] = tag;
     }

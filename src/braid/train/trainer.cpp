@@ -82,8 +82,10 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
   BRAID_CONFIG_CHECK(o.pp >= 1, "--pp ", o.pp, " must be >= 1");
   if (o.pp > 1) {
     BRAID_CONFIG_CHECK(!ps && o.zero <= 1 && !o.fsdp && o.precision == "fp32", "--pp ", o.pp,
-                       " runs with DDP or ZeRO-1 over the DP group in fp32; drop --dp-mode ps, "
-                       "--zero 2/3, --fsdp and --precision ", o.precision);
+                       " runs with DDP or ZeRO-1 over the DP group in fp32; drop ",
+                       ps ? "--dp-mode ps" : o.zero > 1 ? "--zero " + std::to_string(o.zero)
+                                         : o.fsdp    ? std::string("--fsdp")
+                                                     : "--precision " + o.precision);
     BRAID_CONFIG_CHECK(o.pp <= cfg.n_layer, "--pp ", o.pp, " exceeds the ", cfg.n_layer,
                        " layers of model '", cfg.name, "'; every stage needs at least one layer");
     BRAID_CONFIG_CHECK(o.sample_tokens == 0 && o.save_path.empty() && o.resume_path.empty(),
@@ -108,6 +110,7 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
   const int ranks_for_dp = ps ? world_size - 1 : world_size / (o.tp * o.pp);
   const int dp = o.dp == 0 ? ranks_for_dp : o.dp;
   BRAID_CONFIG_CHECK(dp == ranks_for_dp, "--dp ", o.dp, o.tp > 1 ? " x --tp " + std::to_string(o.tp) : "",
+                     o.pp > 1 ? " x --pp " + std::to_string(o.pp) : "",
                      " but the job has ", world_size, " ranks",
                      ps ? " (1 server + workers)" : "",
                      "; the product of the parallel degrees must equal the number of "
@@ -527,14 +530,16 @@ void Trainer::full_to_tp(const float* full, float* local) const {
 uint64_t Trainer::bytes_sent() const {
   // Sub-communicators (TP, DP, HSDP groups) count their own traffic.
   uint64_t b = world_.bytes_sent();
-  for (const auto* c : {tp_comm_.get(), dp_comm_own_.get(), shard_comm_.get(), replicate_comm_.get()})
+  for (const auto* c : {tp_comm_.get(), dp_comm_own_.get(), shard_comm_.get(), replicate_comm_.get(),
+                        pp_comm_.get(), emb_comm_.get()})
     if (c) b += c->bytes_sent();
   return b;
 }
 
 uint64_t Trainer::bytes_received() const {
   uint64_t b = world_.bytes_received();
-  for (const auto* c : {tp_comm_.get(), dp_comm_own_.get(), shard_comm_.get(), replicate_comm_.get()})
+  for (const auto* c : {tp_comm_.get(), dp_comm_own_.get(), shard_comm_.get(), replicate_comm_.get(),
+                        pp_comm_.get(), emb_comm_.get()})
     if (c) b += c->bytes_received();
   return b;
 }
@@ -553,7 +558,7 @@ void Trainer::finish_record(StepRecord& r, double seconds, uint64_t sent0, uint6
   if (opt_.peak_flops_per_rank > 0) {
     // Only ranks that compute count towards the available FLOP/s.
     r.mfu = static_cast<double>(model_->flops_per_token(T)) * r.tokens_per_sec /
-            (opt_.peak_flops_per_rank * dp_size_ * tp_size_);
+            (opt_.peak_flops_per_rank * dp_size_ * tp_size_ * pp_size_);
   }
   r.peak_mem_bytes = ledger_.peak_total();
   r.comm_bytes_sent = bytes_sent() - sent0;
@@ -866,6 +871,13 @@ int64_t Trainer::load(const std::string& path) {
 std::vector<StepRecord> Trainer::run() {
   const bool log = opt_.verbose && world_.rank() == 0;
   trace_origin_ = std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
+  if (!opt_.trace_out.empty() && world_.size() > 1) {
+    // One time origin for all ranks (the earliest start; the steady clock is
+    // shared by the processes of one host), so the trace lines up across ranks.
+    std::vector<double> all(static_cast<size_t>(world_.size()));
+    world_.all_gather(&trace_origin_, all.data(), 2, DType::f32);
+    trace_origin_ = *std::min_element(all.begin(), all.end());
+  }
   if (!opt_.resume_path.empty()) {
     start_step_ = load(opt_.resume_path);
     if (log) std::printf("resumed from %s at step %lld\n", opt_.resume_path.c_str(), static_cast<long long>(start_step_));
