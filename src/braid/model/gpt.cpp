@@ -294,10 +294,9 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   }
 
   const size_t P = size_t(tpn_);
-  const size_t C = size_t(cfg_.n_embd), L = size_t(cfg_.n_layer), Vpl = size_t(cfg_.padded_vocab_size) / P;
+  const size_t C = size_t(cfg_.n_embd), Vpl = size_t(cfg_.padded_vocab_size) / P;
   const size_t Cl = C / P;
   const size_t BT = size_t(max_B * max_T), rows = tp_.sequence_parallel ? BT / P : BT;
-  (void)L;
   layer_act_floats_ = plan.layer_act_floats;
   acts_ = Buffer(plan.acts_bytes, MemCategory::activations, ledger);
   shared_act_floats_ = plan.shared_act_floats;

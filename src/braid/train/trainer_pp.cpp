@@ -41,8 +41,9 @@ StepRecord Trainer::pipeline_step(int64_t step) {
   maybe_inject_failure(step);
   const int64_t B = opt_.micro_batch, T = opt_.seq_len, m = accum_steps_;
   const bool first = model_->is_first_stage(), last = model_->is_last_stage();
-  const size_t boundary = static_cast<size_t>(model_->boundary_rows(B, T) * model_->config().n_embd);
-  const size_t boundary_bytes = boundary * sizeof(float);
+  // Activations and their gradients cross a stage boundary as (rows, C) f32.
+  const size_t boundary_bytes =
+      static_cast<size_t>(model_->boundary_rows(B, T) * model_->config().n_embd) * sizeof(float);
   const std::vector<size_t> offsets = sampler_->rank_offsets(step);
   const auto& prog = programs_[static_cast<size_t>(pp_rank_)];
   model_->zero_grad();
@@ -112,7 +113,6 @@ StepRecord Trainer::pipeline_step(int64_t step) {
     }
   }
   if (grad_send) grad_send->wait();
-  (void)boundary;
 
   // After this stage's last backward: the tied embedding, then the DP sync, once.
   const double s0 = now_us();
