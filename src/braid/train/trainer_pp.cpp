@@ -24,6 +24,12 @@ double now_us() {
 }
 int act_tag(int micro) { return 2 * micro; }
 int grad_tag(int micro) { return 2 * micro + 1; }
+// "<what><micro>", built by appending (GCC 12 warns falsely on literal + to_string).
+std::string span_name(const char* what, int micro) {
+  std::string s(what);
+  s += std::to_string(micro);
+  return s;
+}
 }  // namespace
 
 void Trainer::sync_tied_embedding() {
@@ -81,11 +87,11 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       load_micro(j);
       const auto c0 = Clock::now();
       const double f0 = now_us();
-      if (!first) trace("recv activation " + std::to_string(j), "comm", w0, f0);
+      if (!first) trace(span_name("recv activation ", j), "comm", w0, f0);
       const float loss = model_->forward(first ? tokens_.as<int32_t>() : nullptr,
                                          last ? targets_.as<int32_t>() : nullptr, B, T);
       compute += secs(c0, Clock::now());
-      trace("F" + std::to_string(j), "compute", f0, now_us());
+      trace(span_name("F", j), "compute", f0, now_us());
       if (last) loss_sum += loss;
       if (!last)
         act_send[static_cast<size_t>(j)] =
@@ -101,10 +107,10 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       model_->set_tp_grad_sync(i == last_backward);
       const auto c0 = Clock::now();
       const double b0 = now_us();
-      if (!last) trace("recv gradient " + std::to_string(j), "comm", w0, b0);
+      if (!last) trace(span_name("recv gradient ", j), "comm", w0, b0);
       model_->backward(scale);
       compute += secs(c0, Clock::now());
-      trace("B" + std::to_string(j), "compute", b0, now_us());
+      trace(span_name("B", j), "compute", b0, now_us());
       if (!first) grad_send = pp_comm_->isend(model_->boundary_grad(), boundary_bytes, pp_rank_ - 1, grad_tag(j));
       // The slot's activations (and the output sent from them) are free again.
       if (act_send[static_cast<size_t>(j)]) act_send[static_cast<size_t>(j)]->wait();
@@ -182,7 +188,7 @@ void Trainer::write_trace() {
   }
   for (int q = 0; q < world_.size(); ++q) {
     all.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", q},
-                   {"args", {{"name", "rank " + std::to_string(q)}}}});
+                   {"args", {{"name", span_name("rank ", q)}}}});
   }
   const std::string tmp = opt_.trace_out + ".tmp";
   {
