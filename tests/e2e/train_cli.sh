@@ -1,23 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end: braid train under mpirun on a small text file; metrics file keys;
 # config errors; a failing rank stops the whole job with its message (no hang).
-set -uo pipefail
-BRAID="$1"; SRC="$2"
-tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fail() { echo "FAIL: $*"; exit 1; }
-MPIRUN=(mpirun --oversubscribe --bind-to none)
-
-# A small corpus: the first Brown documents as plain text is not needed; any text works.
-/usr/bin/python3 - "$tmp/text.txt" <<'PY'
-import sys, random
-random.seed(1)
-words = "the jury said that an investigation of the election produced no evidence of irregularities in the city".split()
-with open(sys.argv[1], "w") as f:
-    for p in range(400):
-        f.write(" ".join(random.choice(words) for _ in range(60)).capitalize() + ".\n\n")
-PY
-"$BRAID" prepare-data --input "$tmp/text.txt" --out-dir "$tmp" --name t >/dev/null 2>&1 || fail "prepare-data"
+source "$(dirname "$0")/lib/common.bash" "$@"
+make_tokens 1 400 "the jury said that an investigation of the election produced no evidence of irregularities in the city"
 
 common=(--model tiny --train-data "$tmp/t_train.bin" --val-data "$tmp/t_val.bin" --seq-len 32 --batch 4 --micro-batch 1)
 

@@ -3,22 +3,8 @@
 # and 1F1B over 2 and 4 stages and a 3D layout (TP=2 x DP=2 x PP=2 on 8
 # ranks) train the single-rank run; a Chrome trace is written; braid schedule
 # prints a checked table; bad stage splits are refused with the fix.
-set -uo pipefail
-BRAID="$1"; SRC="$2"
-tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fail() { echo "FAIL: $*"; exit 1; }
-MPIRUN=(mpirun --oversubscribe --bind-to none)
-
-/usr/bin/python3 - "$tmp/text.txt" <<'PY'
-import sys, random
-random.seed(4)
-words = "the september october term jury had been charged by fulton superior court judge durwood pye".split()
-with open(sys.argv[1], "w") as f:
-    for p in range(300):
-        f.write(" ".join(random.choice(words) for _ in range(50)).capitalize() + ".\n\n")
-PY
-"$BRAID" prepare-data --input "$tmp/text.txt" --out-dir "$tmp" --name t >/dev/null 2>&1 || fail "prepare-data"
+source "$(dirname "$0")/lib/common.bash" "$@"
+make_tokens 4 300 "the september october term jury had been charged by fulton superior court judge durwood pye"
 common=(--model tiny --n-layer 4 --train-data "$tmp/t_train.bin" --val-data "$tmp/t_val.bin" --seq-len 32
         --batch 8 --micro-batch 2 --steps 3 --val-every 3 --val-batches 1 --check-replicas --grad-clip 0.5)
 

@@ -3,22 +3,8 @@
 # process per rank): same losses as DDP, replicas checked every step, sampling
 # with sharded parameters, a checkpoint from one layout resumed by another,
 # clear errors for bad flags.
-set -uo pipefail
-BRAID="$1"; SRC="$2"
-tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fail() { echo "FAIL: $*"; exit 1; }
-MPIRUN=(mpirun --oversubscribe --bind-to none)
-
-/usr/bin/python3 - "$tmp/text.txt" <<'PY'
-import sys, random
-random.seed(2)
-words = "a grand jury commented on a number of other topics among them the atlanta and fulton county purchasing departments".split()
-with open(sys.argv[1], "w") as f:
-    for p in range(300):
-        f.write(" ".join(random.choice(words) for _ in range(50)).capitalize() + ".\n\n")
-PY
-"$BRAID" prepare-data --input "$tmp/text.txt" --out-dir "$tmp" --name t >/dev/null 2>&1 || fail "prepare-data"
+source "$(dirname "$0")/lib/common.bash" "$@"
+make_tokens 2 300 "a grand jury commented on a number of other topics among them the atlanta and fulton county purchasing departments"
 common=(--model tiny --train-data "$tmp/t_train.bin" --val-data "$tmp/t_val.bin" --seq-len 32 --batch 4
         --micro-batch 1 --steps 4 --val-every 0 --check-replicas --grad-clip 0.5)
 

@@ -4,22 +4,8 @@
 # single-rank run; replicas and TP-replicated tensors are checked every step; a
 # TP checkpoint resumes on one rank; a TP degree that does not divide the heads
 # is refused with the fix.
-set -uo pipefail
-BRAID="$1"; SRC="$2"
-tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fail() { echo "FAIL: $*"; exit 1; }
-MPIRUN=(mpirun --oversubscribe --bind-to none)
-
-/usr/bin/python3 - "$tmp/text.txt" <<'PY'
-import sys, random
-random.seed(3)
-words = "the fulton county grand jury said friday an investigation of recent primary election produced no evidence".split()
-with open(sys.argv[1], "w") as f:
-    for p in range(300):
-        f.write(" ".join(random.choice(words) for _ in range(50)).capitalize() + ".\n\n")
-PY
-"$BRAID" prepare-data --input "$tmp/text.txt" --out-dir "$tmp" --name t >/dev/null 2>&1 || fail "prepare-data"
+source "$(dirname "$0")/lib/common.bash" "$@"
+make_tokens 3 300 "the fulton county grand jury said friday an investigation of recent primary election produced no evidence"
 common=(--model tiny --train-data "$tmp/t_train.bin" --val-data "$tmp/t_val.bin" --seq-len 32 --batch 4
         --micro-batch 2 --steps 4 --val-every 2 --val-batches 1 --check-replicas --grad-clip 0.5 --dropout 0.1)
 
