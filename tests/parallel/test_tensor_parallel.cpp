@@ -144,27 +144,30 @@ TEST(TensorParallel, GatheredParametersEqualTheSingleRankOnesAndResume) {
   o.steps = 10;
   const auto data = tokens(20000, 69, o.vocab_size);
   const size_t n = model::GPT::unit_bounds(train::model_config(o), 1).back();
-  // Checkpoint after 6 of 10 steps, then stop (an injected failure at step 6).
-  auto params_after = [&](train::TrainOptions t, int ranks, const std::string& path) {
+  // Checkpoint after k of 10 steps, then stop (an injected failure at step k).
+  auto params_after = [&](train::TrainOptions t, int ranks, const std::string& path, int k) {
     t.save_path = path;
-    t.save_every = 6;
+    t.save_every = k;
     t.inject_failure_rank = 0;
-    t.inject_failure_step = 6;
+    t.inject_failure_step = k;
     EXPECT_THROW(run(t, ranks, data), Error);
     std::vector<float> p(n), m(n), v(n);
     train::load_checkpoint(path, n, p.data(), m.data(), v.data());
     return p;
   };
   const std::string ps = tmp_path("braid_tp_single_"), pt = tmp_path("braid_tp_two_");
-  const auto single = params_after(o, 1, ps);
   auto t = o;
   t.tp = 2;
   t.sequence_parallel = true;
-  const auto tp2 = params_after(t, 2, pt);
-  size_t bad = 0;
-  for (size_t i = 0; i < n; ++i)
-    if (std::fabs(tp2[i] - single[i]) > 1e-5f + 1e-4f * std::fabs(single[i])) ++bad;
-  EXPECT_EQ(bad, 0u) << "elements outside the tolerance";
+  // After every step from 1 to 6 (the k = 6 checkpoints are resumed below).
+  for (int k = 1; k <= 6; ++k) {
+    const auto single = params_after(o, 1, ps, k);
+    const auto tp2 = params_after(t, 2, pt, k);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (std::fabs(tp2[i] - single[i]) > 1e-5f + 1e-4f * std::fabs(single[i])) ++bad;
+    EXPECT_EQ(bad, 0u) << "elements outside the tolerance after step " << k;
+  }
   // Resume the TP=2 checkpoint on one rank and the single-rank one on TP=4:
   // both continue the same run.
   auto longer = o;
