@@ -9,28 +9,13 @@ make_tokens 3 300 "the fulton county grand jury said friday an investigation of 
 common=(--model tiny --train-data "$tmp/t_train.bin" --val-data "$tmp/t_val.bin" --seq-len 32 --batch 4
         --micro-batch 2 --steps 4 --val-every 2 --val-batches 1 --check-replicas --grad-clip 0.5 --dropout 0.1)
 
-run() {  # run NAME NP FLAGS...
-  local name="$1" np="$2"; shift 2
-  timeout 300 "${MPIRUN[@]}" -np "$np" "$BRAID" train "${common[@]}" --metrics-out "$tmp/$name.jsonl" "$@" \
-    > "$tmp/$name.txt" 2>&1 || { cat "$tmp/$name.txt"; fail "$name exited non-zero"; }
-}
 run single 1
 run tp2 2 --tp 2 --save "$tmp/tp2.ckpt" --sample-tokens 4
 grep -q -- "--- sample" "$tmp/tp2.txt" || fail "no sample under TP"
 grep -q "tp=2" "$tmp/tp2.txt" || fail "header does not show tp"
 run tp2sp 2 --tp 2 --sequence-parallel
 run dp2tp2 4 --tp 2 --zero 1 --micro-batch 1 --sequence-parallel
-/usr/bin/python3 - "$tmp" <<'PY' || fail "losses differ"
-import json, sys, os
-def rows(n, key): return [json.loads(l)[key] for l in open(os.path.join(sys.argv[1], n + ".jsonl")) if '"%s"' % key in l]
-for key in ("loss", "val_loss"):
-    ref = rows("single", key)
-    for name in ("tp2", "tp2sp", "dp2tp2"):
-        got = rows(name, key)
-        assert len(got) == len(ref) > 0, (name, key, got)
-        for a, b in zip(got, ref):
-            assert abs(a - b) <= 1e-5 * abs(b), (name, key, a, b)
-PY
+same_run loss,val_loss single tp2 tp2sp dp2tp2
 timeout 300 "$BRAID" train "${common[@]}" --steps 6 --resume "$tmp/tp2.ckpt" > "$tmp/resume.txt" 2>&1 \
   || { cat "$tmp/resume.txt"; fail "TP checkpoint did not resume on one rank"; }
 out=$(timeout 120 "${MPIRUN[@]}" -np 3 "$BRAID" train "${common[@]}" --batch 6 --micro-batch 2 --tp 3 2>&1); rc=$?

@@ -22,3 +22,31 @@ with open(sys.argv[1], "w") as f:
 PY
   "$BRAID" prepare-data --input "$tmp/text.txt" --out-dir "$tmp" --name t >/dev/null 2>&1 || fail "prepare-data"
 }
+
+# run NAME NP FLAGS...: `braid train "${common[@]}" FLAGS` on NP ranks under
+# mpirun, metrics in $tmp/NAME.jsonl, output in $tmp/NAME.txt; fails the script
+# (showing the output) if the job fails.
+run() {
+  local name="$1" np="$2"; shift 2
+  timeout 300 "${MPIRUN[@]}" -np "$np" "$BRAID" train "${common[@]}" --metrics-out "$tmp/$name.jsonl" "$@" \
+    > "$tmp/$name.txt" 2>&1 || { cat "$tmp/$name.txt"; fail "$name exited non-zero"; }
+}
+
+# same_run KEYS REF NAME[:RTOL]...: every metric in KEYS (comma-separated, e.g.
+# loss,val_loss) of each run NAME equals run REF's to RTOL (default 1e-5).
+same_run() {
+  /usr/bin/python3 - "$tmp" "$@" <<'PY' || fail "runs differ from $2"
+import json, os, sys
+d, keys, ref, runs = sys.argv[1], sys.argv[2].split(","), sys.argv[3], sys.argv[4:]
+def rows(n, key):
+    return [json.loads(l)[key] for l in open(os.path.join(d, n + ".jsonl")) if '"%s"' % key in l]
+for key in keys:
+    want = rows(ref, key)
+    for spec in runs:
+        name, _, rtol = spec.partition(":")
+        got = rows(name, key)
+        assert len(got) == len(want) > 0, (name, key, got)
+        for a, b in zip(got, want):
+            assert abs(a - b) <= float(rtol or 1e-5) * abs(b), (name, key, a, b)
+PY
+}
