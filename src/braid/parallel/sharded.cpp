@@ -284,7 +284,6 @@ void ShardedEngine::fill(Slot& s, int u, bool async) {
     copy_cast(s.data.data(), DType::f32, compute_full_.as<char>() + U.begin * b_, sc_.compute, len);
     return;
   }
-  ++gathers_;
   const char* mine = compute_shard_.as<char>() + U.shard_off * b_;
   if (N_ == 1) {
     unpack_block(mine, sc_.compute, u, 0, s.data.data(), DType::f32);
@@ -482,30 +481,6 @@ bool ShardedEngine::local_grads_nonfinite() const {
   return false;
 }
 
-double ShardedEngine::grad_sumsq(float mult) {
-  double ss = 0;
-  for (const auto& s : owned_) {
-    const void* g = grad(s);
-    const int64_t n = static_cast<int64_t>(s.len);
-    double part = 0;
-#pragma omp parallel for reduction(+ : part) schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const double v = static_cast<double>(load_as_f32(g, static_cast<size_t>(i), sc_.compute) * mult);
-      part += v * v;
-    }
-    ss += part;
-  }
-  if (sc_.stage > 0 && shard_.size() > 1) {
-    // Gather the partial sums as raw doubles (two f32 words each, copied bit
-    // for bit) and add them in rank order: the same double on every rank.
-    std::vector<double> all(static_cast<size_t>(shard_.size()));
-    shard_.all_gather(&ss, all.data(), 2, DType::f32);
-    ss = 0;
-    for (double x : all) ss += x;
-  }
-  return ss;
-}
-
 void ShardedEngine::gather_compute_full() {
   // Stages 1/2: every rank's updated block travels once (all-gather per unit).
   if (N_ == 1) return;
@@ -558,17 +533,20 @@ void ShardedEngine::init_weights(const model::GPT& model, uint64_t seed) {
   for (auto& s : slots_) s->valid = false, s->unit = -1;
 }
 
-void ShardedEngine::gather_master(float* out) {
+template <typename Src>
+void ShardedEngine::assemble_owned(Src src, float* out) {
   std::memset(out, 0, n_ * sizeof(float));
-  for (const auto& s : owned_) std::memcpy(out + s.offset, master(s), s.len * sizeof(float));
+  for (const auto& s : owned_) std::memcpy(out + s.offset, src(s), s.len * sizeof(float));
   // Exactly one rank contributes each element, so the sum is exact.
   if (sc_.stage > 0 && shard_.size() > 1) shard_.all_reduce(out, out, n_, DType::f32, comm::ReduceOp::sum);
 }
 
+void ShardedEngine::gather_master(float* out) {
+  assemble_owned([this](const Segment& s) { return master(s); }, out);
+}
+
 void ShardedEngine::assemble(const float* state, float* out) {
-  std::memset(out, 0, n_ * sizeof(float));
-  for (const auto& s : owned_) std::memcpy(out + s.offset, state + s.shard, s.len * sizeof(float));
-  if (sc_.stage > 0 && shard_.size() > 1) shard_.all_reduce(out, out, n_, DType::f32, comm::ReduceOp::sum);
+  assemble_owned([state](const Segment& s) { return state + s.shard; }, out);
 }
 
 void ShardedEngine::load_master(const float* full) {

@@ -105,10 +105,6 @@ class ShardedEngine final : public model::UnitStorage {
   /// True if any owned gradient element is inf or NaN (local; reduce it over all ranks).
   bool local_grads_nonfinite() const;
 
-  /// Sum of squares of the owned gradient elements times mult^2, summed over
-  /// the shard group (each element counted once; replicas are not summed).
-  double grad_sumsq(float mult);
-
   /// Full f32 master weights into out (num_params), identical on all ranks.
   /// Collective over the shard group.
   void gather_master(float* out);
@@ -124,8 +120,6 @@ class ShardedEngine final : public model::UnitStorage {
 
   /// Test hook: the next grads_ready() puts +inf into its unit's first gradient.
   void inject_inf_once() { inject_inf_ = true; }
-  /// Unit all-gathers issued so far (a gathered unit reused from its slot is not counted).
-  int64_t gathers_issued() const { return gathers_; }
 
   const ShardedConfig& config() const { return sc_; }
 
@@ -152,6 +146,10 @@ class ShardedEngine final : public model::UnitStorage {
   void pack_block(const void* src_full, DType t, int u, int q, void* dst) const;
   void unpack_block(const void* block, DType t, int u, int q, void* dst_unit, DType dt) const;
   void gather_compute_full();
+  /// out (num_params) = each owned segment's values from `src(segment)`,
+  /// summed over the shard group (one owner per element: exact).
+  template <typename Src>
+  void assemble_owned(Src src, float* out);
 
   model::GPTConfig cfg_;
   ShardedConfig sc_;
@@ -175,7 +173,6 @@ class ShardedEngine final : public model::UnitStorage {
   bool in_backward_ = false;
   bool sync_ = true;
   bool inject_inf_ = false;
-  int64_t gathers_ = 0;
   int64_t tick_ = 0;
 };
 

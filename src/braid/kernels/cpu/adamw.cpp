@@ -6,8 +6,12 @@
 
 namespace braid::kernels {
 
-void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int64_t t) {
+namespace {
+// The update loop, with the gradient element supplied by `grad(i)` (f32 as is,
+// or widened from half precision and multiplied).
+template <typename Grad>
+void adamw_loop(float* params, Grad grad, float* m, float* v, size_t n, float lr, float beta1,
+                float beta2, float eps, float weight_decay, int64_t t) {
   BRAID_CHECK(t >= 1, "adamw_update: step t must be >= 1, got ", t);
   // Bias corrections in double, then rounded once (torch computes them in Python floats).
   const double bc1 = 1.0 - std::pow(double(beta1), double(t));
@@ -18,7 +22,7 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
   const int64_t N = int64_t(n);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < N; ++i) {
-    const float g = grads[i];
+    const float g = grad(i);
     const float mi = beta1 * m[i] + (1.0f - beta1) * g;
     const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
     m[i] = mi;
@@ -27,27 +31,19 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
     params[i] = params[i] * decay - step_size * mi / denom;
   }
 }
+}  // namespace
+
+void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int64_t t) {
+  adamw_loop(params, [grads](int64_t i) { return grads[i]; }, m, v, n, lr, beta1, beta2, eps,
+             weight_decay, t);
+}
 
 void adamw_update_mixed(float* params, const void* grads, DType gdt, float grad_mult, float* m,
                         float* v, size_t n, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int64_t t) {
-  BRAID_CHECK(t >= 1, "adamw_update_mixed: step t must be >= 1, got ", t);
-  const double bc1 = 1.0 - std::pow(double(beta1), double(t));
-  const double bc2 = 1.0 - std::pow(double(beta2), double(t));
-  const float step_size = float(double(lr) / bc1);
-  const float inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
-  const float decay = 1.0f - lr * weight_decay;
-  const int64_t N = int64_t(n);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
-    const float g = load_as_f32(grads, size_t(i), gdt) * grad_mult;
-    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = std::sqrt(vi) * inv_sqrt_bc2 + eps;
-    params[i] = params[i] * decay - step_size * mi / denom;
-  }
+  adamw_loop(params, [=](int64_t i) { return load_as_f32(grads, size_t(i), gdt) * grad_mult; }, m, v,
+             n, lr, beta1, beta2, eps, weight_decay, t);
 }
 
 }  // namespace braid::kernels
