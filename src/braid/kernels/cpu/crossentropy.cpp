@@ -46,16 +46,8 @@ void softmax_crossentropy_backward(float* dlogits, const float* logits, const fl
                                    const int32_t* targets, float dloss, int64_t N, int64_t V,
                                    int64_t Vp) {
   BRAID_CHECK(targets != nullptr, "softmax_crossentropy_backward needs targets");
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
-    const float* z = logits + i * Vp;
-    float* d = dlogits + i * Vp;
-    const float l = lse[i];
-#pragma omp simd
-    for (int64_t v = 0; v < V; ++v) d[v] = dloss * vexp(z[v] - l);
-    for (int64_t v = V; v < Vp; ++v) d[v] = 0.0f;
-    d[targets[i]] -= dloss;
-  }
+  // The whole vocabulary is one rank's slice starting at 0.
+  vocab_parallel_crossentropy_backward(dlogits, logits, lse, targets, 0, dloss, N, V, Vp);
 }
 
 void vocab_parallel_max(float* rowmax, const float* logits, int64_t N, int64_t Vl, int64_t Vpl) {
