@@ -287,6 +287,14 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   BRAID_CHECK(num_params_ == plan.num_params, "parameter table out of sync with memory_plan");
   if (has_unit0_) units_.push_back(0);
   units_.insert(units_.end(), layer_begin_.begin(), layer_begin_.end());
+  // Tensors replicated over TP whose gradients stay partial under sequence
+  // parallelism (LayerNorms, wpe), per unit, as (offset in the unit, elements).
+  partial_grads_.resize(units_.size() - 1);
+  for (const auto& p : table_) {
+    if (p.name.find("ln_") == std::string::npos && p.name != "wpe.weight") continue;
+    const size_t u = size_t(std::upper_bound(units_.begin(), units_.end(), p.offset) - units_.begin()) - 1;
+    partial_grads_[u].push_back({p.offset - units_[u], p.numel});
+  }
   BRAID_CHECK(!storage_ || (has_embed_ && has_head_), "external storage needs the whole model on one stage");
   if (!storage_) {
     params_ = Buffer(plan.params_bytes, MemCategory::compute_params, ledger);
@@ -507,12 +515,7 @@ void GPT::sync_replicated_grads(const float* unit_grads, int u) {
   // gradients of replicated LayerNorm weights (and wpe) are partial sums.
   if (tpn_ == 1 || !tp_.sequence_parallel || (!storage_ && !tp_grad_sync_)) return;
   float* g = const_cast<float*>(unit_grads);
-  const size_t begin = units_[size_t(u)];
-  for (const auto& p : table_) {
-    const bool in_unit = p.offset >= begin && p.offset < units_[size_t(u) + 1];
-    const bool partial = p.name.find("ln_") != std::string::npos || p.name == "wpe.weight";
-    if (in_unit && partial) tp_all_reduce(g + (p.offset - begin), p.numel);
-  }
+  for (const auto& [rel, n] : partial_grads_[size_t(u)]) tp_all_reduce(g + rel, n);
 }
 
 void GPT::block_forward(int64_t l, const LayerParams& p, const float* x) {

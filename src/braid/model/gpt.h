@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "braid/core/dtype.h"
@@ -323,6 +324,7 @@ class GPT {
   size_t num_params_ = 0;
   std::vector<size_t> layer_begin_;  // L + 2 entries: block starts, ln_f start, end
   std::vector<size_t> units_;        // L + 3 unit boundaries
+  std::vector<std::vector<std::pair<size_t, size_t>>> partial_grads_;  // see sync_replicated_grads
   Buffer params_, grads_, acts_, scratch_;
   UnitStorage* storage_ = nullptr;   // external storage, or nullptr (params_/grads_)
   size_t layer_act_floats_ = 0;

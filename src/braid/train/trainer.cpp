@@ -939,7 +939,7 @@ std::vector<StepRecord> Trainer::run() {
   for (int64_t step = start_step_; step < opt_.steps; ++step) {
     const double t_step = std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
     StepRecord r = train_step(step);
-    trace("step " + std::to_string(step + 1), "step", t_step,
+    trace("step ", step + 1, "step", t_step,
           std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count());
     out.push_back(r);
     log_step(r);

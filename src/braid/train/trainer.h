@@ -207,7 +207,8 @@ class Trainer {
   };
   std::vector<TraceEvent> trace_;
   double trace_origin_ = 0;
-  void trace(const std::string& name, const char* cat, double t0, double t1);
+  /// Records span `what` (+ index when >= 0) if --trace-out is set.
+  void trace(const char* what, int64_t index, const char* cat, double t0, double t1);
   /// Gathers every rank's spans on rank 0 and writes the Chrome trace (atomic).
   void write_trace();
   /// The pieces of the flat buffer this rank updates (everything without ZeRO),

@@ -25,7 +25,7 @@ double now_us() {
 int act_tag(int micro) { return 2 * micro; }
 int grad_tag(int micro) { return 2 * micro + 1; }
 // "<what><micro>", built by appending (GCC 12 warns falsely on literal + to_string).
-std::string span_name(const char* what, int micro) {
+std::string span_name(const char* what, int64_t micro) {
   std::string s(what);
   s += std::to_string(micro);
   return s;
@@ -87,11 +87,11 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       load_micro(j);
       const auto c0 = Clock::now();
       const double f0 = now_us();
-      if (!first) trace(span_name("recv activation ", j), "comm", w0, f0);
+      if (!first) trace("recv activation ", j, "comm", w0, f0);
       const float loss = model_->forward(first ? tokens_.as<int32_t>() : nullptr,
                                          last ? targets_.as<int32_t>() : nullptr, B, T);
       compute += secs(c0, Clock::now());
-      trace(span_name("F", j), "compute", f0, now_us());
+      trace("F", j, "compute", f0, now_us());
       if (last) loss_sum += loss;
       if (!last)
         act_send[static_cast<size_t>(j)] =
@@ -107,10 +107,10 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       model_->set_tp_grad_sync(i == last_backward);
       const auto c0 = Clock::now();
       const double b0 = now_us();
-      if (!last) trace(span_name("recv gradient ", j), "comm", w0, b0);
+      if (!last) trace("recv gradient ", j, "comm", w0, b0);
       model_->backward(scale);
       compute += secs(c0, Clock::now());
-      trace(span_name("B", j), "compute", b0, now_us());
+      trace("B", j, "compute", b0, now_us());
       if (!first) grad_send = pp_comm_->isend(model_->boundary_grad(), boundary_bytes, pp_rank_ - 1, grad_tag(j));
       // The slot's activations (and the output sent from them) are free again.
       if (act_send[static_cast<size_t>(j)]) act_send[static_cast<size_t>(j)]->wait();
@@ -142,11 +142,11 @@ StepRecord Trainer::pipeline_step(int64_t step) {
   r.step = step;
   r.loss = loss;
   const double s1 = now_us();
-  trace("gradient sync", "comm", s0, s1);
+  trace("gradient sync", -1, "comm", s0, s1);
   r.grad_norm = clip_and_norm();
   r.lr = sched_.at(step);
   adamw(r.lr, step + 1);
-  trace("optimizer", "compute", s1, now_us());
+  trace("optimizer", -1, "compute", s1, now_us());
   const double wall = secs(t0, Clock::now());
   // Measured bubble: the part of the step a stage spends not computing,
   // averaged over the stages of the pipeline.
@@ -157,9 +157,9 @@ StepRecord Trainer::pipeline_step(int64_t step) {
   return r;
 }
 
-void Trainer::trace(const std::string& name, const char* cat, double t0, double t1) {
-  if (opt_.trace_out.empty()) return;
-  trace_.push_back({name, cat, t0 - trace_origin_, t1 - t0});
+void Trainer::trace(const char* what, int64_t index, const char* cat, double t0, double t1) {
+  if (opt_.trace_out.empty()) return;  // the name is built only when tracing
+  trace_.push_back({index < 0 ? std::string(what) : span_name(what, index), cat, t0 - trace_origin_, t1 - t0});
 }
 
 void Trainer::write_trace() {
