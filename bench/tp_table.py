@@ -14,15 +14,14 @@ The parameter table mirrors GPT::build_param_table (tensors aligned to 16
 floats) and the activation / workspace sizes mirror GPT::memory_plan.
 """
 import argparse
-import json
 import math
 import os
 import re
 import statistics
 import sys
 
-MIB = 1024.0 * 1024.0
-ALIGN = 16
+from bench_common import align, mib, num, parse_metrics, peak_lines
+
 F32 = 4
 CATS = ["params", "master_params", "grads", "optimizer", "activations", "comm", "workspace"]
 SHOW = ["params", "grads", "optimizer", "activations", "workspace"]
@@ -30,16 +29,7 @@ NAMES = {"tp1": "TP=1", "tp2": "TP=2", "tp2sp": "TP=2 + SP", "tp4": "TP=4", "tp4
          "dp2tp2": "DP=2 × TP=2", "dp2tp2z1": "DP=2 × TP=2, ZeRO-1"}
 
 
-def align(n):
-    return (n + ALIGN - 1) // ALIGN * ALIGN
 
-
-def mib(b, d=1):
-    return "%.*f" % (d, b / MIB)
-
-
-def num(b):
-    return "{:,}".format(int(round(b)))
 
 
 # ---------------------------------------------------------------- parsing
@@ -67,32 +57,6 @@ def parse_plan(text):
     return p
 
 
-def parse_log(path):
-    lines = {}
-    with open(path) as f:
-        for line in f:
-            m = re.match(r"peak memory rank (\d+): (.*)$", line.strip())
-            if m:
-                lines[int(m.group(1))] = m.group(2).strip()
-    return lines
-
-
-def parse_metrics(path):
-    rows = []
-    with open(path) as f:
-        for line in f:
-            d = json.loads(line)
-            if "comm_bytes_sent" in d:
-                rows.append(d)
-    use = [r for r in rows if r["step"] >= 2] or rows  # step 1 carries warm-up
-    return {
-        "sent": statistics.median(r["comm_bytes_sent"] for r in use),
-        "sent_all": [r["comm_bytes_sent"] for r in rows],
-        "tok_s": statistics.median(r["tokens_per_sec"] for r in use),
-        "ms": statistics.median(r["ms"] for r in use),
-        "peak_mem": max(r["peak_mem_bytes"] for r in rows),
-        "losses": [r["loss"] for r in rows],
-    }
 
 
 # ---------------------------------------------------------------- model
@@ -276,7 +240,7 @@ def main():
             with open(os.path.join(a.out, tag + ".plan")) as pf:
                 r["plan"] = parse_plan(pf.read())
             if r["trained"]:
-                r["ledger"] = parse_log(os.path.join(a.out, tag + ".log"))
+                r["ledger"] = peak_lines(os.path.join(a.out, tag + ".log"))
                 r["metrics"] = parse_metrics(os.path.join(a.out, tag + ".jsonl"))
             runs.append(r)
     problems = []

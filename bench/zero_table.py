@@ -13,25 +13,19 @@ the gather schedule mirror src/braid/parallel/sharded.cpp; the parameter table
 mirrors GPT::build_param_table (tensors aligned to 16 floats).
 """
 import argparse
-import json
-import math
 import os
 import re
-import statistics
 import subprocess
 import sys
 
-MIB = 1024.0 * 1024.0
-ALIGN = 16
+from bench_common import MIB, align, mib, num, parse_ledger_line, parse_metrics, peak_lines
+
 LAYOUT_NAMES = {"ddp": "DDP (ZeRO-0)", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
                 "fsdp": "FSDP", "hsdp": "HSDP"}
 ORDER = ["ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp"]
 CATS = ["params", "master_params", "grads", "optimizer", "activations", "comm", "workspace"]
 STATE_CATS = CATS[:4]
 
-
-def align(n):
-    return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
 def format_bytes(b):
@@ -43,18 +37,6 @@ def format_bytes(b):
         u += 1
     return "%.0f %s" % (b, units[u]) if u == 0 else "%.1f %s" % (b, units[u])
 
-
-def parse_size(s):
-    v, unit = s.split()
-    return float(v) * {"B": 1, "KiB": 1024, "MiB": MIB, "GiB": MIB * 1024, "TiB": MIB * MIB}[unit]
-
-
-def mib(b, d=1):
-    return "%.*f" % (d, b / MIB)
-
-
-def num(b):
-    return "{:,}".format(int(b))
 
 
 # ---------------------------------------------------------------- parsing
@@ -74,33 +56,7 @@ def parse_plan(text):
     return p
 
 
-def parse_ledger_line(line):
-    return {k: parse_size(v) for k, v in re.findall(r"(\w+)=([\d.]+ \w+)", line)}
 
-
-def parse_log(path):
-    with open(path) as f:
-        for line in f:
-            if line.startswith("peak memory rank 0: "):
-                return line[len("peak memory rank 0: "):].strip()
-    return None
-
-
-def parse_metrics(path, steps):
-    rows = []
-    with open(path) as f:
-        for line in f:
-            d = json.loads(line)
-            if "comm_bytes_sent" in d:
-                rows.append(d)
-    use = [r for r in rows if r["step"] >= 2] or rows  # step 1 carries warm-up
-    return {
-        "sent": statistics.median(r["comm_bytes_sent"] for r in use),
-        "sent_all": [r["comm_bytes_sent"] for r in rows],
-        "tok_s": statistics.median(r["tokens_per_sec"] for r in use),
-        "peak_mem": max(r["peak_mem_bytes"] for r in rows),
-        "steps_used": [r["step"] for r in use],
-    }
 
 
 # ---------------------------------------------------------------- formulas
@@ -218,8 +174,8 @@ def main():
             with open(os.path.join(a.out, tag + ".plan")) as pf:
                 r["plan"] = parse_plan(pf.read())
             if train:
-                r["ledger"] = parse_log(os.path.join(a.out, tag + ".log"))
-                r["metrics"] = parse_metrics(os.path.join(a.out, tag + ".jsonl"), a.steps)
+                r["ledger"] = peak_lines(os.path.join(a.out, tag + ".log")).get(0)
+                r["metrics"] = parse_metrics(os.path.join(a.out, tag + ".jsonl"))
             runs.append(r)
     runs.sort(key=lambda r: (r["prec"] != "fp32", r["prec"], r["N"], ORDER.index(r["name"])))
     p0 = runs[0]["plan"]
