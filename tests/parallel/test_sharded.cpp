@@ -40,6 +40,17 @@ train::TrainOptions with(train::TrainOptions o, const Mode& m) {
 
 using testing_harness::expect_close;
 
+// Each mode on `ranks` ranks trains the reference run; ranks end bitwise equal.
+void expect_modes_match(const train::TrainOptions& o, int ranks, std::initializer_list<Mode> modes,
+                        const std::vector<train::StepRecord>& ref, const std::vector<uint16_t>& data,
+                        const std::string& label) {
+  for (const Mode& m : modes) {
+    const Runs got = run(with(o, m), ranks, data);
+    expect_close(got.steps[0], ref, std::string(m.name) + " " + label);
+    EXPECT_EQ(std::set<uint64_t>(got.hash.begin(), got.hash.end()).size(), 1u) << m.name;
+  }
+}
+
 bool clipping_fired(const std::vector<train::StepRecord>& s, float clip) {
   for (const auto& r : s)
     if (r.grad_norm > clip) return true;
@@ -126,13 +137,10 @@ TEST(Sharded, GradientAccumulationAndHybridSharding) {
   o.global_batch = 16;
   o.micro_batch = 2;  // 2 micro-batches per rank at dp = 4
   const Runs single = run(o, 1, data);
-  for (const Mode& m : {Mode{"zero2", 2, false, 0}, Mode{"zero3", 3, false, 0},
-                        Mode{"fsdp", 0, true, 0}, Mode{"hsdp 2x2", 0, true, 2},
-                        Mode{"hsdp 4x1", 0, true, 1}}) {
-    const Runs got = run(with(o, m), 4, data);
-    expect_close(got.steps[0], single.steps[0], std::string(m.name) + " accum vs single");
-    EXPECT_EQ(std::set<uint64_t>(got.hash.begin(), got.hash.end()).size(), 1u) << m.name;
-  }
+  expect_modes_match(o, 4,
+                     {Mode{"zero2", 2, false, 0}, Mode{"zero3", 3, false, 0}, Mode{"fsdp", 0, true, 0},
+                      Mode{"hsdp 2x2", 0, true, 2}, Mode{"hsdp 4x1", 0, true, 1}},
+                     single.steps[0], data, "accum vs single");
 }
 
 TEST(Sharded, RanksOwningNothingOfATensor) {
@@ -143,11 +151,8 @@ TEST(Sharded, RanksOwningNothingOfATensor) {
   o.steps = 5;
   o.global_batch = 9;
   const Runs single = run(o, 1, data);
-  for (const Mode& m : {Mode{"zero3", 3, false, 0}, Mode{"fsdp", 0, true, 0}, Mode{"hsdp 3x3", 0, true, 3}}) {
-    const Runs got = run(with(o, m), 9, data);
-    expect_close(got.steps[0], single.steps[0], std::string(m.name) + " dp=9 vs single");
-    EXPECT_EQ(std::set<uint64_t>(got.hash.begin(), got.hash.end()).size(), 1u) << m.name;
-  }
+  expect_modes_match(o, 9, {Mode{"zero3", 3, false, 0}, Mode{"fsdp", 0, true, 0}, Mode{"hsdp 3x3", 0, true, 3}},
+                     single.steps[0], data, "dp=9 vs single");
 }
 
 TEST(Sharded, CheckpointsResumeAcrossLayouts) {
