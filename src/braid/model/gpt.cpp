@@ -484,6 +484,8 @@ void GPT::tp_reduce_scatter(float* full, size_t n_local) {
   tp_.comm->reduce_scatter(full, full + size_t(tpr_) * n_local, n_local, DType::f32, comm::ReduceOp::sum);
 }
 
+void GPT::round_operand(float* a, int64_t n) const { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); }
+
 float* GPT::gather_rows(float* local) {
   const int64_t P = tpn_, BT = B_ * T_, C = cfg_.n_embd;
   if (!(tp_.sequence_parallel && P > 1)) return local;
@@ -524,7 +526,7 @@ void GPT::block_forward(int64_t l, const LayerParams& p, const float* x) {
   const int64_t Cl = C / P, NHl = NH / P;
   const int64_t rows = sp ? BT / P : BT, row0 = sp ? tpr_ * rows : 0;
   const bool dropping = dropout_ > 0 && training_;
-  auto rnd = [this](float* a, int64_t n) { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); };
+  auto rnd = [this](float* a, int64_t n) { round_operand(a, n); };
   auto full_rows = [this](float* local) { return gather_rows(local); };
   auto reduce_rows = [this](float* partial, float* out) { reduce_row_partials(partial, out); };
   LayerActs a = layer_acts(l);
@@ -584,7 +586,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   have_targets_ = targets != nullptr;
   const int uf = int(units_.size()) - 2;  // final LayerNorm unit (last stage)
   // Rounds a matmul input to the compute dtype (no-op in f32).
-  auto rnd = [this](float* a, int64_t n) { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); };
+  auto rnd = [this](float* a, int64_t n) { round_operand(a, n); };
   auto full_rows = [this](float* local) { return gather_rows(local); };
   auto reduce_rows = [this](float* partial, float* out) { reduce_row_partials(partial, out); };
 
@@ -663,7 +665,7 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
       on_ready(units_[size_t(u)], units_[size_t(u) + 1]);
     }
   };
-  auto rnd = [this](float* a, int64_t n) { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); };
+  auto rnd = [this](float* a, int64_t n) { round_operand(a, n); };
   auto full_rows = [this](const float* local) { return gather_rows(const_cast<float*>(local)); };
   // Column-parallel backward leaves a partial input gradient (BT x C): sum it
   // over TP into this rank's rows (all-reduce, or reduce-scatter under SP).

@@ -302,6 +302,8 @@ class GPT {
   void tp_all_gather(const float* local, float* full, size_t n_local);
   void tp_reduce_scatter(float* full, size_t n_local);  // result at full + rank * n_local
   void sync_replicated_grads(const float* unit_grads, int u);
+  /// Rounds a matmul operand to the compute dtype in place (no-op in f32).
+  void round_operand(float* a, int64_t n) const;
   /// A column-parallel matmul's input: all B*T token rows (gathered into gbuf_
   /// under SP, else `local` itself).
   float* gather_rows(float* local);

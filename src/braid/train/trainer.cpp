@@ -438,11 +438,15 @@ double Trainer::grad_sumsq(float mult) {
   return ps_ ? ss : world_sum(world_, ss);
 }
 
+float Trainer::clip_coef(float norm) const {
+  return opt_.grad_clip > 0 && norm > opt_.grad_clip ? opt_.grad_clip / (norm + 1e-6f) : 1.0f;
+}
+
 float Trainer::clip_and_norm() {
   float* g = model_->grads();
   const float norm = static_cast<float>(std::sqrt(grad_sumsq(1.0f)));
   if (opt_.grad_clip > 0 && norm > opt_.grad_clip) {
-    const float s = opt_.grad_clip / (norm + 1e-6f);
+    const float s = clip_coef(norm);
     for (const auto& u : update_segments_) {
       float* p = g + u.offset;
 #pragma omp parallel for schedule(static)
@@ -621,8 +625,7 @@ StepRecord Trainer::engine_step(int64_t step) {
   if (!r.skipped) {
     // One global norm over the shards (each element once), identical on all ranks.
     r.grad_norm = static_cast<float>(std::sqrt(grad_sumsq(unscale)));
-    float coef = 1.0f;
-    if (opt_.grad_clip > 0 && r.grad_norm > opt_.grad_clip) coef = opt_.grad_clip / (r.grad_norm + 1e-6f);
+    const float coef = clip_coef(r.grad_norm);
     for (const auto& u : update_segments_) {
       const parallel::ShardedEngine::Segment seg{u.offset, u.len, u.state};
       kernels::adamw_update_mixed(engine_->master(seg), engine_->grad(seg), engine_->grad_dtype(),

@@ -150,6 +150,9 @@ class Trainer {
   int64_t load(const std::string& path);
 
  private:
+  /// Global-norm clipping factor: grad_clip / (norm + 1e-6) when the norm
+  /// exceeds --grad-clip, else 1.
+  float clip_coef(float norm) const;
   float clip_and_norm();
   /// Global sum of squared gradients (times mult^2), identical on all ranks.
   double grad_sumsq(float mult);
