@@ -16,6 +16,7 @@ struct ScheduleArgs {
   int pp = 4;
   int micro_batches = 8;
   std::string schedule = "1f1b";
+  int virtual_stages = 1;
   std::string svg;
 };
 }  // namespace
@@ -25,24 +26,42 @@ void add_schedule(CLI::App& app) {
   auto* c = app.add_subcommand("schedule", "Print (or draw) a pipeline schedule and its bubble without running it");
   c->add_option("--pp", a->pp, "Pipeline stages")->capture_default_str();
   c->add_option("--micro-batches", a->micro_batches, "Micro-batches per step")->capture_default_str();
-  c->add_option("--schedule", a->schedule, "naive, gpipe or 1f1b")->capture_default_str();
+  c->add_option("--schedule", a->schedule, "naive, gpipe, 1f1b, interleaved or zb-h1")->capture_default_str();
+  c->add_option("--virtual-stages", a->virtual_stages, "Model chunks per stage (interleaved: >= 2; the others: 1)")
+      ->capture_default_str();
   c->add_option("--svg", a->svg, "Also write the schedule as an SVG picture to this file");
   c->callback([a]() {
     const auto kind = parallel::parse_schedule(a->schedule);
-    const auto prog = parallel::build_schedule(kind, a->pp, a->micro_batches);
-    const auto st = parallel::check_schedule(prog, a->pp, a->micro_batches);
-    std::printf("%s schedule, P=%d stages, m=%d micro-batches (forward = 1, backward = 2 time units)\n",
-                parallel::schedule_name(kind), a->pp, a->micro_batches);
-    std::printf("%s", parallel::draw_schedule(st, a->pp).c_str());
-    std::printf("makespan %.0f | bubble %.1f%% (theory for GPipe/1F1B (P-1)/(m+P-1) = %.1f%%) | "
-                "activations alive on stage 0: %d micro-batches\n",
-                st.makespan, 100 * st.bubble, 100 * parallel::theoretical_bubble(a->pp, a->micro_batches),
-                st.peak_in_flight[0]);
+    const int P = a->pp, m = a->micro_batches, v = a->virtual_stages;
+    const auto prog = parallel::build_schedule(kind, P, m, v);
+    const auto st = parallel::check_schedule(prog, P, m, v);
+    std::printf("%s schedule, P=%d stages, m=%d micro-batches, v=%d chunks per stage "
+                "(a stage's forward = 1, backward = 2 time units; backward_input = backward_weight = 1)\n",
+                parallel::schedule_name(kind), P, m, v);
+    std::printf("%s", parallel::draw_schedule(st, P).c_str());
+    const char* formula = kind == parallel::ScheduleKind::naive         ? "(P-1)/P"
+                          : kind == parallel::ScheduleKind::interleaved ? "(P-1)/(vm+P-1)"
+                          : kind == parallel::ScheduleKind::zb_h1       ? "(P-1)/(3m+P-1)"
+                                                                        : "(P-1)/(m+P-1)";
+    std::printf("makespan %g | bubble %.1f%% (theory %s = %.1f%%)\n", st.makespan, 100 * st.bubble, formula,
+                100 * parallel::theoretical_bubble(kind, P, m, v));
+    std::printf("peak micro-batches alive per stage (summed over chunks):");
+    for (int s = 0; s < P; ++s) std::printf(" %d", st.peak_in_flight[static_cast<size_t>(s)]);
+    std::printf("\n");
+    if (v > 1) {  // activation slots are sized per chunk
+      std::printf("peak per chunk (stage: chunk 0, 1, ...):");
+      for (int s = 0; s < P; ++s) {
+        std::printf(" %d:", s);
+        for (int c = 0; c < v; ++c)
+          std::printf("%s%d", c ? "," : "", st.peak_in_flight_chunk[static_cast<size_t>(s)][static_cast<size_t>(c)]);
+      }
+      std::printf("\n");
+    }
     if (!a->svg.empty()) {
       const std::string tmp = a->svg + ".tmp";
       std::ofstream(tmp) << parallel::schedule_svg(
-          st, a->pp, std::string(parallel::schedule_name(kind)) + " P=" + std::to_string(a->pp) +
-                         " m=" + std::to_string(a->micro_batches));
+          st, a->pp, std::string(parallel::schedule_name(kind)) + " P=" + std::to_string(P) + " m=" + std::to_string(m) +
+                         (v > 1 ? " v=" + std::to_string(v) : std::string()));
       BRAID_CONFIG_CHECK(std::rename(tmp.c_str(), a->svg.c_str()) == 0, "cannot write --svg ", a->svg);
       std::printf("wrote %s\n", a->svg.c_str());
     }

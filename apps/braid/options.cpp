@@ -14,7 +14,8 @@ void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
   c->add_flag("--fsdp", o.fsdp, "FSDP: shard parameters, gradients and optimizer states with one flat parameter per transformer block (ZeRO-3 by unit)");
   c->add_option("--pp", o.pp, "Pipeline stages: consecutive layer ranges on groups of ranks (TP fastest, then DP, then PP)")->capture_default_str();
   c->add_option("--pp-layers", o.pp_layers, "Layers per stage, e.g. 3,5 (default: even split)");
-  c->add_option("--schedule", o.schedule, "Pipeline schedule: naive, gpipe or 1f1b")->capture_default_str();
+  c->add_option("--schedule", o.schedule, "Pipeline schedule: naive, gpipe, 1f1b, interleaved or zb-h1")->capture_default_str();
+  c->add_option("--virtual-stages", o.virtual_stages, "Model chunks per pipeline rank (--schedule interleaved)")->capture_default_str();
   c->add_option("--micro-batches", o.micro_batches, "Micro-batches per step and pipeline (sets --micro-batch = batch / (dp x m))")->capture_default_str();
   c->add_option("--recompute", o.recompute, "Activation checkpointing: none, selective (attention internals and GELU) or full (each block)")->capture_default_str();
   c->add_option("--tp", o.tp, "Tensor-parallel degree: heads, MLP columns and the vocabulary split over groups of consecutive ranks")->capture_default_str();

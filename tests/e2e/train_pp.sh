@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# End-to-end: pipeline parallelism under mpirun (one process per rank): GPipe
-# and 1F1B over 2 and 4 stages and a 3D layout (TP=2 x DP=2 x PP=2 on 8
-# ranks) train the single-rank run; a Chrome trace is written; braid schedule
+# End-to-end: pipeline parallelism under mpirun (one process per rank): GPipe,
+# 1F1B, ZB-H1 and interleaved 1F1B over 2 and 4 stages and a 3D layout (TP=2 x
+# DP=2 x PP=2 on 8 ranks) train the single-rank run; a Chrome trace is written; braid schedule
 # prints a checked table; bad stage splits are refused with the fix.
 source "$(dirname "$0")/lib/common.bash" "$@"
 make_tokens 4 300 "the september october term jury had been charged by fulton superior court judge durwood pye"
@@ -11,9 +11,11 @@ common=(--model tiny --n-layer 4 --train-data "$tmp/t_train.bin" --val-data "$tm
 run single 1
 run gpipe2 2 --pp 2 --schedule gpipe
 run f1b4 4 --pp 4 --schedule 1f1b --trace-out "$tmp/trace.json"
+run zb4 4 --pp 4 --schedule zb-h1
+run inter2 2 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batch 1
 run threed 8 --tp 2 --pp 2 --zero 1
 grep -q "bubble" "$tmp/f1b4.txt" || fail "no bubble in the step line"
-same_run loss,val_loss single gpipe2 f1b4 threed
+same_run loss,val_loss single gpipe2 f1b4 zb4 inter2 threed
 /usr/bin/python3 - "$tmp" <<'PY' || fail "trace"
 import json, sys, os
 tr = json.load(open(os.path.join(sys.argv[1], "trace.json")))
@@ -24,6 +26,8 @@ PY
 "$BRAID" schedule --pp 4 --micro-batches 8 --schedule 1f1b --svg "$tmp/s.svg" > "$tmp/s.txt" || fail "schedule"
 grep -q "bubble 27.3%" "$tmp/s.txt" || { cat "$tmp/s.txt"; fail "schedule bubble"; }
 grep -q "<svg" "$tmp/s.svg" || fail "svg"
+"$BRAID" schedule --pp 4 --micro-batches 8 --schedule zb-h1 > "$tmp/z.txt" || fail "schedule zb-h1"
+grep -q "bubble 11.1%" "$tmp/z.txt" || { cat "$tmp/z.txt"; fail "zb-h1 bubble"; }
 out=$(timeout 120 "${MPIRUN[@]}" -np 2 "$BRAID" train "${common[@]}" --pp 2 --pp-layers 1,2 2>&1); rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && echo "$out" | grep -q "summing to 4" || fail "pp-layers message rc=$rc: $out"
 echo "e2e pp: ok"

@@ -116,8 +116,14 @@ size_t GPT::full_index(const ParamInfo& p, size_t local, int tp_rank, int tp) {
 size_t GPT::build_param_table(const GPTConfig& cfg, int tp, const PipelineStage& stage,
                               std::vector<ParamInfo>* table, std::vector<size_t>* layer_begin) {
   const int64_t C = cfg.n_embd, L = cfg.n_layer, Vp = cfg.padded_vocab_size, P = tp;
-  const int64_t l0 = stage.first_layer, l1 = stage.last_layer < 0 ? L : stage.last_layer;
-  const bool unit0 = l0 == 0 || l1 == L;  // the embeddings, or the tied head's copy
+  const std::vector<PipelineChunk> chunks = stage.resolved(L);
+  auto held = [&](int64_t l) {
+    for (const auto& c : chunks)
+      if (l >= c.first_layer && l < c.last_layer) return true;
+    return false;
+  };
+  const bool head = held(L - 1);
+  const bool unit0 = held(0) || head;  // the embeddings, or the tied head's copy
   size_t off = 0;
   size_t global = 0;  // index in the whole model's table
   bool keep = true;   // whether the tensors being added belong to this stage
@@ -151,7 +157,7 @@ size_t GPT::build_param_table(const GPTConfig& cfg, int tp, const PipelineStage&
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     const int li = int(l);
-    keep = l >= l0 && l < l1;
+    keep = held(l);
     if (keep) layer_begin->push_back(off);
     add(p + "ln_1.weight", {C}, false, li, -1);
     add(p + "ln_1.bias", {C}, false, li, -1);
@@ -166,7 +172,7 @@ size_t GPT::build_param_table(const GPTConfig& cfg, int tp, const PipelineStage&
     add(p + "mlp.c_proj.weight", {C, 4 * C}, true, li, 1);
     add(p + "mlp.c_proj.bias", {C}, false, li, -1);
   }
-  keep = l1 == L;
+  keep = head;
   if (keep) layer_begin->push_back(off);
   add("ln_f.weight", {C}, false, int(L), -1);
   add("ln_f.bias", {C}, false, int(L), -1);
@@ -207,11 +213,16 @@ GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_
   BRAID_CONFIG_CHECK(!sp || (max_B * max_T) % tp == 0, "--sequence-parallel shards the ",
                      max_B * max_T, " token rows of a micro-batch (micro-batch ", max_B, " x seq-len ",
                      max_T, ") over --tp ", tp, "; choose sizes whose product divides by ", tp);
-  const int64_t l0 = stage.first_layer, l1 = stage.last_layer < 0 ? cfg.n_layer : stage.last_layer;
-  BRAID_CONFIG_CHECK(l0 >= 0 && l0 < l1 && l1 <= cfg.n_layer && stage.slots >= 1, "pipeline stage: layers [",
-                     l0, ", ", l1, ") with ", stage.slots, " activation slots is not a non-empty range of the ",
-                     cfg.n_layer, " layers of model '", cfg.name, "'");
-  const bool head = l1 == cfg.n_layer;
+  const std::vector<PipelineChunk> chunks = stage.resolved(cfg.n_layer);
+  BRAID_CONFIG_CHECK(!chunks.empty(), "pipeline stage: no layers");
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const int64_t l0 = chunks[c].first_layer, l1 = chunks[c].last_layer;
+    BRAID_CONFIG_CHECK(l0 >= 0 && l0 < l1 && l1 <= cfg.n_layer && chunks[c].slots >= 1 &&
+                           (c == 0 || l0 >= chunks[c - 1].last_layer),
+                       "pipeline stage: chunk ", c, " with layers [", l0, ", ", l1, ") and ", chunks[c].slots,
+                       " activation slots is not a non-empty range of the ", cfg.n_layer,
+                       " layers of model '", cfg.name, "' after the previous chunk");
+  }
   GPTMemoryPlan m;
   std::vector<ParamInfo> table;
   std::vector<size_t> layer_begin;
@@ -220,10 +231,9 @@ GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_
   m.grads_bytes = owns_state ? m.num_params * sizeof(float) : 0;
 
   const size_t P = size_t(tp);
-  const size_t C = size_t(cfg.n_embd), L = size_t(l1 - l0), Vpl = size_t(cfg.padded_vocab_size) / P;
+  const size_t C = size_t(cfg.n_embd), Vpl = size_t(cfg.padded_vocab_size) / P;
   const size_t Cl = C / P, NHl = size_t(cfg.n_head) / P;
   const size_t BT = size_t(max_B * max_T), rows = sp ? BT / P : BT;
-  const size_t S = size_t(stage.slots);
   // Per block (see layer_acts): ln1, attproj, res2, ln2, fcproj, res3 (rows x C
   // each: token rows of this rank); qkv, qkvr (BT x 3C/tp each), atty (BT x C/tp),
   // fch, fch_gelu (BT x 4C/tp each); 4 LayerNorm statistics of rows; the
@@ -246,8 +256,17 @@ GPTMemoryPlan GPT::memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_
   // Per slot: the local blocks, the stage input `encoded` (rows x C); on the
   // last stage the head: lnf (rows x C), lnf_mean, lnf_rstd (rows each), lse,
   // losses (BT each), logits (BT x Vp/tp).
-  const size_t slot = m.layer_act_floats * L + rows * C + (head ? rows * C + rows * 2 + BT * 2 + BT * Vpl : 0);
-  m.act_floats = slot * S + m.shared_act_floats;
+  size_t S = 0;  // slots over all chunks
+  bool head = false;
+  for (const auto& c : chunks) {
+    const bool has_head = c.last_layer == cfg.n_layer;
+    const size_t slot = m.layer_act_floats * size_t(c.last_layer - c.first_layer) + rows * C +
+                        (has_head ? rows * C + rows * 2 + BT * 2 + BT * Vpl : 0);
+    m.act_floats += slot * size_t(c.slots);
+    S += size_t(c.slots);
+    head = head || has_head;
+  }
+  m.act_floats += m.shared_act_floats;
   m.acts_bytes = m.act_floats * sizeof(float);
   const size_t att_scratch =
       std::max(k::attention_forward_scratch_floats(max_B, max_T, int64_t(Cl)),
@@ -270,12 +289,13 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
          Recompute recompute)
     : cfg_(cfg), max_B_(max_B), max_T_(max_T), storage_(storage), tp_(tp), dropout_(dropout) {
   recompute_ = recompute;
-  l0_ = stage.first_layer;
-  l1_ = stage.last_layer < 0 ? cfg.n_layer : stage.last_layer;
-  slots_ = stage.slots;
-  has_embed_ = l0_ == 0;
-  has_head_ = l1_ == cfg.n_layer;
-  has_unit0_ = has_embed_ || has_head_;
+  const std::vector<PipelineChunk> chunks = stage.resolved(cfg.n_layer);
+  owns_embed_ = owns_head_ = false;
+  for (const auto& c : chunks) {
+    owns_embed_ = owns_embed_ || c.first_layer == 0;
+    owns_head_ = owns_head_ || c.last_layer == cfg.n_layer;
+  }
+  has_unit0_ = owns_embed_ || owns_head_;
   tpn_ = tp_.size();
   tpr_ = tp_.rank();
   BRAID_CONFIG_CHECK(dropout >= 0.0f && dropout < 1.0f, "--dropout ", dropout, " must be in [0, 1)");
@@ -295,7 +315,8 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
     const size_t u = size_t(std::upper_bound(units_.begin(), units_.end(), p.offset) - units_.begin()) - 1;
     partial_grads_[u].push_back({p.offset - units_[u], p.numel});
   }
-  BRAID_CHECK(!storage_ || (has_embed_ && has_head_), "external storage needs the whole model on one stage");
+  BRAID_CHECK(!storage_ || (owns_embed_ && owns_head_ && chunks.size() == 1),
+              "external storage needs the whole model on one stage");
   if (!storage_) {
     params_ = Buffer(plan.params_bytes, MemCategory::compute_params, ledger);
     grads_ = Buffer(plan.grads_bytes, MemCategory::grads, ledger);
@@ -308,9 +329,21 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   layer_act_floats_ = plan.layer_act_floats;
   acts_ = Buffer(plan.acts_bytes, MemCategory::activations, ledger);
   shared_act_floats_ = plan.shared_act_floats;
-  slot_floats_ = (plan.act_floats - shared_act_floats_) / size_t(slots_);
-  BRAID_CHECK(slot_floats_ * size_t(slots_) + shared_act_floats_ == plan.act_floats,
-              "activation slots out of sync with memory_plan");
+  // Chunk c's slots follow chunk c-1's; the recomputation workspace follows all.
+  size_t base = 0;
+  int64_t local0 = 0, token_slot0 = 0;
+  for (const auto& c : chunks) {
+    ChunkInfo ci{c.first_layer, c.last_layer, c.slots, c.first_layer == 0, c.last_layer == cfg.n_layer,
+                 local0, base, 0, token_slot0};
+    ci.slot_floats = layer_act_floats_ * size_t(c.last_layer - c.first_layer) + rows * C +
+                     (ci.head ? rows * C + rows * 2 + BT * 2 + BT * Vpl : 0);
+    base += ci.slot_floats * size_t(c.slots);
+    local0 += c.last_layer - c.first_layer;
+    token_slot0 += c.slots;
+    chunks_.push_back(ci);
+  }
+  w_pending_.assign(size_t(token_slot0), 0);
+  BRAID_CHECK(base + shared_act_floats_ == plan.act_floats, "activation slots out of sync with memory_plan");
 
   scratch_ = Buffer(plan.workspace_bytes, MemCategory::workspace, ledger);
   float* s = scratch_.as<float>();
@@ -319,7 +352,7 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   datty_ = s, s += BT * Cl;
   dqkv_ = s, s += 3 * BT * Cl;
   dfch_ = s, s += 4 * BT * Cl;
-  if (has_head_) dlogits_ = s, s += BT * Vpl;
+  if (owns_head_) dlogits_ = s, s += BT * Vpl;
   if (tpn_ > 1) ce_max_ = s, s += BT, ce_sum_ = s, s += 2 * BT;
   if (tp_.sequence_parallel) gbuf_ = s, s += BT * C;
   if (dropout_ > 0) dtmp_ = s, s += rows * C;
@@ -330,12 +363,27 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   set_slot(0);
 }
 
-void GPT::set_slot(int64_t k) {
-  BRAID_CHECK(k >= 0 && k < slots_, "set_slot: slot ", k, " outside [0, ", slots_, ")");
+std::vector<PipelineChunk> PipelineStage::resolved(int64_t n_layer) const {
+  if (chunks.empty()) return {{first_layer, last_layer < 0 ? n_layer : last_layer, slots}};
+  std::vector<PipelineChunk> r = chunks;
+  for (auto& c : r)
+    if (c.last_layer < 0) c.last_layer = n_layer;
+  return r;
+}
+
+void GPT::set_slot(int64_t k, int c) {
+  BRAID_CHECK(c >= 0 && c < int(chunks_.size()), "set_slot: chunk ", c, " outside [0, ", chunks_.size(), ")");
+  const ChunkInfo& ch = chunks_[size_t(c)];
+  BRAID_CHECK(k >= 0 && k < ch.slots, "set_slot: slot ", k, " of chunk ", c, " outside [0, ", ch.slots, ")");
+  chunk_ = c;
   slot_ = k;
+  l0_ = ch.l0, l1_ = ch.l1, slots_ = ch.slots, local0_ = ch.local0;
+  has_embed_ = ch.embed, has_head_ = ch.head;
+  slot_floats_ = ch.slot_floats;
   const size_t C = size_t(cfg_.n_embd), P = size_t(tpn_), Vpl = size_t(cfg_.padded_vocab_size) / P;
   const size_t BT = size_t(max_B_ * max_T_), rows = tp_.sequence_parallel ? BT / P : BT;
-  float* a = acts_.as<float>() + slot_floats_ * size_t(k) + layer_act_floats_ * size_t(l1_ - l0_);
+  float* const slot = acts_.as<float>() + ch.base + slot_floats_ * size_t(k);
+  float* a = slot + layer_act_floats_ * size_t(l1_ - l0_);
   encoded_ = a, a += rows * C;
   if (has_head_) {
     lnf_ = a, a += rows * C;
@@ -345,8 +393,8 @@ void GPT::set_slot(int64_t k) {
     losses_ = a, a += BT;
     logits_ = a, a += BT * Vpl;
   }
-  BRAID_CHECK(a == acts_.as<float>() + slot_floats_ * size_t(k + 1), "slot layout out of sync with memory_plan");
-  tokens_ = tokens_buf_.as<int32_t>() + 2 * BT * size_t(k);
+  BRAID_CHECK(a == slot + slot_floats_, "slot layout out of sync with memory_plan");
+  tokens_ = tokens_buf_.as<int32_t>() + 2 * BT * size_t(ch.token_slot0 + k);
   targets_ = tokens_ + BT;
 }
 
@@ -365,7 +413,7 @@ const ParamInfo& GPT::param(const std::string& name) const {
 }
 
 GPT::LayerParams GPT::layer_params(const float* unit, int64_t l) const {
-  const size_t first = (has_unit0_ ? 2 : 0) + size_t(l - l0_) * 12;  // index in table_ of h.l.ln_1.weight
+  const size_t first = (has_unit0_ ? 2 : 0) + size_t(local0_ + l - l0_) * 12;  // index in table_ of h.l.ln_1.weight
   const size_t begin = units_[size_t(unit_of_block(l))];
   float* base = const_cast<float*>(unit);
   auto at = [&](size_t i) { return base + (table_[first + i].offset - begin); };
@@ -377,10 +425,13 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
   const size_t BT = size_t(max_B_ * max_T_), C = size_t(cfg_.n_embd), Cl = C / P;
   const size_t rows = tp_.sequence_parallel ? BT / P : BT;
   const size_t att = size_t(max_B_) * (size_t(cfg_.n_head) / P) * size_t(max_T_ * max_T_);
-  float* const base = const_cast<float*>(acts_.as<float>()) + slot_floats_ * size_t(slot_) +
+  const ChunkInfo& ch = chunks_[size_t(chunk_)];
+  float* const base = const_cast<float*>(acts_.as<float>()) + ch.base + slot_floats_ * size_t(slot_) +
                       layer_act_floats_ * size_t(l - l0_);
-  // The recomputation workspace follows all slots.
-  float* const shared = const_cast<float*>(acts_.as<float>()) + slot_floats_ * size_t(slots_);
+  // The recomputation workspace follows all chunks' slots.
+  const ChunkInfo& last = chunks_.back();
+  float* const shared =
+      const_cast<float*>(acts_.as<float>()) + last.base + last.slot_floats * size_t(last.slots);
   float* a = base;
   float* w = shared;
   // Kept tensors come from the block's own region, recomputed ones from the workspace.
@@ -649,7 +700,47 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
 }
 
 void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& on_ready) {
+  backward_impl(loss_scale, on_ready, BackwardPart::all);
+}
+
+void GPT::backward_input(float loss_scale) { backward_impl(loss_scale, {}, BackwardPart::input); }
+
+void GPT::backward_weight() {
+  // W of the current slot: dW += dout^T x for every matmul, from the output
+  // gradients B stashed over the activations it no longer needed.
+  BRAID_CHECK(!storage_ && recompute_ == Recompute::none, "backward_weight needs owned parameters and no recomputation");
+  uint8_t& pending = w_pending_[size_t(chunks_[size_t(chunk_)].token_slot0 + slot_)];
+  BRAID_CHECK(pending, "backward_weight: slot ", slot_, " of chunk ", chunk_, " has no finished backward_input");
+  pending = 0;
+  const int64_t BT = B_ * T_, C = cfg_.n_embd, P = tpn_, Cl = C / P, Vpl = cfg_.padded_vocab_size / P;
+  auto full_rows = [this](const float* local) { return gather_rows(const_cast<float*>(local)); };
+  if (has_head_) {
+    // logits_ holds d(logits) (BT x Vp/tp); the head's weight is wte.
+    k::matmul_backward(nullptr, acquire_grads(0), nullptr, logits_, full_rows(lnf_), nullptr, BT, C, Vpl);
+  }
+  for (int64_t l = l1_ - 1; l >= l0_; --l) {
+    LayerParams g = layer_params(acquire_grads(unit_of_block(l)), l);
+    const LayerActs a = layer_acts(l);
+    k::matmul_backward(nullptr, g.fcprojw, nullptr, full_rows(a.fcproj), a.fch_gelu, nullptr, BT, 4 * Cl, C);
+    k::matmul_backward(nullptr, g.fcw, nullptr, a.fch, full_rows(a.ln2), nullptr, BT, C, 4 * Cl);
+    k::matmul_backward(nullptr, g.attprojw, nullptr, full_rows(a.attproj), a.atty, nullptr, BT, Cl, C);
+    k::matmul_backward(nullptr, g.qkvw, nullptr, a.qkvr, full_rows(a.ln1), nullptr, BT, C, 3 * Cl);
+  }
+  if (has_embed_) embedding_backward(encoded_);
+}
+
+void GPT::backward_impl(float loss_scale, const std::function<void(size_t, size_t)>& on_ready,
+                        BackwardPart part) {
   BRAID_CHECK(have_targets_ || !has_head_, "backward: the last forward had no targets");
+  // Split backward: B leaves weight gradients to W and stashes their output gradients.
+  const bool split = part == BackwardPart::input;
+  if (split) {
+    BRAID_CHECK(!storage_ && recompute_ == Recompute::none,
+                "backward_input needs owned parameters and no recomputation");
+    w_pending_[size_t(chunks_[size_t(chunk_)].token_slot0 + slot_)] = 1;
+  }
+  // Weight-gradient outputs of matmul_backward: none under the split (W adds them).
+  auto wgrad = [split](float* g) { return split ? nullptr : g; };
   const int64_t B = B_, T = T_, C = cfg_.n_embd, L = cfg_.n_layer, NH = cfg_.n_head,
                 V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size, BT = B * T, P = tpn_;
   const bool sp = tp_.sequence_parallel && P > 1;
@@ -699,8 +790,9 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
   rnd(dlogits_, BT * Vpl);
   G0 = acquire_grads(0);
   const float* wte = acquire_params(0);
-  k::matmul_backward(dln_, G0, nullptr, dlogits_, full_rows(lnf_), wte, BT, C, Vpl);
+  k::matmul_backward(dln_, wgrad(G0), nullptr, dlogits_, full_rows(lnf_), wte, BT, C, Vpl);
   release_params(0);
+  if (split) std::memcpy(logits_, dlogits_, size_t(BT * Vpl) * sizeof(float));
   const float* dlnf = reduce_dinp();
   // dres_ is the residual-stream gradient; layer norms accumulate into it.
   std::memset(dres_, 0, size_t(rows * C) * sizeof(float));
@@ -737,20 +829,26 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
     // With rounding on, dres is rounded in place: the residual stream's
     // gradient is then held in the compute dtype, as in a half-precision run.
     rnd(dres_, rows * C);
-    const float* dout = full_rows(branch_grad(2 * uint64_t(l) + 1));
-    k::matmul_backward(dfch_, g.fcprojw, g.fcprojb, dout, a.fch_gelu, p.fcprojw, BT, 4 * Cl, C);
+    const float* dlocal = branch_grad(2 * uint64_t(l) + 1);
+    if (split) std::memcpy(a.fcproj, dlocal, size_t(rows * C) * sizeof(float));
+    const float* dout = full_rows(const_cast<float*>(dlocal));
+    k::matmul_backward(dfch_, wgrad(g.fcprojw), g.fcprojb, dout, a.fch_gelu, p.fcprojw, BT, 4 * Cl, C);
     k::gelu_backward(dfch_, dfch_, a.fch, BT * 4 * Cl);
     rnd(dfch_, BT * 4 * Cl);
-    k::matmul_backward(dln_, g.fcw, g.fcb, dfch_, full_rows(a.ln2), p.fcw, BT, C, 4 * Cl);
+    if (split) std::memcpy(a.fch, dfch_, size_t(BT * 4 * Cl) * sizeof(float));
+    k::matmul_backward(dln_, wgrad(g.fcw), g.fcb, dfch_, full_rows(a.ln2), p.fcw, BT, C, 4 * Cl);
     k::layernorm_backward(dres_, g.ln2w, g.ln2b, reduce_dinp(), a.res2, p.ln2w, a.ln2_mean,
                           a.ln2_rstd, rows, C);
     // res2 = x + drop(attproj): d attproj = mask * dres; d x = dres (+ LN1 path below).
     rnd(dres_, rows * C);
-    dout = full_rows(branch_grad(2 * uint64_t(l)));
-    k::matmul_backward(datty_, g.attprojw, g.attprojb, dout, a.atty, p.attprojw, BT, Cl, C);
+    dlocal = branch_grad(2 * uint64_t(l));
+    if (split) std::memcpy(a.attproj, dlocal, size_t(rows * C) * sizeof(float));
+    dout = full_rows(const_cast<float*>(dlocal));
+    k::matmul_backward(datty_, wgrad(g.attprojw), g.attprojb, dout, a.atty, p.attprojw, BT, Cl, C);
     k::attention_backward(dqkv_, att_scratch_, datty_, a.qkvr, a.att, B, T, Cl, NHl);
     rnd(dqkv_, BT * 3 * Cl);
-    k::matmul_backward(dln_, g.qkvw, g.qkvb, dqkv_, full_rows(a.ln1), p.qkvw, BT, C, 3 * Cl);
+    if (split) std::memcpy(a.qkvr, dqkv_, size_t(BT * 3 * Cl) * sizeof(float));
+    k::matmul_backward(dln_, wgrad(g.qkvw), g.qkvb, dqkv_, full_rows(a.ln1), p.qkvw, BT, C, 3 * Cl);
     k::layernorm_backward(dres_, g.ln1w, g.ln1b, reduce_dinp(), x, p.ln1w, a.ln1_mean, a.ln1_rstd,
                           rows, C);
     release_params(u);
@@ -758,17 +856,31 @@ void GPT::backward(float loss_scale, const std::function<void(size_t, size_t)>& 
     ready(u);
   }
   if (has_embed_) {
-    if (!G0) G0 = acquire_grads(0);
     const float* denc = branch_grad(2 * uint64_t(L));
-    if (P == 1) {
-      k::encoder_backward(G0, G0 + table_[1].offset, denc, tokens_, B, T, C);
+    // The embedding's gradient is a weight gradient: W adds it after the head's,
+    // the order backward() uses, from d(encoded) stashed over the stage input.
+    if (split) {
+      std::memcpy(encoded_, denc, size_t(rows * C) * sizeof(float));
     } else {
-      k::position_backward(G0 + table_[1].offset, denc, row0, rows, T, C);
-      k::embedding_backward_range(G0, full_rows(denc), tokens_, vstart, Vpl, BT, C);
+      embedding_backward(denc);
     }
-    sync_replicated_grads(G0, 0);
   }
-  if (has_unit0_) ready(0);
+  if (has_embed_ || has_head_) ready(0);
+}
+
+void GPT::embedding_backward(const float* denc) {
+  const int64_t B = B_, T = T_, C = cfg_.n_embd, BT = B * T, P = tpn_;
+  const bool sp = tp_.sequence_parallel && P > 1;
+  const int64_t Vpl = cfg_.padded_vocab_size / P, vstart = tpr_ * Vpl;
+  const int64_t rows = sp ? BT / P : BT, row0 = sp ? tpr_ * rows : 0;
+  float* G0 = acquire_grads(0);  // dwte at G0[0], dwpe at G0[table_[1].offset]
+  if (P == 1) {
+    k::encoder_backward(G0, G0 + table_[1].offset, denc, tokens_, B, T, C);
+  } else {
+    k::position_backward(G0 + table_[1].offset, denc, row0, rows, T, C);
+    k::embedding_backward_range(G0, gather_rows(const_cast<float*>(denc)), tokens_, vstart, Vpl, BT, C);
+  }
+  sync_replicated_grads(G0, 0);
 }
 
 int64_t GPT::flops_per_token(int64_t T) const {

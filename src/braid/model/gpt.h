@@ -52,15 +52,30 @@ struct GPTConfig {
   static int64_t pad_vocab(int64_t v, int64_t multiple = 64);
 };
 
-/// The layers one pipeline stage holds (GPipe, Huang et al. 2019): blocks
-/// [first_layer, last_layer); the first stage also holds the embeddings, the
-/// last the final LayerNorm and the head, which is tied to wte, so the last
-/// stage keeps its own copy of the embedding unit. `slots` activation sets let
-/// that many micro-batches sit between their forward and their backward.
+/// One model chunk of a pipeline rank: blocks [first_layer, last_layer) with
+/// `slots` activation sets, so that many micro-batches can sit between their
+/// forward and their backward (or weight-gradient pass) on this chunk.
+struct PipelineChunk {
+  int64_t first_layer = 0;
+  int64_t last_layer = -1;  // exclusive; -1: n_layer
+  int64_t slots = 1;
+};
+
+/// The layers one pipeline rank holds (GPipe, Huang et al. 2019): blocks
+/// [first_layer, last_layer); the rank holding layer 0 also holds the
+/// embeddings, the one holding the last layer the final LayerNorm and the head,
+/// which is tied to wte, so that rank keeps its own copy of the embedding unit.
+/// `slots` activation sets let that many micro-batches sit between their
+/// forward and their backward. Interleaved schedules (Narayanan et al. 2021,
+/// sec. 2.2.2) give a rank several non-contiguous chunks instead: `chunks`, in
+/// increasing layer order, replaces first_layer/last_layer/slots when non-empty.
 struct PipelineStage {
   int64_t first_layer = 0;
   int64_t last_layer = -1;  // exclusive; -1: n_layer
   int64_t slots = 1;
+  std::vector<PipelineChunk> chunks;
+  /// The chunks with -1 resolved (one chunk when `chunks` is empty).
+  std::vector<PipelineChunk> resolved(int64_t n_layer) const;
 };
 
 /// Activation checkpointing (Chen et al. 2016; Korthikanti et al. 2022, sec. 5):
@@ -238,13 +253,21 @@ class GPT {
   const TensorParallel& tensor_parallel() const { return tp_; }
 
   // ---- pipeline stage ----
-  bool is_first_stage() const { return has_embed_; }
-  bool is_last_stage() const { return has_head_; }
+  /// This rank holds the embeddings (layer 0) / the final LayerNorm and head.
+  bool is_first_stage() const { return owns_embed_; }
+  bool is_last_stage() const { return owns_head_; }
+  int num_chunks() const { return int(chunks_.size()); }
+  /// Chunk c holds layer 0 (runs the embedding) / the last layer (runs the head and loss).
+  bool chunk_has_embed(int c) const { return chunks_[size_t(c)].embed; }
+  bool chunk_has_head(int c) const { return chunks_[size_t(c)].head; }
+  int64_t chunk_slots(int c) const { return chunks_[size_t(c)].slots; }
   int64_t first_layer() const { return l0_; }
   int64_t last_layer() const { return l1_; }
   int64_t slots() const { return slots_; }
-  /// Activation set used by the following forward/backward (0 <= k < slots()).
-  void set_slot(int64_t k);
+  /// Selects chunk c and its activation set k (0 <= k < chunk_slots(c)) for the
+  /// following forward/backward passes; stage_input/stage_output refer to it.
+  /// Throws braid::Error when c or k is out of range.
+  void set_slot(int64_t k, int c = 0);
   /// Token rows x C of the stage boundary for a (B, T) micro-batch (B*T, or
   /// B*T/TP under sequence parallelism).
   int64_t boundary_rows(int64_t B, int64_t T) const;
@@ -263,6 +286,19 @@ class GPT {
   /// it also collects the head's gradient). The ranges tile [0, num_params())
   /// exactly once in decreasing order. Throws if the last forward had no targets.
   void backward(float loss_scale, const std::function<void(size_t begin, size_t end)>& on_ready = {});
+
+  /// Zero-bubble split of backward (Qi et al. 2024, "Zero Bubble Pipeline
+  /// Parallelism", sec. 2): backward_input ("B") computes the input gradients
+  /// (boundary_grad()), LayerNorm and bias gradients, and stashes each matmul's
+  /// output gradient in the current slot, over activations B no longer needs
+  /// (logits, qkvr, fch, attproj, fcproj: the same sizes), so the slot does not
+  /// grow; backward_weight ("W") later adds the matmul weight gradients
+  /// dW += dout^T x from the stash and the kept inputs. B then W of a
+  /// micro-batch accumulate bitwise what backward() does. Needs Recompute::none
+  /// and owned parameters (no UnitStorage); reports no ranges. Throws braid::Error
+  /// otherwise or when backward_weight runs on a slot without a finished B.
+  void backward_input(float loss_scale);
+  void backward_weight();
 
   /// Training FLOPs per token at sequence length T (PaLM, Chowdhery et al. 2022,
   /// App. B): 6 N + 12 n_layer n_embd T, where N counts the weights that take
@@ -297,7 +333,13 @@ class GPT {
   /// num_params (elements).
   static size_t build_param_table(const GPTConfig& cfg, int tp, const PipelineStage& stage,
                                   std::vector<ParamInfo>* table, std::vector<size_t>* layer_begin);
-  int unit_of_block(int64_t l) const { return (has_unit0_ ? 1 : 0) + int(l - l0_); }
+  /// Unit of block l of the current chunk (units count the rank's kept blocks in layer order).
+  int unit_of_block(int64_t l) const { return (has_unit0_ ? 1 : 0) + int(local0_ + l - l0_); }
+  enum class BackwardPart : uint8_t { all, input, weight };
+  /// wte/wpe gradients of the embedding from d(encoded) (rows x C), then their TP sync.
+  void embedding_backward(const float* denc);
+  void backward_impl(float loss_scale, const std::function<void(size_t, size_t)>& on_ready,
+                     BackwardPart part);
   void tp_all_reduce(float* x, size_t n);          // sum over TP (no-op at TP 1)
   void tp_all_gather(const float* local, float* full, size_t n_local);
   void tp_reduce_scatter(float* full, size_t n_local);  // result at full + rank * n_local
@@ -340,9 +382,23 @@ class GPT {
   DType compute_dtype_ = DType::f32;
   TensorParallel tp_;
   int tpn_ = 1, tpr_ = 0;
-  int64_t l0_ = 0, l1_ = 0, slots_ = 1, slot_ = 0;
-  bool has_embed_ = true, has_head_ = true, has_unit0_ = true;
-  size_t slot_floats_ = 0;  // activation floats of one slot
+  // One rank's chunks: layers, slots and where their activation slots start.
+  struct ChunkInfo {
+    int64_t l0, l1, slots;
+    bool embed, head;
+    int64_t local0;       // index of block l0 among this rank's blocks
+    size_t base;          // first activation float of the chunk's slots
+    size_t slot_floats;   // activation floats of one slot
+    int64_t token_slot0;  // first token-buffer slot of the chunk
+  };
+  std::vector<ChunkInfo> chunks_;
+  std::vector<uint8_t> w_pending_;  // per token slot: a B whose W has not run
+  // The current chunk (set_slot): its layers, slot and whether it embeds / has the head.
+  int64_t l0_ = 0, l1_ = 0, slots_ = 1, slot_ = 0, local0_ = 0;
+  int chunk_ = 0;
+  bool has_embed_ = true, has_head_ = true;
+  bool owns_embed_ = true, owns_head_ = true, has_unit0_ = true;  // over all chunks
+  size_t slot_floats_ = 0;  // activation floats of one slot of the current chunk
   size_t shared_act_floats_ = 0;
   Recompute recompute_ = Recompute::none;
   float dropout_ = 0.0f;

@@ -9,12 +9,73 @@
 
 namespace braid::parallel {
 
+namespace {
+
+const char* op_name(PipeOp op) {
+  switch (op) {
+    case PipeOp::forward: return "forward";
+    case PipeOp::backward: return "backward";
+    case PipeOp::backward_input: return "backward_input";
+    case PipeOp::backward_weight: return "backward_weight";
+  }
+  return "?";
+}
+
+// Megatron-LM's interleaved order (get_schedule_table): micro-batches in
+// groups of P, each group through chunk 0, then 1, ..., v-1; backwards visit
+// the chunks from v-1 down. Returns the k-th forward (or backward) as (micro, chunk).
+std::vector<std::pair<int, int>> interleaved_order(int P, int m, int v, bool forward) {
+  std::vector<std::pair<int, int>> order;
+  order.reserve(static_cast<size_t>(m) * static_cast<size_t>(v));
+  for (int g0 = 0; g0 < m; g0 += P) {
+    const int g1 = std::min(g0 + P, m);
+    for (int k = 0; k < v; ++k)
+      for (int j = g0; j < g1; ++j) order.emplace_back(j, forward ? k : v - 1 - k);
+  }
+  return order;
+}
+
+// Rank s: warm[s] forwards, then one forward one backward, then the rest.
+std::vector<StageProgram> interleaved_programs(int P, int m, int v, const std::vector<int>& warm) {
+  const auto fwd = interleaved_order(P, m, v, true), bwd = interleaved_order(P, m, v, false);
+  const int total = m * v;
+  std::vector<StageProgram> prog(static_cast<size_t>(P));
+  for (int s = 0; s < P; ++s) {
+    auto& p = prog[static_cast<size_t>(s)];
+    const int w = warm[static_cast<size_t>(s)];
+    for (int k = 0; k < w; ++k) p.push_back({PipeOp::forward, fwd[static_cast<size_t>(k)].first, fwd[static_cast<size_t>(k)].second});
+    for (int k = 0; k < total - w; ++k) {
+      const auto f = fwd[static_cast<size_t>(w + k)], b = bwd[static_cast<size_t>(k)];
+      p.push_back({PipeOp::forward, f.first, f.second});
+      p.push_back({PipeOp::backward, b.first, b.second});
+    }
+    for (int k = total - w; k < total; ++k) p.push_back({PipeOp::backward, bwd[static_cast<size_t>(k)].first, bwd[static_cast<size_t>(k)].second});
+  }
+  return prog;
+}
+
+// What a rank blocked in the simulation waits for.
+struct Wait {
+  enum Kind { none, recv_activation, recv_gradient, send_buffer, activation_send } kind = none;
+  int peer = -1, chunk = 0, micro = 0, buffer = 0;  // for send_buffer: the (chunk, micro) sent earlier
+};
+
+// Thrown (internally) by the simulation on deadlock so the interleaved builder
+// can see which ranks starved; check_schedule turns it into braid::Error.
+struct Deadlock {
+  std::string message;
+  std::vector<int> blocked_in_backward;  // ranks blocked in a backward (receive or send buffer)
+};
+
+}  // namespace
+
 ScheduleKind parse_schedule(const std::string& s) {
   if (s == "naive") return ScheduleKind::naive;
   if (s == "gpipe") return ScheduleKind::gpipe;
   if (s == "1f1b") return ScheduleKind::one_f_one_b;
-  throw ConfigError("--schedule '" + s + "' is not available; use naive, gpipe or 1f1b" +
-                    (s == "interleaved" || s == "zb-h1" ? " (interleaved and zb-h1 are not implemented yet)" : ""));
+  if (s == "interleaved") return ScheduleKind::interleaved;
+  if (s == "zb-h1") return ScheduleKind::zb_h1;
+  throw ConfigError("--schedule '" + s + "' is not available; use naive, gpipe, 1f1b, interleaved or zb-h1");
 }
 
 const char* schedule_name(ScheduleKind k) {
@@ -22,13 +83,288 @@ const char* schedule_name(ScheduleKind k) {
     case ScheduleKind::naive: return "naive";
     case ScheduleKind::gpipe: return "gpipe";
     case ScheduleKind::one_f_one_b: return "1f1b";
+    case ScheduleKind::interleaved: return "interleaved";
+    case ScheduleKind::zb_h1: return "zb-h1";
   }
   return "?";
 }
 
-std::vector<StageProgram> build_schedule(ScheduleKind kind, int P, int m) {
+namespace {
+
+// Table checks: every (chunk, micro) of every rank runs forward once and either
+// backward once or backward_input then backward_weight once each.
+void check_tables(const std::vector<StageProgram>& programs, int P, int m, int v) {
+  const auto at = [m](int c, int j) { return static_cast<size_t>(c) * static_cast<size_t>(m) + static_cast<size_t>(j); };
+  const size_t n = static_cast<size_t>(v) * static_cast<size_t>(m);
+  for (int s = 0; s < P; ++s) {
+    std::vector<int> cnt[4];
+    for (auto& c : cnt) c.assign(n, 0);
+    auto& f = cnt[0];
+    auto& b = cnt[1];
+    auto& bi = cnt[2];
+    auto& w = cnt[3];
+    for (const auto& a : programs[static_cast<size_t>(s)]) {
+      BRAID_CHECK(a.micro >= 0 && a.micro < m, "rank ", s, ": ", op_name(a.op), " of micro-batch ", a.micro,
+                  " outside [0, ", m, ")");
+      BRAID_CHECK(a.chunk >= 0 && a.chunk < v, "rank ", s, ": ", op_name(a.op), " of micro-batch ", a.micro,
+                  " on chunk ", a.chunk, " outside [0, ", v, ")");
+      const size_t i = at(a.chunk, a.micro);
+      BRAID_CHECK(++cnt[static_cast<int>(a.op)][i] == 1, "rank ", s, " runs ", op_name(a.op), " of chunk ", a.chunk,
+                  " micro-batch ", a.micro, " twice");
+      BRAID_CHECK(a.op == PipeOp::forward || f[i] == 1, "rank ", s, ": ", op_name(a.op), " of chunk ", a.chunk,
+                  " micro-batch ", a.micro, " before its forward");
+      BRAID_CHECK(a.op != PipeOp::backward_weight || bi[i] == 1, "rank ", s, ": backward_weight of chunk ", a.chunk,
+                  " micro-batch ", a.micro, " before its backward_input");
+      BRAID_CHECK(b[i] + bi[i] <= 1, "rank ", s, " runs both the full backward and backward_input of chunk ", a.chunk,
+                  " micro-batch ", a.micro);
+    }
+    for (int c = 0; c < v; ++c) {
+      for (int j = 0; j < m; ++j) {
+        const size_t i = at(c, j);
+        // (backward and backward_weight together cannot reach here: W needs a
+        // backward_input, which excludes the full backward.)
+        const char* missing = !f[i] ? "forward" : !b[i] && !bi[i] ? "backward" : bi[i] && !w[i] ? "backward_weight" : "";
+        BRAID_CHECK(!*missing, "rank ", s, " never runs ", missing, " of chunk ", c, " micro-batch ", j);
+      }
+    }
+  }
+}
+
+// The executor of check_schedule's docstring, event by event. Every time is a
+// max over known times, so the result does not depend on the order in which
+// ranks are advanced; a rank that needs a time not known yet is blocked.
+ScheduleStats simulate(const std::vector<StageProgram>& programs, int P, int m, int v, double f_cost,
+                       double b_cost, int K) {
+  const int Q = P * v;
+  const auto at = [m](int q, int j) { return static_cast<size_t>(q) * static_cast<size_t>(m) + static_cast<size_t>(j); };
+  const size_t n = static_cast<size_t>(Q) * static_cast<size_t>(m);
+  // -1: not happened yet. f_end: forward done (= activation send posted);
+  // act_post / grad_post: receive posted; grad_issue: gradient send posted.
+  std::vector<double> f_end(n, -1), act_post(n, -1), grad_issue(n, -1), grad_post(n, -1);
+  struct Rank {
+    size_t pc = 0;
+    int phase = 0;  // within a backward: 0 receive + compute, 1 gradient send, 2 activation-send wait
+    double t = 0;
+    int64_t sends = 0;
+    std::vector<std::pair<int, int>> ring;  // (q, micro) last sent out of each gradient buffer; q < 0: free
+    bool done = false;
+    Wait wait;
+  };
+  std::vector<Rank> R(static_cast<size_t>(P));
+  for (auto& r : R) r.ring.assign(static_cast<size_t>(K), {-1, 0});
+  ScheduleStats st;
+  st.virtual_stages = v;
+  st.spans.resize(static_cast<size_t>(P));
+  const auto cost = [&](PipeOp op) {
+    switch (op) {
+      case PipeOp::forward: return f_cost / v;
+      case PipeOp::backward: return b_cost / v;
+      default: return b_cost / (2.0 * v);
+    }
+  };
+  const auto wait_until = [&](Rank& r, double t) {
+    if (t > r.t) st.send_wait += t - r.t, r.t = t;
+  };
+
+  // Advances rank s by one step; false (with r.wait set) when it is blocked.
+  const auto advance = [&](int s) -> bool {
+    Rank& r = R[static_cast<size_t>(s)];
+    const auto& prog = programs[static_cast<size_t>(s)];
+    if (r.done) return false;
+    r.wait = {};
+    if (r.pc == prog.size()) {  // end of step: wait for the gradient sends still open
+      for (int k = 0; k < K; ++k) {
+        auto& e = r.ring[static_cast<size_t>(k)];
+        if (e.first < 0) continue;
+        const double post = grad_post[at(e.first - 1, e.second)];
+        if (post < 0) {
+          r.wait = {Wait::send_buffer, (e.first - 1) % P, e.first / P, e.second, k};
+          return false;
+        }
+        wait_until(r, post);
+        e.first = -1;
+      }
+      r.done = true;
+      return true;
+    }
+    const PipeAction a = prog[r.pc];
+    const int q = a.chunk * P + s, j = a.micro;
+    const auto compute = [&] {
+      const double end = r.t + cost(a.op);
+      st.spans[static_cast<size_t>(s)].push_back({a, r.t, end});
+      r.t = end;
+    };
+    if (r.phase == 0) {
+      if (a.op == PipeOp::forward) {
+        if (q > 0) {
+          if (act_post[at(q, j)] < 0) act_post[at(q, j)] = r.t;
+          const double sent = f_end[at(q - 1, j)];
+          if (sent < 0) {
+            r.wait = {Wait::recv_activation, (q - 1) % P, a.chunk, j, 0};
+            return false;
+          }
+          r.t = std::max(r.t, sent);
+        }
+        compute();
+        f_end[at(q, j)] = r.t;
+        ++r.pc;
+        return true;
+      }
+      if (a.op == PipeOp::backward_weight) {
+        compute();
+        ++r.pc;
+        return true;
+      }
+      if (q < Q - 1) {
+        if (grad_post[at(q, j)] < 0) grad_post[at(q, j)] = r.t;
+        const double sent = grad_issue[at(q + 1, j)];
+        if (sent < 0) {
+          r.wait = {Wait::recv_gradient, (q + 1) % P, a.chunk, j, 0};
+          return false;
+        }
+        r.t = std::max(r.t, sent);
+      }
+      compute();
+      r.phase = 1;
+      return true;
+    }
+    if (r.phase == 1) {
+      if (q > 0) {  // the gradient goes out of buffer k once its previous send completed
+        const int k = static_cast<int>(r.sends % K);
+        auto& e = r.ring[static_cast<size_t>(k)];
+        if (e.first >= 0) {
+          const double post = grad_post[at(e.first - 1, e.second)];
+          if (post < 0) {
+            r.wait = {Wait::send_buffer, (e.first - 1) % P, e.first / P, e.second, k};
+            return false;
+          }
+          wait_until(r, post);
+        }
+        e = {q, j};
+        grad_issue[at(q, j)] = r.t;
+        ++r.sends;
+      }
+      r.phase = 2;
+      return true;
+    }
+    if (q < Q - 1) {  // the activations are free once their send to q+1 completed
+      const double post = act_post[at(q + 1, j)];
+      if (post < 0) {
+        r.wait = {Wait::activation_send, (q + 1) % P, a.chunk, j, 0};
+        return false;
+      }
+      wait_until(r, std::max(f_end[at(q, j)], post));
+    }
+    r.phase = 0;
+    ++r.pc;
+    return true;
+  };
+
+  for (;;) {
+    bool progressed = false, all_done = true;
+    for (int s = 0; s < P; ++s) {
+      while (advance(s)) progressed = true;
+      all_done = all_done && R[static_cast<size_t>(s)].done;
+    }
+    if (all_done) break;
+    if (progressed) continue;
+    Deadlock d;
+    std::ostringstream os;
+    os << "schedule deadlocks:";
+    for (int s = 0; s < P; ++s) {
+      const Rank& r = R[static_cast<size_t>(s)];
+      if (r.done) continue;
+      const auto& prog = programs[static_cast<size_t>(s)];
+      os << " rank " << s << " waits";
+      if (r.pc < prog.size()) {
+        const auto a = prog[r.pc];
+        if (a.op != PipeOp::forward) d.blocked_in_backward.push_back(s);
+        os << " in " << op_name(a.op) << " (chunk " << a.chunk << ", micro " << a.micro << ")";
+      } else {
+        os << " at the end of the step";
+      }
+      const Wait& w = r.wait;
+      switch (w.kind) {
+        case Wait::recv_activation: os << " to receive the activation from rank " << w.peer; break;
+        case Wait::recv_gradient: os << " to receive the gradient from rank " << w.peer; break;
+        case Wait::send_buffer:
+          os << " for gradient send buffer " << w.buffer << " (its gradient of chunk " << w.chunk << ", micro "
+             << w.micro << " to rank " << w.peer << " has no receive posted)";
+          break;
+        case Wait::activation_send:
+          os << " for its activation send to rank " << w.peer << " to be received";
+          break;
+        case Wait::none: break;
+      }
+      os << ";";
+    }
+    d.message = os.str();
+    throw d;
+  }
+
+  double busy = 0;
+  for (int s = 0; s < P; ++s) {
+    st.makespan = std::max(st.makespan, R[static_cast<size_t>(s)].t);
+    for (const auto& sp : st.spans[static_cast<size_t>(s)]) busy += sp.end - sp.start;
+  }
+  st.bubble = st.makespan > 0 ? 1.0 - busy / (static_cast<double>(P) * st.makespan) : 0.0;
+  // Alive micro-batches follow program order alone: from the forward to the
+  // backward that frees the activations (backward, or backward_weight if split).
+  st.peak_in_flight.assign(static_cast<size_t>(P), 0);
+  st.peak_in_flight_chunk.assign(static_cast<size_t>(P), std::vector<int>(static_cast<size_t>(v), 0));
+  for (int s = 0; s < P; ++s) {
+    std::vector<int> alive(static_cast<size_t>(v), 0);
+    int total = 0;
+    for (const auto& a : programs[static_cast<size_t>(s)]) {
+      const int d = a.op == PipeOp::forward ? 1 : a.op == PipeOp::backward || a.op == PipeOp::backward_weight ? -1 : 0;
+      int& c = alive[static_cast<size_t>(a.chunk)];
+      c += d;
+      total += d;
+      auto& pc = st.peak_in_flight_chunk[static_cast<size_t>(s)][static_cast<size_t>(a.chunk)];
+      pc = std::max(pc, c);
+      st.peak_in_flight[static_cast<size_t>(s)] = std::max(st.peak_in_flight[static_cast<size_t>(s)], total);
+    }
+  }
+  return st;
+}
+
+}  // namespace
+
+std::vector<StageProgram> build_schedule(ScheduleKind kind, int P, int m, int v) {
   BRAID_CONFIG_CHECK(P >= 1 && m >= 1, "pipeline: ", P, " stages and ", m,
                      " micro-batches; both must be >= 1");
+  BRAID_CONFIG_CHECK(v >= 1, "--virtual-stages ", v, " must be >= 1");
+  if (kind == ScheduleKind::interleaved) {
+    BRAID_CONFIG_CHECK(P >= 2, "--schedule interleaved needs --pp >= 2 (got --pp ", P,
+                       "); with one stage use --schedule 1f1b");
+    BRAID_CONFIG_CHECK(v >= 2, "--schedule interleaved needs --virtual-stages >= 2 (got ", v,
+                       "); use --virtual-stages 2 or --schedule 1f1b");
+    const int total = m * v;
+    std::vector<int> warm(static_cast<size_t>(P));
+    for (int s = 0; s < P; ++s) warm[static_cast<size_t>(s)] = std::min((P - s - 1) * 2 + (v - 1) * P, total);
+    // Megatron's warm-up assumes P | m. With a smaller last group a rank can
+    // block in a backward (on a gradient, or on a gradient send buffer whose
+    // receiver is itself waiting) that needs a forward it has not run yet:
+    // give each rank blocked in a backward one more warm-up forward and retry.
+    // Deterministic, and it terminates: warm-up = m*v is all forwards first.
+    // The check uses 2 gradient send buffers, as check_schedule's default.
+    for (;;) {
+      auto prog = interleaved_programs(P, m, v, warm);
+      try {
+        simulate(prog, P, m, v, 1.0, 2.0, 2);
+        return prog;
+      } catch (const Deadlock& d) {
+        bool raised = false;
+        for (int s : d.blocked_in_backward)
+          if (warm[static_cast<size_t>(s)] < total) ++warm[static_cast<size_t>(s)], raised = true;
+        BRAID_CONFIG_CHECK(raised, "--schedule interleaved: no deadlock-free order for --pp ", P,
+                           " --micro-batches ", m, " --virtual-stages ", v, " (", d.message,
+                           "); use a multiple of ", P, " micro-batches");
+      }
+    }
+  }
+  BRAID_CONFIG_CHECK(v == 1, "--schedule ", schedule_name(kind), " runs one model chunk per stage; --virtual-stages ",
+                     v, " needs --schedule interleaved (or use --virtual-stages 1)");
   std::vector<StageProgram> prog(static_cast<size_t>(P));
   for (int s = 0; s < P; ++s) {
     auto& p = prog[static_cast<size_t>(s)];
@@ -53,128 +389,108 @@ std::vector<StageProgram> build_schedule(ScheduleKind kind, int P, int m) {
         for (int j = m - warm; j < m; ++j) p.push_back({PipeOp::backward, j});
         break;
       }
+      case ScheduleKind::zb_h1: {
+        const int warm = std::min(P - 1 - s, m);
+        for (int j = 0; j < warm; ++j) p.push_back({PipeOp::forward, j});
+        for (int i = 0; i < m; ++i) {
+          if (warm + i < m) p.push_back({PipeOp::forward, warm + i});
+          p.push_back({PipeOp::backward_input, i});
+          // Stage s defers W by s micro-batches: stage s's cool-down bubble is
+          // filled with the weight gradients it put off.
+          if (i - s >= 0) p.push_back({PipeOp::backward_weight, i - s});
+        }
+        for (int j = std::max(0, m - s); j < m; ++j) p.push_back({PipeOp::backward_weight, j});
+        break;
+      }
+      case ScheduleKind::interleaved: break;  // handled above
     }
   }
   return prog;
 }
 
-ScheduleStats check_schedule(const std::vector<StageProgram>& programs, int P, int m, double f_cost,
-                             double b_cost) {
+ScheduleStats check_schedule(const std::vector<StageProgram>& programs, int P, int m, int v, double f_cost,
+                             double b_cost, int grad_send_buffers) {
   BRAID_CHECK(static_cast<int>(programs.size()) == P, "schedule has ", programs.size(),
               " stage programs for ", P, " stages");
-  const auto idx = [m](int s, int j) { return static_cast<size_t>(s) * static_cast<size_t>(m) + static_cast<size_t>(j); };
-  const size_t n = static_cast<size_t>(P) * static_cast<size_t>(m);
-  // Table checks: each stage runs F and B of every micro-batch once, F first.
-  for (int s = 0; s < P; ++s) {
-    std::vector<int> f(static_cast<size_t>(m), 0), b(static_cast<size_t>(m), 0);
-    for (const auto& a : programs[static_cast<size_t>(s)]) {
-      BRAID_CHECK(a.micro >= 0 && a.micro < m, "stage ", s, ": micro-batch ", a.micro, " outside [0, ", m, ")");
-      auto& cnt = a.op == PipeOp::forward ? f : b;
-      BRAID_CHECK(++cnt[static_cast<size_t>(a.micro)] == 1, "stage ", s, " runs ",
-                  a.op == PipeOp::forward ? "forward" : "backward", " of micro-batch ", a.micro, " twice");
-      BRAID_CHECK(a.op == PipeOp::forward || f[static_cast<size_t>(a.micro)] == 1, "stage ", s,
-                  ": backward of micro-batch ", a.micro, " before its forward");
-    }
-    for (int j = 0; j < m; ++j) {
-      BRAID_CHECK(f[static_cast<size_t>(j)] == 1 && b[static_cast<size_t>(j)] == 1, "stage ", s,
-                  " never runs ", f[static_cast<size_t>(j)] ? "backward" : "forward", " of micro-batch ", j);
-    }
+  BRAID_CHECK(v >= 1 && m >= 1 && grad_send_buffers >= 1, "check_schedule: v=", v, " m=", m,
+              " grad_send_buffers=", grad_send_buffers, " must be >= 1");
+  check_tables(programs, P, m, v);
+  try {
+    return simulate(programs, P, m, v, f_cost, b_cost, grad_send_buffers);
+  } catch (const Deadlock& d) {
+    throw Error(d.message);
   }
-  // Simulation: repeatedly run any stage whose next action's inputs are ready.
-  std::vector<double> f_done(n, -1), b_done(n, -1), free_at(static_cast<size_t>(P), 0);
-  std::vector<size_t> pc(static_cast<size_t>(P), 0);
-  ScheduleStats st;
-  st.spans.resize(static_cast<size_t>(P));
-  st.peak_in_flight.assign(static_cast<size_t>(P), 0);
-  std::vector<int> alive(static_cast<size_t>(P), 0);
-  size_t remaining = 2 * n;
-  while (remaining > 0) {
-    bool progressed = false;
-    for (int s = 0; s < P; ++s) {
-      const auto& prog = programs[static_cast<size_t>(s)];
-      while (pc[static_cast<size_t>(s)] < prog.size()) {
-        const PipeAction a = prog[pc[static_cast<size_t>(s)]];
-        double ready = free_at[static_cast<size_t>(s)];
-        if (a.op == PipeOp::forward) {
-          if (s > 0) {
-            const double dep = f_done[idx(s - 1, a.micro)];
-            if (dep < 0) break;  // waits for the activation from stage s-1
-            ready = std::max(ready, dep);
-          }
-        } else {
-          if (s < P - 1) {
-            const double dep = b_done[idx(s + 1, a.micro)];
-            if (dep < 0) break;  // waits for the gradient from stage s+1
-            ready = std::max(ready, dep);
-          }
-          ready = std::max(ready, f_done[idx(s, a.micro)]);
-        }
-        const double end = ready + (a.op == PipeOp::forward ? f_cost : b_cost);
-        (a.op == PipeOp::forward ? f_done : b_done)[idx(s, a.micro)] = end;
-        free_at[static_cast<size_t>(s)] = end;
-        st.spans[static_cast<size_t>(s)].push_back({a, ready, end});
-        int& live = alive[static_cast<size_t>(s)];
-        live += a.op == PipeOp::forward ? 1 : -1;
-        st.peak_in_flight[static_cast<size_t>(s)] = std::max(st.peak_in_flight[static_cast<size_t>(s)], live);
-        ++pc[static_cast<size_t>(s)];
-        --remaining;
-        progressed = true;
-      }
-    }
-    if (!progressed) {
-      std::ostringstream os;
-      os << "schedule deadlocks:";
-      for (int s = 0; s < P; ++s) {
-        const auto& prog = programs[static_cast<size_t>(s)];
-        if (pc[static_cast<size_t>(s)] < prog.size()) {
-          const auto a = prog[pc[static_cast<size_t>(s)]];
-          os << " stage " << s << " waits in " << (a.op == PipeOp::forward ? "forward" : "backward") << " "
-             << a.micro << ";";
-        }
-      }
-      throw Error(os.str());
-    }
-  }
-  double busy = 0;
-  for (int s = 0; s < P; ++s) st.makespan = std::max(st.makespan, free_at[static_cast<size_t>(s)]);
-  busy = static_cast<double>(n) * (f_cost + b_cost);
-  st.bubble = 1.0 - busy / (static_cast<double>(P) * st.makespan);
-  return st;
 }
 
-double theoretical_bubble(int P, int m) {
-  return static_cast<double>(P - 1) / static_cast<double>(m + P - 1);
+double theoretical_bubble(ScheduleKind kind, int P, int m, int v) {
+  const double p1 = P - 1;
+  switch (kind) {
+    case ScheduleKind::naive: return p1 / P;
+    case ScheduleKind::gpipe:
+    case ScheduleKind::one_f_one_b: return p1 / (m + p1);
+    case ScheduleKind::interleaved: return p1 / (static_cast<double>(v) * m + p1);
+    case ScheduleKind::zb_h1: return p1 / (3.0 * m + p1);
+  }
+  return 0;
 }
+
+double theoretical_bubble(int P, int m) { return theoretical_bubble(ScheduleKind::one_f_one_b, P, m); }
+
+namespace {
+
+std::string cell_tag(const PipeAction& a, int v) {
+  const char op = a.op == PipeOp::forward ? 'F' : a.op == PipeOp::backward ? 'B' : a.op == PipeOp::backward_input ? 'b' : 'W';
+  std::string tag(1, op);
+  tag += std::to_string(a.micro);
+  if (v > 1) {
+    tag += '.';
+    tag += std::to_string(a.chunk);
+  }
+  return tag;
+}
+
+// Column width: the cheapest action, so every action covers whole columns.
+double time_unit(const ScheduleStats& st) {
+  double unit = 0;
+  for (const auto& row : st.spans)
+    for (const auto& sp : row)
+      if (sp.end > sp.start && (unit == 0 || sp.end - sp.start < unit)) unit = sp.end - sp.start;
+  return unit > 0 ? unit : 1.0;
+}
+
+}  // namespace
 
 std::string draw_schedule(const ScheduleStats& st, int P) {
-  // Each column is one time unit (the greatest common step of the costs is 1
-  // for the default F = 1, B = 2).
-  const int width = static_cast<int>(std::ceil(st.makespan));
+  const double unit = time_unit(st);
+  const int width = static_cast<int>(std::llround(std::ceil(st.makespan / unit - 1e-9)));
+  size_t cw = 3;
+  for (const auto& row : st.spans)
+    for (const auto& sp : row) cw = std::max(cw, cell_tag(sp.action, st.virtual_stages).size());
   std::ostringstream os;
   for (int s = 0; s < P; ++s) {
     std::vector<std::string> cells(static_cast<size_t>(width), ".");
     for (const auto& sp : st.spans[static_cast<size_t>(s)]) {
-      std::string tag(1, sp.action.op == PipeOp::forward ? 'F' : 'B');
-      tag += std::to_string(sp.action.micro);
-      for (int t = static_cast<int>(sp.start); t < static_cast<int>(std::ceil(sp.end)) && t < width; ++t)
-        cells[static_cast<size_t>(t)] = tag;
+      const std::string tag = cell_tag(sp.action, st.virtual_stages);
+      const long t0 = std::lround(sp.start / unit), t1 = std::lround(sp.end / unit);
+      for (long t = t0; t < t1 && t < width; ++t) cells[static_cast<size_t>(t)] = tag;
     }
     char head[32];
     std::snprintf(head, sizeof head, "stage %d |", s);
     os << head;
-    for (const auto& c : cells) {
-      char cell[16];
-      std::snprintf(cell, sizeof cell, "%4s", c.c_str());
-      os << cell;
-    }
+    for (const auto& c : cells) os << std::string(cw + 1 - c.size(), ' ') << c;
     os << "\n";
   }
   return os.str();
 }
 
 std::string schedule_svg(const ScheduleStats& st, int P, const std::string& title) {
-  const double unit = 24, row = 28, left = 70, top = 30;
-  const double w = left + st.makespan * unit + 10, h = top + P * row + 10;
+  const double unit = time_unit(st);
+  const double px = 24 / unit, row = 28, left = 70, top = 30;
+  const double w = left + st.makespan * px + 10, h = top + P * row + 10;
+  // Shades from light (chunk 0) to dark (last chunk).
+  static const char* blue[] = {"#c6dbef", "#9ecae1", "#6baed6", "#4292c6", "#2171b5"};
+  static const char* green[] = {"#a1d99b", "#74c476", "#41ab5d", "#238b45", "#006d2c"};
+  static const char* orange[] = {"#fdd0a2", "#fdae6b", "#fd8d3c", "#f16913", "#d94801"};
   std::ostringstream os;
   os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
      << "\" font-family=\"monospace\" font-size=\"11\">\n";
@@ -183,12 +499,17 @@ std::string schedule_svg(const ScheduleStats& st, int P, const std::string& titl
     const double y = top + s * row;
     os << "<text x=\"4\" y=\"" << y + 17 << "\">stage " << s << "</text>\n";
     for (const auto& sp : st.spans[static_cast<size_t>(s)]) {
-      const bool f = sp.action.op == PipeOp::forward;
-      const double x = left + sp.start * unit, ww = (sp.end - sp.start) * unit;
+      const auto& a = sp.action;
+      const size_t shade = static_cast<size_t>(std::min(a.chunk, 4));
+      // backward_input one shade lighter than the full backward: it is half of it.
+      const char* fill = a.op == PipeOp::forward           ? blue[shade]
+                         : a.op == PipeOp::backward         ? green[std::min<size_t>(shade + 1, 4)]
+                         : a.op == PipeOp::backward_input   ? green[shade]
+                                                            : orange[shade];
+      const double x = left + sp.start * px, ww = (sp.end - sp.start) * px;
       os << "<rect x=\"" << x << "\" y=\"" << y << "\" width=\"" << ww << "\" height=\"" << row - 4
-         << "\" fill=\"" << (f ? "#9ecae1" : "#a1d99b") << "\" stroke=\"#333\"/>\n";
-      os << "<text x=\"" << x + 3 << "\" y=\"" << y + 16 << "\">" << (f ? "F" : "B") << sp.action.micro
-         << "</text>\n";
+         << "\" fill=\"" << fill << "\" stroke=\"#333\"/>\n";
+      os << "<text x=\"" << x + 2 << "\" y=\"" << y + 16 << "\">" << cell_tag(a, st.virtual_stages) << "</text>\n";
     }
   }
   os << "</svg>\n";

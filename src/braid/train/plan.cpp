@@ -48,14 +48,8 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   model::PipelineStage stage;
   if (o.pp > 1) {
     const int pp_rank = rank / (o.tp * dp_world);
-    const auto layers = stage_layers(o, p.config);
-    for (int s = 0; s < pp_rank; ++s) stage.first_layer += layers[static_cast<size_t>(s)];
-    stage.last_layer = stage.first_layer + layers[static_cast<size_t>(pp_rank)];
-    // Activation slots: the micro-batches alive at once on this stage (as Trainer).
     const int m = static_cast<int>(o.global_batch / (static_cast<int64_t>(dp_world) * o.micro_batch));
-    const auto kind = parallel::parse_schedule(o.schedule);
-    stage.slots = parallel::check_schedule(parallel::build_schedule(kind, o.pp, m), o.pp, m)
-                      .peak_in_flight[static_cast<size_t>(pp_rank)];
+    stage = pipeline_stage(o, p.config, pp_rank, m);
   }
   const model::GPTMemoryPlan g = model::GPT::memory_plan(p.config, o.micro_batch, o.seq_len, !engine,
                                                          o.tp, o.sequence_parallel, o.dropout, stage,
@@ -63,6 +57,9 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   p.num_params = g.num_params;
   for (size_t i = 0; i < kNumMemCategories; ++i)
     add(static_cast<MemCategory>(i), g.bytes(static_cast<MemCategory>(i)));
+  // Pipeline: every rank that sends gradients upstream has the executor's ring.
+  if (o.pp > 1 && (rank / (o.tp * dp_world) > 0 || o.virtual_stages > 1))
+    add(MemCategory::comm, pipeline_grad_send_bytes(o, p.config));
 
   // Gradient sync: DDP allocates nothing in the ledger; ZeRO-1 owns a shard
   // and may stage the lowest bucket (same bucket size expression as Trainer).

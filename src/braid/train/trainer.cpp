@@ -86,8 +86,6 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
                        ps ? "--dp-mode ps" : o.zero > 1 ? "--zero " + std::to_string(o.zero)
                                          : o.fsdp    ? std::string("--fsdp")
                                                      : "--precision " + o.precision);
-    BRAID_CONFIG_CHECK(o.pp <= cfg.n_layer, "--pp ", o.pp, " exceeds the ", cfg.n_layer,
-                       " layers of model '", cfg.name, "'; every stage needs at least one layer");
     BRAID_CONFIG_CHECK(o.sample_tokens == 0 && o.save_path.empty() && o.resume_path.empty(),
                        "--pp ", o.pp, ": sampling and checkpoints are not available with pipeline "
                        "parallelism yet; drop --sample-tokens / --save / --resume");
@@ -178,9 +176,13 @@ void apply_micro_batches(TrainOptions& o, int world_size) {
 
 std::vector<int64_t> stage_layers(const TrainOptions& o, const model::GPTConfig& cfg) {
   std::vector<int64_t> n;
+  const int Q = o.pp * o.virtual_stages;  // virtual stages
+  BRAID_CONFIG_CHECK(Q <= cfg.n_layer, "--pp ", o.pp, " x --virtual-stages ", o.virtual_stages, " = ", Q,
+                     " stages exceed the ", cfg.n_layer, " layers of model '", cfg.name,
+                     "'; every stage needs at least one layer");
   if (o.pp_layers.empty()) {
     // Even split; the first stages take the remainder.
-    for (int s = 0; s < o.pp; ++s) n.push_back(cfg.n_layer / o.pp + (s < cfg.n_layer % o.pp ? 1 : 0));
+    for (int s = 0; s < Q; ++s) n.push_back(cfg.n_layer / Q + (s < cfg.n_layer % Q ? 1 : 0));
     return n;
   }
   std::stringstream ss(o.pp_layers);
@@ -194,17 +196,53 @@ std::vector<int64_t> stage_layers(const TrainOptions& o, const model::GPTConfig&
     n.push_back(v);
     total += v;
   }
-  BRAID_CONFIG_CHECK(static_cast<int>(n.size()) == o.pp && total == cfg.n_layer, "--pp-layers '",
-                     o.pp_layers, "' gives ", n.size(), " stages with ", total, " layers, but --pp is ",
-                     o.pp, " and model '", cfg.name, "' has ", cfg.n_layer,
-                     " layers; list one count per stage, summing to ", cfg.n_layer,
-                     " (every layer built exactly once)");
+  BRAID_CONFIG_CHECK(static_cast<int>(n.size()) == Q && total == cfg.n_layer, "--pp-layers '",
+                     o.pp_layers, "' gives ", n.size(), " stages with ", total, " layers, but --pp ",
+                     o.pp, o.virtual_stages > 1 ? " x --virtual-stages " + std::to_string(o.virtual_stages) : "",
+                     " needs ", Q, " and model '", cfg.name, "' has ", cfg.n_layer,
+                     " layers; list one count per ", o.virtual_stages > 1 ? "virtual stage" : "stage",
+                     ", summing to ", cfg.n_layer, " (every layer built exactly once)");
   return n;
 }
 
 void parse_schedule_options(const TrainOptions& o, const model::GPTConfig& cfg) {
+  BRAID_CONFIG_CHECK(o.virtual_stages >= 1, "--virtual-stages ", o.virtual_stages, " must be >= 1");
+  const auto kind = parallel::parse_schedule(o.schedule);
+  BRAID_CONFIG_CHECK(o.virtual_stages == 1 || kind == parallel::ScheduleKind::interleaved,
+                     "--virtual-stages ", o.virtual_stages, " needs --schedule interleaved (now ",
+                     o.schedule, ")");
+  BRAID_CONFIG_CHECK(kind != parallel::ScheduleKind::zb_h1 || o.recompute == "none",
+                     "--schedule zb-h1 keeps the matmul inputs for its deferred weight-gradient pass, "
+                     "so it runs with --recompute none (now ", o.recompute, ")");
   stage_layers(o, cfg);
-  parallel::parse_schedule(o.schedule);
+}
+
+size_t pipeline_grad_send_bytes(const TrainOptions& o, const model::GPTConfig& cfg) {
+  const int64_t rows = o.micro_batch * o.seq_len / (o.sequence_parallel ? o.tp : 1);
+  return static_cast<size_t>(kGradSendBuffers) * static_cast<size_t>(rows * cfg.n_embd) * sizeof(float);
+}
+
+model::PipelineStage pipeline_stage(const TrainOptions& o, const model::GPTConfig& cfg, int pp_rank, int m,
+                                    std::vector<parallel::StageProgram>* programs) {
+  const auto layers = stage_layers(o, cfg);
+  const int P = o.pp, v = o.virtual_stages;
+  // The schedule is checked on its tables before any communication; its
+  // simulation gives the micro-batches alive at once on each chunk.
+  const auto kind = parallel::parse_schedule(o.schedule);
+  auto prog = parallel::build_schedule(kind, P, m, v);
+  const auto st = parallel::check_schedule(prog, P, m, v, 1.0, 2.0, kGradSendBuffers);
+  model::PipelineStage stage;
+  for (int c = 0; c < v; ++c) {
+    const int q = c * P + pp_rank;  // virtual stage (Megatron's interleaved placement)
+    model::PipelineChunk ch;
+    ch.first_layer = 0;
+    for (int i = 0; i < q; ++i) ch.first_layer += layers[static_cast<size_t>(i)];
+    ch.last_layer = ch.first_layer + layers[static_cast<size_t>(q)];
+    ch.slots = std::max(1, st.peak_in_flight_chunk[static_cast<size_t>(pp_rank)][static_cast<size_t>(c)]);
+    stage.chunks.push_back(ch);
+  }
+  if (programs) *programs = std::move(prog);
+  return stage;
 }
 
 model::GPTConfig model_config(const TrainOptions& o) {
@@ -298,20 +336,12 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   tpc.comm = tp_comm_.get();
   tpc.sequence_parallel = opt.sequence_parallel;
   model::PipelineStage stage;
-  if (pp_size_ > 1) {
-    const auto layers = stage_layers(opt, cfg);
-    for (int s = 0; s < pp_rank_; ++s) stage.first_layer += layers[static_cast<size_t>(s)];
-    stage.last_layer = stage.first_layer + layers[static_cast<size_t>(pp_rank_)];
-    // The schedule is checked on its tables before any communication; its
-    // simulation gives the micro-batches alive at once on this stage.
-    const auto kind = parallel::parse_schedule(opt.schedule);
-    programs_ = parallel::build_schedule(kind, pp_size_, static_cast<int>(accum_steps_));
-    const auto st = parallel::check_schedule(programs_, pp_size_, static_cast<int>(accum_steps_));
-    stage.slots = st.peak_in_flight[static_cast<size_t>(pp_rank_)];
-  }
+  if (pp_size_ > 1) stage = pipeline_stage(opt, cfg, pp_rank_, static_cast<int>(accum_steps_), &programs_);
   model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_, engine_.get(),
                                         tpc, opt.dropout, stage, model::parse_recompute(opt.recompute));
   model_->set_compute_dtype(compute_);
+  if (pp_size_ > 1 && (pp_rank_ > 0 || opt.virtual_stages > 1))
+    grad_send_buf_ = Buffer(pipeline_grad_send_bytes(opt, cfg), MemCategory::comm, &ledger_);
   scaler_ = std::make_unique<DynamicLossScaler>(opt.loss_scale, compute_ == DType::f16);
   const size_t n = model_->num_params();
   const size_t bucket_bytes = static_cast<size_t>(opt.bucket_mb * 1024 * 1024);

@@ -44,7 +44,8 @@ struct TrainOptions {
   float dropout = 0.0f;            // embedding and residual dropout probability
   int pp = 1;                      // pipeline stages (consecutive layer ranges)
   std::string pp_layers;           // explicit layers per stage, e.g. "3,5" (empty: even split)
-  std::string schedule = "1f1b";   // naive | gpipe | 1f1b
+  std::string schedule = "1f1b";   // naive | gpipe | 1f1b | interleaved | zb-h1
+  int virtual_stages = 1;          // interleaved: model chunks per pipeline rank
   int64_t micro_batches = 0;       // micro-batches per step per pipeline (0: batch / (dp x micro-batch))
   std::string trace_out;           // Chrome trace (Perfetto) of every rank's pipeline spans
   std::string recompute = "none";  // activation checkpointing: none | selective | full
@@ -85,10 +86,24 @@ void validate_options(const TrainOptions& opt, int world_size, const model::GPTC
 /// Fills defaults that depend on the model (seq_len 0 -> min(128, block_size)).
 TrainOptions resolve_options(TrainOptions opt, const model::GPTConfig& cfg);
 
-/// Layers per pipeline stage: --pp-layers, or an even split (the first stages
-/// take the remainder). Throws ConfigError naming the fix when the counts do
-/// not cover every layer exactly once.
+/// Layers per virtual pipeline stage (pp x virtual_stages of them; virtual
+/// stage q = chunk * pp + rank): --pp-layers, or an even split (the first
+/// stages take the remainder). Throws ConfigError naming the fix when the
+/// counts do not cover every layer exactly once.
 std::vector<int64_t> stage_layers(const TrainOptions& opt, const model::GPTConfig& cfg);
+/// Gradient send buffers of the pipeline executor (a ring; the schedule
+/// checker verifies the tables with this many).
+constexpr int kGradSendBuffers = 2;
+/// Bytes of those buffers on a pipeline rank that sends gradients:
+/// kGradSendBuffers x (boundary rows, n_embd) f32.
+size_t pipeline_grad_send_bytes(const TrainOptions& opt, const model::GPTConfig& cfg);
+/// The layers and activation slots of pipeline rank pp_rank with m micro-batches
+/// per step: builds the schedule of --schedule, checks it on its tables (throws
+/// braid::Error on a deadlock, ConfigError on an impossible P, m, v) and sizes
+/// each chunk's slots by the most micro-batches its simulation keeps alive.
+/// `programs` (optional) receives every rank's action list.
+model::PipelineStage pipeline_stage(const TrainOptions& opt, const model::GPTConfig& cfg, int pp_rank, int m,
+                                    std::vector<parallel::StageProgram>* programs = nullptr);
 /// --micro-batches m > 0 sets micro_batch = batch / (dp x m) (throws
 /// ConfigError naming the fix when m does not divide a DP rank's share).
 void apply_micro_batches(TrainOptions& opt, int world_size);
@@ -199,6 +214,7 @@ class Trainer {
   std::unique_ptr<comm::Communicator> pp_comm_, emb_comm_;
   int pp_size_ = 1, pp_rank_ = 0;
   std::vector<parallel::StageProgram> programs_;
+  Buffer grad_send_buf_;  // kGradSendBuffers x (boundary rows, C) f32
   StepRecord pipeline_step(int64_t step);
   float pipeline_evaluate_batch(const size_t* offsets, int64_t micro_count, const uint16_t* stream);
   /// Sums the tied embedding's gradient over the first and last stage.

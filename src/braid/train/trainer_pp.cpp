@@ -1,9 +1,12 @@
-// The pipeline executor: runs this stage's action list (from the schedule
-// builder) for one step. A forward on a later stage first receives its input
-// activation from the previous stage; a backward on an earlier stage first
-// receives the output gradient from the next stage; sends are non-blocking and
-// complete before their buffer is reused. Tags are (micro-batch, direction), so
-// the checked order of the tables is the order of every send and receive.
+// The pipeline executor: runs this rank's action list (from the schedule
+// builder) for one step. A rank holds one model chunk, or several under the
+// interleaved schedule (virtual stage q = chunk * P + rank). A forward on a
+// later virtual stage first receives its input activation from the previous
+// one; a backward (or zero-bubble input pass) first receives the output
+// gradient from the next; sends are non-blocking: activations leave from their
+// slot, gradients from a ring of buffers. Tags are (virtual stage, micro-batch,
+// direction), so the checked order of the tables is the order of every send
+// and receive.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -22,12 +25,23 @@ double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::dura
 double now_us() {
   return std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
 }
-int act_tag(int micro) { return 2 * micro; }
-int grad_tag(int micro) { return 2 * micro + 1; }
+// Tags name the receiving virtual stage q and the micro-batch, so every
+// message between two ranks is distinct.
+int act_tag(int q, int micro, int64_t m) { return static_cast<int>(2 * (q * m + micro)); }
+int grad_tag(int q, int micro, int64_t m) { return static_cast<int>(2 * (q * m + micro) + 1); }
 // "<what><micro>", built by appending (GCC 12 warns falsely on literal + to_string).
 std::string span_name(const char* what, int64_t micro) {
   std::string s(what);
   s += std::to_string(micro);
+  return s;
+}
+// With several chunks per rank, ".c<chunk>" names the chunk.
+std::string span_name(const char* what, int micro, int chunk, int chunks) {
+  std::string s = span_name(what, micro);
+  if (chunks > 1) {
+    s += ".c";
+    s += std::to_string(chunk);
+  }
   return s;
 }
 }  // namespace
@@ -46,7 +60,9 @@ StepRecord Trainer::pipeline_step(int64_t step) {
   const uint64_t sent0 = bytes_sent(), recv0 = bytes_received();
   maybe_inject_failure(step);
   const int64_t B = opt_.micro_batch, T = opt_.seq_len, m = accum_steps_;
-  const bool first = model_->is_first_stage(), last = model_->is_last_stage();
+  const int P = pp_size_, v = model_->num_chunks(), Q = P * v;
+  const int prev = (pp_rank_ + P - 1) % P, next = (pp_rank_ + 1) % P;
+  const bool last = model_->is_last_stage();
   // Activations and their gradients cross a stage boundary as (rows, C) f32.
   const size_t boundary_bytes =
       static_cast<size_t>(model_->boundary_rows(B, T) * model_->config().n_embd) * sizeof(float);
@@ -54,71 +70,106 @@ StepRecord Trainer::pipeline_step(int64_t step) {
   const auto& prog = programs_[static_cast<size_t>(pp_rank_)];
   model_->zero_grad();
 
-  std::vector<int64_t> slot_of(static_cast<size_t>(m), -1);
-  std::vector<comm::WorkPtr> act_send(static_cast<size_t>(m));
-  std::vector<int64_t> free_slots;
-  for (int64_t k = model_->slots() - 1; k >= 0; --k) free_slots.push_back(k);
-  comm::WorkPtr grad_send;
+  // Per (chunk, micro-batch): its activation slot and the send of its output.
+  const auto cj = [m](int c, int j) { return static_cast<size_t>(c) * static_cast<size_t>(m) + static_cast<size_t>(j); };
+  std::vector<int64_t> slot_of(static_cast<size_t>(v * m), -1);
+  std::vector<comm::WorkPtr> act_send(static_cast<size_t>(v * m));
+  std::vector<std::vector<int64_t>> free_slots(static_cast<size_t>(v));
+  for (int c = 0; c < v; ++c)
+    for (int64_t k = model_->chunk_slots(c) - 1; k >= 0; --k) free_slots[static_cast<size_t>(c)].push_back(k);
+  // Gradients leave from a ring of send buffers (the checker proved this ring
+  // cannot deadlock the tables even when every send waits for its receive).
+  std::vector<comm::WorkPtr> grad_send(static_cast<size_t>(kGradSendBuffers));
+  size_t grad_sends = 0;
   double loss_sum = 0, compute = 0;
   const float scale = 1.0f / static_cast<float>(m);
-  size_t last_backward = 0;
-  for (size_t i = 0; i < prog.size(); ++i)
-    if (prog[i].op == parallel::PipeOp::backward) last_backward = i;
+  // Sequence-parallel sums of replicated gradients: once per chunk, in its
+  // last input-gradient pass (LayerNorms) and its last weight pass (wpe).
+  std::vector<size_t> last_b(static_cast<size_t>(v), SIZE_MAX), last_w(static_cast<size_t>(v), SIZE_MAX);
+  for (size_t i = 0; i < prog.size(); ++i) {
+    const auto op = prog[i].op;
+    const size_t c = static_cast<size_t>(prog[i].chunk);
+    if (op == parallel::PipeOp::backward_weight) {
+      last_w[c] = i;
+    } else if (op != parallel::PipeOp::forward) {
+      last_b[c] = i;
+      if (op == parallel::PipeOp::backward) last_w[c] = i;
+    }
+  }
 
-  auto load_micro = [&](int j) {
-    // Data of micro-batch j on every stage that needs it (tokens first, targets last).
-    if (first || last)
-      gather_batch(train_.data(), offsets.data() + j * B, B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
+  auto dropout_key = [&](int j) {
     const int64_t seq0 = std::max(dp_rank_, 0) * sampler_->local_batch() + j * B;
     model_->set_dropout_key(opt_.seed, static_cast<uint64_t>(step) + 1, seq0 * T);
   };
 
   for (size_t i = 0; i < prog.size(); ++i) {
     const parallel::PipeAction a = prog[i];
-    const int j = a.micro;
+    const int j = a.micro, c = a.chunk, q = c * P + pp_rank_;
+    const bool first_v = q == 0, last_v = q == Q - 1;
+    const size_t id = cj(c, j);
     if (a.op == parallel::PipeOp::forward) {
-      BRAID_CHECK(!free_slots.empty(), "pipeline: no free activation slot for micro-batch ", j);
-      const int64_t slot = free_slots.back();
-      free_slots.pop_back();
-      slot_of[static_cast<size_t>(j)] = slot;
-      model_->set_slot(slot);
+      auto& fs = free_slots[static_cast<size_t>(c)];
+      BRAID_CHECK(!fs.empty(), "pipeline: no free activation slot for micro-batch ", j, " on chunk ", c);
+      const int64_t slot = fs.back();
+      fs.pop_back();
+      slot_of[id] = slot;
+      model_->set_slot(slot, c);
       const double w0 = now_us();
-      if (!first) pp_comm_->recv(model_->stage_input(), boundary_bytes, pp_rank_ - 1, act_tag(j));
-      load_micro(j);
+      if (!first_v) pp_comm_->recv(model_->stage_input(), boundary_bytes, prev, act_tag(q, j, m));
+      if (first_v || last_v)
+        gather_batch(train_.data(), offsets.data() + j * B, B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
+      dropout_key(j);
       const auto c0 = Clock::now();
       const double f0 = now_us();
-      if (!first) trace("recv activation ", j, "comm", w0, f0);
-      const float loss = model_->forward(first ? tokens_.as<int32_t>() : nullptr,
-                                         last ? targets_.as<int32_t>() : nullptr, B, T);
+      if (!first_v) trace(span_name("recv activation ", j, c, v).c_str(), -1, "comm", w0, f0);
+      const float loss = model_->forward(first_v ? tokens_.as<int32_t>() : nullptr,
+                                         last_v ? targets_.as<int32_t>() : nullptr, B, T);
       compute += secs(c0, Clock::now());
-      trace("F", j, "compute", f0, now_us());
-      if (last) loss_sum += loss;
-      if (!last)
-        act_send[static_cast<size_t>(j)] =
-            pp_comm_->isend(model_->stage_output(), boundary_bytes, pp_rank_ + 1, act_tag(j));
-    } else {
-      const int64_t slot = slot_of[static_cast<size_t>(j)];
-      model_->set_slot(slot);
-      // The previous gradient send reads boundary_grad(): finish it first.
+      trace(span_name("F", j, c, v).c_str(), -1, "compute", f0, now_us());
+      if (last_v) loss_sum += loss;
+      if (!last_v) act_send[id] = pp_comm_->isend(model_->stage_output(), boundary_bytes, next, act_tag(q + 1, j, m));
+    } else if (a.op == parallel::PipeOp::backward_weight) {
+      model_->set_slot(slot_of[id], c);
+      model_->set_tp_grad_sync(i == last_w[static_cast<size_t>(c)]);
+      const auto c0 = Clock::now();
       const double w0 = now_us();
-      if (grad_send) grad_send->wait(), grad_send.reset();
-      if (!last) pp_comm_->recv(model_->boundary_grad(), boundary_bytes, pp_rank_ + 1, grad_tag(j));
-      load_micro(j);
-      model_->set_tp_grad_sync(i == last_backward);
+      model_->backward_weight();
+      compute += secs(c0, Clock::now());
+      trace(span_name("W", j, c, v).c_str(), -1, "compute", w0, now_us());
+      free_slots[static_cast<size_t>(c)].push_back(slot_of[id]);
+    } else {
+      const bool full = a.op == parallel::PipeOp::backward;
+      model_->set_slot(slot_of[id], c);
+      const double w0 = now_us();
+      if (!last_v) pp_comm_->recv(model_->boundary_grad(), boundary_bytes, next, grad_tag(q, j, m));
+      dropout_key(j);
+      model_->set_tp_grad_sync(i == last_b[static_cast<size_t>(c)]);
       const auto c0 = Clock::now();
       const double b0 = now_us();
-      if (!last) trace("recv gradient ", j, "comm", w0, b0);
-      model_->backward(scale);
+      if (!last_v) trace(span_name("recv gradient ", j, c, v).c_str(), -1, "comm", w0, b0);
+      if (full) {
+        model_->backward(scale);
+      } else {
+        model_->backward_input(scale);
+      }
       compute += secs(c0, Clock::now());
-      trace("B", j, "compute", b0, now_us());
-      if (!first) grad_send = pp_comm_->isend(model_->boundary_grad(), boundary_bytes, pp_rank_ - 1, grad_tag(j));
-      // The slot's activations (and the output sent from them) are free again.
-      if (act_send[static_cast<size_t>(j)]) act_send[static_cast<size_t>(j)]->wait();
-      act_send[static_cast<size_t>(j)].reset();
-      free_slots.push_back(slot);
+      trace(span_name(full ? "B" : "Bi", j, c, v).c_str(), -1, "compute", b0, now_us());
+      if (!first_v) {
+        // d(input) leaves from the next ring buffer once its previous send is done.
+        const size_t k = grad_sends++ % grad_send.size();
+        if (grad_send[k]) grad_send[k]->wait();
+        char* buf = grad_send_buf_.as<char>() + k * boundary_bytes;
+        std::memcpy(buf, model_->boundary_grad(), boundary_bytes);
+        grad_send[k] = pp_comm_->isend(buf, boundary_bytes, prev, grad_tag(q - 1, j, m));
+      }
+      // The next stage returned this gradient, so it has the activation: the send is done.
+      if (act_send[id]) act_send[id]->wait();
+      act_send[id].reset();
+      if (full) free_slots[static_cast<size_t>(c)].push_back(slot_of[id]);
     }
   }
-  if (grad_send) grad_send->wait();
+  for (auto& w : grad_send)
+    if (w) w->wait();
 
   // After this stage's last backward: the tied embedding, then the DP sync, once.
   const double s0 = now_us();
@@ -200,19 +251,25 @@ void Trainer::write_trace() {
 }
 
 float Trainer::pipeline_evaluate_batch(const size_t* offsets, int64_t micro_count, const uint16_t* stream) {
-  // Forward only, one micro-batch after another through the stages.
+  // Forward only, one micro-batch after another through the (virtual) stages.
   const int64_t B = opt_.micro_batch, T = opt_.seq_len;
+  const int P = pp_size_, v = model_->num_chunks(), Q = P * v;
+  const int prev = (pp_rank_ + P - 1) % P, next = (pp_rank_ + 1) % P;
   const bool first = model_->is_first_stage(), last = model_->is_last_stage();
   const size_t bytes = static_cast<size_t>(model_->boundary_rows(B, T) * model_->config().n_embd) * sizeof(float);
   double sum = 0;
-  model_->set_slot(0);
   for (int64_t j = 0; j < micro_count; ++j) {
     if (first || last)
       gather_batch(stream, offsets + j * B, B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
-    if (!first) pp_comm_->recv(model_->stage_input(), bytes, pp_rank_ - 1, act_tag(static_cast<int>(j)));
-    const float l = model_->forward(first ? tokens_.as<int32_t>() : nullptr, last ? targets_.as<int32_t>() : nullptr, B, T);
-    if (last) sum += l;
-    if (!last) pp_comm_->send(model_->stage_output(), bytes, pp_rank_ + 1, act_tag(static_cast<int>(j)));
+    for (int c = 0; c < v; ++c) {
+      const int q = c * P + pp_rank_, jj = static_cast<int>(j);
+      model_->set_slot(0, c);
+      if (q > 0) pp_comm_->recv(model_->stage_input(), bytes, prev, act_tag(q, jj, micro_count));
+      const float l = model_->forward(q == 0 ? tokens_.as<int32_t>() : nullptr,
+                                      q == Q - 1 ? targets_.as<int32_t>() : nullptr, B, T);
+      if (q == Q - 1) sum += l;
+      if (q < Q - 1) pp_comm_->send(model_->stage_output(), bytes, next, act_tag(q + 1, jj, micro_count));
+    }
   }
   float loss = last ? static_cast<float>(sum) : 0.f;
   pp_comm_->broadcast(&loss, 1, DType::f32, pp_size_ - 1);

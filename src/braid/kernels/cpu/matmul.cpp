@@ -143,7 +143,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   // dinp (BT, C) = dout (BT, OC) @ weight (OC, C)
   if (dinp) gemm(false, false, BT, C, OC, 1.0f, dout, weight, 0.0f, dinp);
   // dweight (OC, C) += dout^T (OC, BT) @ inp (BT, C)
-  gemm(true, false, OC, C, BT, 1.0f, dout, inp, 1.0f, dweight);
+  if (dweight) gemm(true, false, OC, C, BT, 1.0f, dout, inp, 1.0f, dweight);
   if (dbias) {
     // Column sum: each thread owns a block of output channels and walks the rows
     // in order, so the result does not depend on the thread count.

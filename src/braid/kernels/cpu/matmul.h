@@ -37,11 +37,11 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 
 /// Backward of matmul_forward.
 ///   dinp    (BT, C)   written (=); may be nullptr to skip
-///   dweight (OC, C)   accumulated (+=)
+///   dweight (OC, C)   accumulated (+=); may be nullptr to skip (zero-bubble B pass)
 ///   dbias   (OC)      accumulated (+=); nullptr when the layer has no bias
 ///   dout    (BT, OC)
 ///   inp     (BT, C)
-///   weight  (OC, C)
+///   weight  (OC, C)   (unused when dinp is nullptr)
 /// dbias is a column sum in a fixed order (deterministic, independent of threads).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int64_t BT, int64_t C, int64_t OC);
