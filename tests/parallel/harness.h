@@ -3,7 +3,10 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -15,6 +18,11 @@
 namespace braid::testing_harness {
 
 /// Repeating phrases (ids in [100, 1097)) with 20 % uniform noise over the vocabulary.
+/// A checkpoint path in the temporary directory, unique to this process.
+inline std::string tmp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()) + ".ckpt")).string();
+}
+
 inline std::vector<uint16_t> synthetic_tokens(size_t n, uint64_t seed) {
   std::vector<uint16_t> t(n);
   Rng rng(seed);

@@ -43,9 +43,7 @@ train::TrainOptions odd_tiny(uint64_t seed) {
 
 using testing_harness::expect_close;
 
-std::string tmp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()) + ".ckpt")).string();
-}
+using testing_harness::tmp_path;
 
 }  // namespace
 

@@ -51,7 +51,9 @@ TEST(PipelineSchedule, EveryScheduleIsValidForAllSizes) {
           EXPECT_NEAR(st.makespan, roomy.makespan, 1e-9) << what;
           EXPECT_NEAR(one.makespan, roomy.makespan, 1e-9) << what;
           EXPECT_EQ(roomy.send_wait, 0.0) << what;
-          if (kind != ScheduleKind::interleaved) EXPECT_EQ(one.send_wait, 0.0) << what;
+          if (kind != ScheduleKind::interleaved) {
+            EXPECT_EQ(one.send_wait, 0.0) << what;
+          }
 
           const double theory = parallel::theoretical_bubble(kind, P, m, v);
           const double f1b = parallel::theoretical_bubble(P, m);
@@ -80,8 +82,12 @@ TEST(PipelineSchedule, EveryScheduleIsValidForAllSizes) {
                 // 2m + 2P - 1 (F = B = W = 1), above the paper's 3m + P - 1.
                 EXPECT_NEAR(st.makespan, 2.0 * m + 2 * P - 1, 1e-9) << what;
               }
-              if (P >= 2) EXPECT_LT(st.bubble, f1b) << what;
-              if (P >= 2 && m == 3 * P) EXPECT_LE(st.bubble / f1b, 0.5) << what;
+              if (P >= 2) {
+                EXPECT_LT(st.bubble, f1b) << what;
+              }
+              if (P >= 2 && m == 3 * P) {
+                EXPECT_LE(st.bubble / f1b, 0.5) << what;
+              }
               for (int s = 0; s < P; ++s)
                 EXPECT_LE(st.peak_in_flight[static_cast<size_t>(s)], std::min(P, m)) << what << " stage " << s;
               break;

@@ -86,9 +86,6 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
                        ps ? "--dp-mode ps" : o.zero > 1 ? "--zero " + std::to_string(o.zero)
                                          : o.fsdp    ? std::string("--fsdp")
                                                      : "--precision " + o.precision);
-    BRAID_CONFIG_CHECK(o.sample_tokens == 0 && o.save_path.empty() && o.resume_path.empty(),
-                       "--pp ", o.pp, ": sampling and checkpoints are not available with pipeline "
-                       "parallelism yet; drop --sample-tokens / --save / --resume");
     parse_schedule_options(o, cfg);
   }
   BRAID_CONFIG_CHECK(world_size % (o.tp * o.pp) == 0, "--tp ", o.tp, " x --pp ", o.pp,
@@ -537,27 +534,35 @@ void Trainer::tp_to_full(const float* local, std::vector<float>& full) {
   const auto& lt = model_->param_table();
   const auto ft = model::GPT::param_table(model_->config(), 1);
   const size_t nl = model_->num_params();
-  std::vector<float> all(nl * static_cast<size_t>(tp_size_));
-  tp_comm_->all_gather(local, all.data(), nl, DType::f32);
+  std::vector<float> all;
+  const float* ranks_data = local;
+  if (tp_size_ > 1) {
+    all.resize(nl * static_cast<size_t>(tp_size_));
+    tp_comm_->all_gather(local, all.data(), nl, DType::f32);
+    ranks_data = all.data();
+  }
   full.assign(model::GPT::unit_bounds(model_->config(), 1).back(), 0.f);
   for (int q = 0; q < tp_size_; ++q) {
-    const float* src = all.data() + static_cast<size_t>(q) * nl;
-    for (size_t pi = 0; pi < lt.size(); ++pi) {
-      const auto& p = lt[pi];
-      for (size_t i = 0; i < p.numel; ++i)
-        full[ft[pi].offset + model::GPT::full_index(p, i, q, tp_size_)] = src[p.offset + i];
+    const float* src = ranks_data + static_cast<size_t>(q) * nl;
+    for (const auto& p : lt) {
+      // The last stage's copy of the tied embedding unit (wte, wpe) equals the first stage's.
+      if (pp_size_ > 1 && pp_rank_ > 0 && p.global_index < 2) continue;
+      const size_t o = ft[p.global_index].offset;
+      for (size_t i = 0; i < p.numel; ++i) full[o + model::GPT::full_index(p, i, q, tp_size_)] = src[p.offset + i];
     }
   }
+  // Pipeline: each stage filled its own tensors; the sum has one non-zero term per element (exact).
+  if (pp_size_ > 1) pp_comm_->all_reduce(full.data(), full.data(), full.size(), DType::f32, comm::ReduceOp::sum);
 }
 
 void Trainer::full_to_tp(const float* full, float* local) const {
   const auto& lt = model_->param_table();
   const auto ft = model::GPT::param_table(model_->config(), 1);
   std::fill(local, local + model_->num_params(), 0.f);
-  for (size_t pi = 0; pi < lt.size(); ++pi) {
-    const auto& p = lt[pi];
+  for (const auto& p : lt) {
+    const size_t o = ft[p.global_index].offset;
     for (size_t i = 0; i < p.numel; ++i)
-      local[p.offset + i] = full[ft[pi].offset + model::GPT::full_index(p, i, tp_rank_, tp_size_)];
+      local[p.offset + i] = full[o + model::GPT::full_index(p, i, tp_rank_, tp_size_)];
   }
 }
 
@@ -758,11 +763,28 @@ std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t
     ctx_buf.assign(seq.end() - len, seq.end());
     const int64_t T = opt_.sequence_parallel ? (len + P - 1) / P * P : len;
     ctx_buf.resize(static_cast<size_t>(T), ctx_buf.back());
-    model_->forward(ctx_buf.data(), nullptr, 1, T);
-    const float* logits = model_->logits() + (len - 1) * Vpl;
-    if (P > 1) {
-      tp_comm_->all_gather(logits, row.data(), static_cast<size_t>(Vpl), DType::f32);
+    const float* logits = nullptr;
+    if (pp_size_ > 1) {
+      // Through the stages; the last one's TP ranks assemble the row and send
+      // it back along the pipeline, so every rank picks the same token.
+      pipeline_forward(ctx_buf.data(), nullptr, 1, T, 0, 1);
+      if (model_->is_last_stage()) {
+        const float* mine = model_->logits() + (len - 1) * Vpl;
+        if (P > 1) {
+          tp_comm_->all_gather(mine, row.data(), static_cast<size_t>(Vpl), DType::f32);
+        } else {
+          std::copy_n(mine, Vp, row.data());
+        }
+      }
+      pp_comm_->broadcast(row.data(), static_cast<size_t>(Vp), DType::f32, pp_size_ - 1);
       logits = row.data();
+    } else {
+      model_->forward(ctx_buf.data(), nullptr, 1, T);
+      logits = model_->logits() + (len - 1) * Vpl;
+      if (P > 1) {
+        tp_comm_->all_gather(logits, row.data(), static_cast<size_t>(Vpl), DType::f32);
+        logits = row.data();
+      }
     }
     for (int64_t v = 0; v < V; ++v) cand[static_cast<size_t>(v)] = {logits[v], static_cast<int32_t>(v)};
     const int64_t k = std::clamp<int64_t>(opt_.sample_top_k, 1, V);
@@ -824,11 +846,11 @@ void Trainer::save(const std::string& path, int64_t next_step) {
     mp = m.data();
     vp = v.data();
   }
-  // Tensor parallelism: assemble the whole tensors (the TP = 1 layout), so the
-  // checkpoint does not depend on the TP degree either.
+  // Tensor and pipeline parallelism: assemble the whole model (the TP = PP = 1
+  // layout), so the checkpoint does not depend on those degrees either.
   std::vector<float> pf, mf, vf;
   size_t n_out = n;
-  if (tp_size_ > 1) {
+  if (tp_size_ > 1 || pp_size_ > 1) {
     tp_to_full(params, pf);
     tp_to_full(mp, mf);
     tp_to_full(vp, vf);
@@ -860,8 +882,8 @@ int64_t Trainer::load(const std::string& path) {
   if (engine_) full.resize(n);
   float* params = engine_ ? full.data() : model_->params();
   nlohmann::json hdr;
-  if (tp_size_ > 1) {
-    // The file holds whole tensors: take this TP rank's slices.
+  if (tp_size_ > 1 || pp_size_ > 1) {
+    // The file holds the whole model: take this stage's tensors, this TP rank's slices.
     const size_t nf = model::GPT::unit_bounds(model_->config(), 1).back();
     std::vector<float> pf(nf), mf(nf), vf(nf);
     hdr = load_checkpoint(path, nf, pf.data(), mf.data(), vf.data());
@@ -910,6 +932,22 @@ std::vector<StepRecord> Trainer::run() {
     std::vector<double> all(static_cast<size_t>(world_.size()));
     world_.all_gather(&trace_origin_, all.data(), 2, DType::f32);
     trace_origin_ = *std::min_element(all.begin(), all.end());
+  }
+  if (log && pp_size_ > 1) {
+    // The schedule's simulated bubble (F = 1, B = 2 per stage) next to theory.
+    const auto kind = parallel::parse_schedule(opt_.schedule);
+    const int m = static_cast<int>(accum_steps_), v = opt_.virtual_stages;
+    const auto st = parallel::check_schedule(programs_, pp_size_, m, v, 1.0, 2.0, kGradSendBuffers);
+    std::printf("pipeline: %s, %d stages x %d chunk(s), %d micro-batches: simulated bubble %.1f%% (theory %.1f%%)",
+                opt_.schedule.c_str(), pp_size_, v, m, 100 * st.bubble,
+                100 * parallel::theoretical_bubble(kind, pp_size_, m, v));
+    if (kind == parallel::ScheduleKind::interleaved && m % pp_size_ != 0) {
+      const auto f = parallel::check_schedule(parallel::build_schedule(parallel::ScheduleKind::one_f_one_b, pp_size_, m),
+                                              pp_size_, m);
+      std::printf("; %d micro-batches is not a multiple of %d stages, so the last group is short (1f1b: %.1f%%)", m,
+                  pp_size_, 100 * f.bubble);
+    }
+    std::printf("\n");
   }
   if (!opt_.resume_path.empty()) {
     start_step_ = load(opt_.resume_path);

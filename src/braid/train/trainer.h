@@ -203,7 +203,8 @@ class Trainer {
   comm::Communicator* dp_ = nullptr;  // the DP group (the world when TP = 1)
   int tp_size_ = 1, tp_rank_ = 0;
   bool norm_counts_ = true;  // this rank's owned gradients are counted in the global norm
-  /// Local (TP-sharded) flat arrays <-> the whole model's TP = 1 layout (checkpoints).
+  /// Local (TP-sharded, one pipeline stage's) flat arrays <-> the whole model's
+  /// TP = PP = 1 layout (checkpoints). tp_to_full is collective over TP and PP.
   void tp_to_full(const float* local, std::vector<float>& full);
   void full_to_tp(const float* full, float* local) const;
   std::unique_ptr<parallel::ShardedEngine> engine_;
@@ -217,6 +218,11 @@ class Trainer {
   Buffer grad_send_buf_;  // kGradSendBuffers x (boundary rows, C) f32
   StepRecord pipeline_step(int64_t step);
   float pipeline_evaluate_batch(const size_t* offsets, int64_t micro_count, const uint16_t* stream);
+  /// Forward of one (B, T) micro-batch (number `micro` of `micros`, for the
+  /// tags) through every virtual stage; every pipeline rank calls it. Returns
+  /// the mean loss on the last stage when targets are given, else 0.
+  float pipeline_forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, int micro,
+                         int64_t micros);
   /// Sums the tied embedding's gradient over the first and last stage.
   void sync_tied_embedding();
   // --trace-out: spans of this rank (microseconds since the trainer started).

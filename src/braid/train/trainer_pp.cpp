@@ -250,26 +250,34 @@ void Trainer::write_trace() {
   std::filesystem::rename(tmp, opt_.trace_out);
 }
 
+float Trainer::pipeline_forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, int micro,
+                                int64_t micros) {
+  // One micro-batch through the virtual stages, slot 0 of each chunk; the
+  // loss (targets given) is the last stage's, 0 elsewhere.
+  const int P = pp_size_, v = model_->num_chunks(), Q = P * v;
+  const int prev = (pp_rank_ + P - 1) % P, next = (pp_rank_ + 1) % P;
+  const size_t bytes = static_cast<size_t>(model_->boundary_rows(B, T) * model_->config().n_embd) * sizeof(float);
+  float loss = 0;
+  for (int c = 0; c < v; ++c) {
+    const int q = c * P + pp_rank_;
+    model_->set_slot(0, c);
+    if (q > 0) pp_comm_->recv(model_->stage_input(), bytes, prev, act_tag(q, micro, micros));
+    const float l = model_->forward(q == 0 ? tokens : nullptr, q == Q - 1 ? targets : nullptr, B, T);
+    if (q == Q - 1) loss = l;
+    if (q < Q - 1) pp_comm_->send(model_->stage_output(), bytes, next, act_tag(q + 1, micro, micros));
+  }
+  return loss;
+}
+
 float Trainer::pipeline_evaluate_batch(const size_t* offsets, int64_t micro_count, const uint16_t* stream) {
   // Forward only, one micro-batch after another through the (virtual) stages.
   const int64_t B = opt_.micro_batch, T = opt_.seq_len;
-  const int P = pp_size_, v = model_->num_chunks(), Q = P * v;
-  const int prev = (pp_rank_ + P - 1) % P, next = (pp_rank_ + 1) % P;
   const bool first = model_->is_first_stage(), last = model_->is_last_stage();
-  const size_t bytes = static_cast<size_t>(model_->boundary_rows(B, T) * model_->config().n_embd) * sizeof(float);
   double sum = 0;
   for (int64_t j = 0; j < micro_count; ++j) {
     if (first || last)
       gather_batch(stream, offsets + j * B, B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
-    for (int c = 0; c < v; ++c) {
-      const int q = c * P + pp_rank_, jj = static_cast<int>(j);
-      model_->set_slot(0, c);
-      if (q > 0) pp_comm_->recv(model_->stage_input(), bytes, prev, act_tag(q, jj, micro_count));
-      const float l = model_->forward(q == 0 ? tokens_.as<int32_t>() : nullptr,
-                                      q == Q - 1 ? targets_.as<int32_t>() : nullptr, B, T);
-      if (q == Q - 1) sum += l;
-      if (q < Q - 1) pp_comm_->send(model_->stage_output(), bytes, next, act_tag(q + 1, jj, micro_count));
-    }
+    sum += pipeline_forward(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T, static_cast<int>(j), micro_count);
   }
   float loss = last ? static_cast<float>(sum) : 0.f;
   pp_comm_->broadcast(&loss, 1, DType::f32, pp_size_ - 1);
