@@ -3,10 +3,11 @@
 Reads the work folder the shell script filled (runs.tsv; per run <tag>.log,
 <tag>.jsonl, <tag>.trace.json and, for part (b), <tag>.plan; per schedule
 sched_p<P>_m<m>_<S>.sched from `braid schedule`) and prints:
-  (a) the bubble per schedule: theory, `braid schedule`'s simulation with unit
-      costs (F=1, B=2), the trainer's measured `bubble` (median of steps
-      2..S), and a decomposition from the trace: the same schedule simulated
-      with each stage's measured forward/backward times, the idle share of the
+  (a) the bubble per schedule (naive, GPipe, 1F1B, ZB-H1, interleaved): theory,
+      `braid schedule`'s simulation with unit costs (F=1, B=2, b=W=1; /v per
+      chunk), the trainer's measured `bubble` (median of steps 2..S), and a
+      decomposition from the trace: the same schedule simulated with each
+      stage's measured F/B/b/W times (per chunk), the idle share of the
       forward/backward phase, and the share of the step after it (tied
       embedding / DP sync, gradient norm, AdamW);
   (b) activation memory per rank against the schedule's activation slots and
@@ -25,8 +26,21 @@ import struct
 import sys
 
 MIB = 1024.0 * 1024.0
-SCHEDS = ["naive", "gpipe", "1f1b"]
-SNAME = {"naive": "naive", "gpipe": "GPipe", "1f1b": "1F1B"}
+SCHEDS = ["naive", "gpipe", "1f1b", "zb-h1", "interleaved"]
+SNAME = {"naive": "naive", "gpipe": "GPipe", "1f1b": "1F1B", "zb-h1": "ZB-H1", "interleaved": "interleaved (v=2)"}
+# Cells of `braid schedule`'s table and span names of --trace-out, per action:
+# F forward, B full backward, b backward_input (trace "Bi"), W backward_weight.
+TRACE_OP = {"F": "F", "B": "B", "Bi": "b", "W": "W"}
+
+
+def sname(S, v):
+    return "interleaved (v=%d)" % v if S == "interleaved" else SNAME[S]
+
+
+def vstages(r):
+    """Model chunks per rank of a run (--virtual-stages, 1 without)."""
+    m = re.search(r"--virtual-stages (\d+)", r["flags"])
+    return int(m.group(1)) if m else 1
 
 
 def med(xs):
@@ -149,6 +163,10 @@ def parse_plan(path):
 
 
 def parse_schedule(path):
+    """`braid schedule`'s table: per stage the list of actions (op, micro, chunk), op in F B b W;
+    cells "F3", "b3", "W3", with v > 1 "F3.1" (chunk 1); "." idle; an action spanning several
+    columns repeats its cell. Also the makespan, the bubble, the peak alive micro-batches per
+    stage (summed over chunks) and, with v > 1, per stage and chunk."""
     text = open(path).read()
     orders = []
     for line in text.splitlines():
@@ -159,20 +177,33 @@ def parse_schedule(path):
         for tok in m.group(2).split():
             if tok == ".":
                 continue
-            a = (tok[0], int(tok[1:]))
-            if a not in seq:  # a backward spans two time units
+            c = re.match(r"([FBbW])(\d+)(?:\.(\d+))?$", tok)
+            if not c:
+                raise ValueError("%s: unknown cell %r" % (path, tok))
+            a = (c.group(1), int(c.group(2)), int(c.group(3) or 0))
+            if a not in seq:  # a backward spans two columns
                 seq.append(a)
         orders.append(seq)
     m = re.search(r"makespan ([\d.]+) \| bubble ([\d.]+)%", text)
-    alive = re.search(r"activations alive on stage 0: (\d+)", text)
+    v = re.search(r"v=(\d+) chunks per stage", text)
+    alive = re.search(r"peak micro-batches alive per stage[^:]*: ([\d ]+)$", text, re.M)
+    chunk = re.search(r"peak per chunk \(stage: chunk 0, 1, \.\.\.\): (.*)$", text, re.M)
+    per_chunk = None
+    if chunk:
+        per_chunk = [[int(x) for x in item.split(":")[1].split(",")] for item in chunk.group(1).split()]
     return {"orders": orders, "makespan": float(m.group(1)), "bubble": float(m.group(2)) / 100.0,
-            "alive0": int(alive.group(1)) if alive else None}
+            "v": int(v.group(1)) if v else 1,
+            "alive": [int(x) for x in alive.group(1).split()] if alive else None, "alive_chunk": per_chunk}
+
+
+SPAN = re.compile(r"(F|B|Bi|W)(\d+)(?:\.c(\d+))?$")
 
 
 def parse_trace(path, per_stage, steps):
-    """Per stage: median F and B durations (ms) over steps >= 2, and per step the
-    time from the rank's step start to the end of its last backward, the step's
-    duration and the compute inside it. `per_stage` maps pid -> stage (ranks of
+    """Per stage: median durations (ms) over steps >= 2 per action kind (op, chunk), op in
+    F B b W (trace spans "F<j>", "B<j>", "Bi<j>", "W<j>", with ".c<chunk>" when v > 1), and per
+    step the time from the rank's step start to the end of its last forward/backward span,
+    the step's duration and the compute inside it. `per_stage` maps pid -> stage (ranks of
     one stage are averaged: with TP/DP every rank of a stage runs the same program)."""
     if not os.path.exists(path):
         return None
@@ -190,18 +221,20 @@ def parse_trace(path, per_stage, steps):
                 continue
             a, b = sp["ts"], sp["ts"] + sp["dur"]
             inside = [e for e in es if e.get("cat") != "step" and a - 1 <= e["ts"] <= b + 1]
-            F = [e["dur"] for e in inside if re.match(r"F\d+$", e["name"])]
-            B = [e for e in inside if re.match(r"B\d+$", e["name"])]
-            d = st.setdefault(s, {"F": [], "B": [], "steps": {}})
-            d["F"] += F
-            d["B"] += [e["dur"] for e in B]
-            last_b = max(e["ts"] + e["dur"] for e in B) if B else a
-            d["steps"].setdefault(n, []).append({"wall": sp["dur"], "compute": sum(F) + sum(e["dur"] for e in B),
+            d = st.setdefault(s, {"cost": {}, "steps": {}})
+            fb = []
+            for e in inside:
+                mm = SPAN.match(e["name"])
+                if not mm:
+                    continue
+                fb.append(e)
+                d["cost"].setdefault((TRACE_OP[mm.group(1)], int(mm.group(3) or 0)), []).append(e["dur"])
+            last_b = max(e["ts"] + e["dur"] for e in fb) if fb else a
+            d["steps"].setdefault(n, []).append({"wall": sp["dur"], "compute": sum(e["dur"] for e in fb),
                                                  "phase": last_b - a})
-    out = {"F": {}, "B": {}, "per_step": {}}
+    out = {"cost": {}, "per_step": {}}
     for s, d in st.items():
-        out["F"][s] = med(d["F"]) / 1000.0
-        out["B"][s] = med(d["B"]) / 1000.0
+        out["cost"][s] = {k: med(x) / 1000.0 for k, x in d["cost"].items()}
         for n, lst in d["steps"].items():
             out["per_step"].setdefault(n, {})[s] = {k: statistics.mean(x[k] for x in lst) / 1000.0
                                                     for k in ("wall", "compute", "phase")}
@@ -210,37 +243,68 @@ def parse_trace(path, per_stage, steps):
 
 # ---------------------------------------------------------------- schedule simulation
 
-def simulate(orders, F, B):
-    """Run each stage's action list in order; F(s, j) waits for F(s-1, j),
-    B(s, j) for F(s, j) and B(s+1, j). Returns the makespan (same model as
-    parallel::check_schedule, with per-stage costs)."""
+def unit_costs(P, v):
+    """`braid schedule`'s costs: per chunk F = 1/v, B = 2/v, b = W = 1/v."""
+    c = {}
+    for k in range(v):
+        c.update({("F", k): 1.0 / v, ("B", k): 2.0 / v, ("b", k): 1.0 / v, ("W", k): 1.0 / v})
+    return [dict(c) for _ in range(P)]
+
+
+def simulate(orders, cost):
+    """Run each stage's action list (op, micro, chunk) in order on virtual stages
+    q = chunk·P + stage (Q = v·P of them): F(q, j) waits for F(q−1, j); B or b (q, j)
+    for F(q, j) and for B/b(q+1, j) (the gradient from the next virtual stage); W(q, j)
+    for b(q, j) on the same stage. cost[s][(op, chunk)] is the duration of an action of
+    stage s. Returns (makespan, busy time summed over stages): the dependency model of
+    parallel::check_schedule, with per-stage and per-chunk costs."""
     P = len(orders)
+    v = 1 + max((c for o in orders for _, _, c in o), default=0)
+    Q = v * P
     end, t, idx = {}, [0.0] * P, [0] * P
     total = sum(len(o) for o in orders)
-    done = 0
+    done, busy = 0, 0.0
     while done < total:
         moved = False
         for s in range(P):
             while idx[s] < len(orders[s]):
-                op, j = orders[s][idx[s]]
-                deps = [(s - 1, "F", j)] if op == "F" and s > 0 else []
-                if op == "B":
-                    deps = [(s, "F", j)] + ([(s + 1, "B", j)] if s < P - 1 else [])
+                op, j, c = orders[s][idx[s]]
+                q = c * P + s
+                if op == "F":
+                    deps = [("F", q - 1, j)] if q > 0 else []
+                elif op in ("B", "b"):
+                    deps = [("F", q, j)] + ([("G", q + 1, j)] if q < Q - 1 else [])
+                else:  # W
+                    deps = [("G", q, j)]
                 if any(d not in end for d in deps):
                     break
                 start = max([t[s]] + [end[d] for d in deps])
-                t[s] = start + (F[s] if op == "F" else B[s])
-                end[(s, op, j)] = t[s]
+                d = cost[s][(op, c)]
+                t[s] = start + d
+                busy += d
+                end[("F" if op == "F" else "G" if op in ("B", "b") else "W", q, j)] = t[s]
                 idx[s] += 1
                 done += 1
                 moved = True
         if not moved:
             raise RuntimeError("schedule deadlocks in the simulation")
-    return max(t)
+    return max(t), busy
 
 
-def theory(sched, P, m):
-    return (P - 1) / P if sched == "naive" else (P - 1) / (m + P - 1)
+def theory(sched, P, m, v=1):
+    if sched == "naive":
+        return (P - 1) / P
+    if sched == "zb-h1":
+        return (P - 1) / (3 * m + P - 1)
+    if sched == "interleaved":
+        return (P - 1) / (v * m + P - 1)
+    return (P - 1) / (m + P - 1)
+
+
+def cost_text(S, c, v):
+    """Per micro-batch on one stage (ms): F + B, ZB-H1 F + b + W, interleaved per chunk ("c0; c1")."""
+    ops = ["F", "b", "W"] if S == "zb-h1" else ["F", "B"]
+    return "; ".join(" + ".join("%.1f" % c.get((op, k), float("nan")) for op in ops) for k in range(v))
 
 
 # ---------------------------------------------------------------- tables
@@ -276,20 +340,23 @@ def part_a(out, runs, steps, notes):
         for r in runs:
             if r["part"] != "a" or r["vocab"] != vocab:
                 continue
-            P, m, S = r["pp"], r["m"], r["sched"]
+            P, m, S, v = r["pp"], r["m"], r["sched"], vstages(r)
             sc = parse_schedule(os.path.join(out, "sched_p%d_m%d_%s.sched" % (P, m, S)))
-            unit = simulate(sc["orders"], [1.0] * P, [2.0] * P)
-            sim_checked.append(abs(unit - sc["makespan"]) < 1e-9)
+            if sc["v"] != v:
+                notes.append("%s: the schedule table has v=%d, the run v=%d" % (r["tag"], sc["v"], v))
+            unit, _ = simulate(sc["orders"], unit_costs(P, v))
+            same = abs(unit - sc["makespan"]) < 1e-4 * sc["makespan"]  # printed to 6 digits
+            sim_checked.append(same)
+            if not same:
+                notes.append("%s: simulated makespan %g, `braid schedule` %g" % (r["tag"], unit, sc["makespan"]))
             met = parse_metrics(os.path.join(out, r["tag"] + ".jsonl"), steps)
             if r["rc"] != 0 or met is None:
-                rows.append([SNAME[S], P, m, pct(theory(S, P, m)), pct(sc["bubble"]), "failed (rc %d)" % r["rc"],
-                             "", "", "", "", ""])
+                rows.append([sname(S, v), P, m, pct(theory(S, P, m, v)), pct(sc["bubble"]),
+                             "failed (rc %d)" % r["rc"], "", "", "", "", ""])
                 continue
             tr = parse_trace(os.path.join(out, r["tag"] + ".trace.json"), lambda pid: pid, steps)
-            Fs = [tr["F"][s] for s in range(P)]
-            Bs = [tr["B"][s] for s in range(P)]
-            M = simulate(sc["orders"], Fs, Bs)
-            sim_meas = 1.0 - sum(m * (Fs[s] + Bs[s]) for s in range(P)) / (P * M)
+            M, busy = simulate(sc["orders"], [tr["cost"][s] for s in range(P)])
+            sim_meas = 1.0 - busy / (P * M)
             idle_fb, after, trace_bub = [], [], []
             for n, per in tr["per_step"].items():
                 if len(per) != P:
@@ -300,26 +367,30 @@ def part_a(out, runs, steps, notes):
                 idle_fb.append(1.0 - comp / phase)
                 after.append(1.0 - phase / wall)
                 trace_bub.append(statistics.mean(1.0 - per[s]["compute"] / per[s]["wall"] for s in range(P)))
-            stage_txt = " / ".join("%.1f + %.1f" % (Fs[s], Bs[s]) for s in range(P))
-            rows.append([SNAME[S], P, m, pct(theory(S, P, m)), pct(sc["bubble"]), "**%s**" % pct(met["bubble"]),
+            stage_txt = " / ".join(cost_text(S, tr["cost"][s], v) for s in range(P))
+            rows.append([sname(S, v), P, m, pct(theory(S, P, m, v)), pct(sc["bubble"]), "**%s**" % pct(met["bubble"]),
                          pct(sim_meas), pct(med(idle_fb)), pct(med(after)), "%.0f" % met["ms"], stage_txt])
             if abs(med(trace_bub) - met["bubble"]) > 0.05:
                 notes.append("%s: the trace's idle fraction %.3f differs from the metric's bubble %.3f"
                              % (r["tag"], med(trace_bub), met["bubble"]))
-        table(["schedule", "P", "m", "theory", "simulated (F=1, B=2)", "measured bubble",
+        table(["schedule", "P", "m", "theory", "simulated (unit costs)", "measured bubble",
                "simulated, measured stage times", "idle in F/B phase", "step after F/B phase",
-               "ms per step", "F + B per micro-batch by stage (ms)"], rows)
+               "ms per step", "F + B per micro-batch by stage (ms; ZB-H1: F + b + W; interleaved: chunk 0; chunk 1)"], rows)
     if sim_checked:
-        print("simulated (F=1, B=2): `braid schedule --pp P --micro-batches m --schedule S`; this script's own "
-              "simulation of the printed tables gives the same makespan in %d of %d cases. "
-              "theory: (P−1)/(m+P−1) for GPipe and 1F1B, (P−1)/P for naive. "
+        print("simulated (unit costs): `braid schedule --pp P --micro-batches m --schedule S "
+              "[--virtual-stages v]` with F = 1, B = 2, b = W = 1 per stage (each divided by v per chunk); "
+              "this script's own simulation of the printed tables (actions on virtual stages q = chunk·P + "
+              "stage) gives the same makespan in %d of %d cases. "
+              "theory: (P−1)/P for naive, (P−1)/(m+P−1) for GPipe and 1F1B, (P−1)/(3m+P−1) for ZB-H1, "
+              "(P−1)/(v·m+P−1) for interleaved. "
               "measured bubble: the trainer's `bubble` metric (1 − time inside forward/backward / step wall "
               "time, mean over stages), median of steps 2..%d. From the trace (--trace-out), per stage and "
               "step: simulated, measured stage times = the same table simulated with each stage's median "
-              "forward and backward time (last column); idle in F/B phase = 1 − mean stage compute / time "
-              "from step start to the last backward; step after F/B phase = the share of the step spent "
-              "after the last backward (tied-embedding all-reduce, DP sync, loss broadcast, gradient norm, "
-              "AdamW). measured ≈ 1 − (1 − idle in F/B phase) × (1 − after).\n"
+              "duration of every action kind (F, B, b, W, per chunk; their sums in the last column); idle "
+              "in F/B phase = 1 − mean stage compute / time from step start to the last forward/backward "
+              "span; step after F/B phase = the share of the step spent after it (tied-embedding "
+              "all-reduce, DP sync, loss broadcast, gradient norm, AdamW). measured ≈ 1 − (1 − idle in F/B "
+              "phase) × (1 − after).\n"
               % (sum(sim_checked), len(sim_checked), steps))
 
 
@@ -336,17 +407,26 @@ def part_b(out, runs, notes):
                 continue
             peaks, err = parse_log(os.path.join(out, r["tag"] + ".log"))
             plan = parse_plan(os.path.join(out, r["tag"] + ".plan"))
-            m = r["m"]
+            m, v = r["m"], vstages(r)
+            sc = parse_schedule(os.path.join(out, "sched_p%d_m%d_%s.sched" % (P, m, S)))
             for s in range(P):
                 if s not in peaks:
-                    rows.append([P, SNAME[S], s, "", "", "run failed: %s" % err, "", "", "", ""])
+                    rows.append([P, sname(S, v), s, "", "", "run failed: %s" % err, "", "", "", ""])
                     continue
                 line, cats = peaks[s]
-                slots = 1 if S == "naive" else (m if S == "gpipe" else min(P - s, m))
+                # Slots: the peak micro-batches alive on the stage in `braid schedule`'s table
+                # (forward to the backward, or to backward_weight when split); per chunk when v > 1,
+                # whose slots differ in size (each chunk holds its own layers).
+                if sc["alive_chunk"]:
+                    slots_txt = " + ".join(str(x) for x in sc["alive_chunk"][s])
+                    slots = None
+                else:
+                    slots = sc["alive"][s] if sc["alive"] else (1 if S == "naive" else (m if S == "gpipe" else min(P - s, m)))
+                    slots_txt = str(slots)
                 act_plan = plan["bytes"]["activations"][s] if plan else None
                 if S == "naive":
                     base[s] = act_plan
-                per_slot = act_plan / slots / MIB if act_plan is not None else float("nan")
+                per_slot = act_plan / slots / MIB if act_plan is not None and slots else float("nan")
                 scal = ""
                 if s in base and base[s] is not None and act_plan is not None:
                     scal = "%.3f" % (act_plan / base[s])
@@ -355,14 +435,19 @@ def part_b(out, runs, notes):
                     chk = "= plan" if plan["lines"][s] == line else "MISMATCH"
                     if chk != "= plan":
                         notes.append("P=%d %s rank %d: train `%s` vs plan `%s`" % (P, S, s, line, plan["lines"][s]))
-                rows.append([P, SNAME[S], s, slots, "%.1f" % (cats["activations"] / MIB), "%.2f" % per_slot,
+                rows.append([P, sname(S, v), s, slots_txt, "%.1f" % (cats["activations"] / MIB),
+                             "%.2f" % per_slot if per_slot == per_slot else "—",
                              scal, "%.1f" % (cats["workspace"] / MIB), "%.1f" % (cats["total"] / MIB), chk])
-    table(["P", "schedule", "rank = stage", "activation slots (naive 1, GPipe m, 1F1B min(P−s, m))",
+    table(["P", "schedule", "rank = stage", "activation slots (peak alive in `braid schedule`; interleaved: "
+           "chunk 0 + chunk 1)",
            "activations", "per slot (plan bytes / slots)", "activations / naive's", "workspace", "total",
            "check"], rows)
-    print("m = 8 micro-batches of 1 × 128 tokens; check: the rank's ledger line equals `braid plan --pp P "
-          "--schedule S` for that rank, every category. The last stage's slot holds the logits "
-          "(B·T·Vp·4 B = 24.6 MiB) besides its blocks.\n")
+    print("m = 8 micro-batches of 1 × 128 tokens; activation slots: naive 1, GPipe m, 1F1B min(P−s, m), "
+          "ZB-H1 and interleaved as `braid schedule` counts them (a slot lives from the forward to the "
+          "backward, or to the backward_weight pass when the backward is split). check: the rank's ledger "
+          "line equals `braid plan --pp P --schedule S [--virtual-stages v]` for that rank, every category. "
+          "The last stage's slot (interleaved: its last chunk's) holds the logits (B·T·Vp·4 B = 24.6 MiB) "
+          "besides its blocks.\n")
 
 
 def part_c(out, runs, steps, notes):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline parallelism: measured bubble against theory and against the
-# simulated schedule, activation memory per stage (naive / GPipe / 1F1B), and
-# tokens/s of every 3D layout (TP x DP x PP) of 4 ranks.
+# simulated schedule, activation memory per stage (naive / GPipe / 1F1B /
+# ZB-H1 / interleaved 1F1B), and tokens/s of every 3D layout (TP x DP x PP) of
+# 4 ranks.
 #
 # Usage: bench/pp_table.sh [steps]
 #   steps (default 4): optimizer steps per training run; the tables use the
@@ -9,19 +10,22 @@
 # Parts (PARTS, default "a b c"):
 #   (a) bubble: `braid train --backend local --ranks P --pp P --schedule S
 #       --model small --batch m --micro-batch 1 --seq-len 128` for S in naive,
-#       gpipe, 1f1b, P=2 with m in 2 4 8 and P=4 with m in 4 8 (4 threads on 2
-#       cores: oversubscribed); once with the preset (V = 50257 -> 50304: the
+#       gpipe, 1f1b, zb-h1 and interleaved (--virtual-stages 2), P=2 with m in
+#       2 4 8 and P=4 with m in 4 8 (4 threads on 2 cores: oversubscribed);
+#       interleaved only at P=2 (`small` has 4 layers and it needs P*v <= 4);
+#       once with the preset (V = 50257 -> 50304: the
 #       last stage also runs the LM head and is far heavier) and once with
 #       --vocab-size 1001 on the Brown tokens taken modulo 1001 (stages close
 #       to balanced). Each run writes --metrics-out (bubble per step) and
 #       --trace-out (forward/backward spans per stage); `braid schedule`
-#       gives the simulated bubble with unit costs F=1, B=2.
+#       gives the simulated bubble with unit costs F=1, B=2 (b=W=1; /v per chunk).
 #   (b) activation memory per rank ("peak memory rank R" lines) of the P=2 and
 #       P=4, m=8 runs of (a) (preset vocabulary), against `braid plan` and the
 #       activation slots of each schedule.
 #   (c) tokens/s of TP x DP x PP in {4x1x1, 1x4x1, 1x1x4, 2x2x1, 2x1x2, 1x2x2}
 #       on 4 ranks, global batch 8, twice (ROUNDS).
-# Prints Markdown tables (bench/pp_table.py). About 4 minutes on 2 cores.
+# Prints Markdown tables (bench/pp_table.py). On 2 cores: (a)+(b) 46 runs in
+# about 2.5 minutes, (c) 12 runs more (about 1.5 minutes).
 #
 # Environment: BRAID (binary; default build/braid), OUT (work folder; default
 # out/pp_table), TIMEOUT (seconds per run, default 180), PARTS, ROUNDS (default 2).
@@ -76,13 +80,24 @@ if has a || has b; then
     for pm in 2:2 2:4 2:8 4:4 4:8; do
       P=${pm%:*}; m=${pm#*:}
       if ! has a && [[ $m != 8 || $vocab != 0 ]]; then continue; fi   # (b) alone: the m=8 runs
-      for S in naive gpipe 1f1b; do
+      for S in naive gpipe 1f1b zb-h1 interleaved; do
+        vs=()
+        if [[ $S == interleaved ]]; then
+          # v=2 chunks per rank: P*v <= n_layer = 4, so P=2 only
+          if [[ $P != 2 ]]; then
+            [[ $vocab == 0 && $m == 8 ]] && echo "pp_table: interleaved skipped at P=$P (needs P*v <= 4 layers)" >&2
+            continue
+          fi
+          vs=(--virtual-stages 2)
+        fi
         tag="a_v${vocab}_p${P}_m${m}_${S}"
         run "$tag" a "$P" 1 1 "$P" "$S" "$m" "$vocab" 1 -- --model small "${vflags[@]}" --pp "$P" \
-          --schedule "$S" --batch "$m" --micro-batch 1
-        "$braid" schedule --pp "$P" --micro-batches "$m" --schedule "$S" > "$out/sched_p${P}_m${m}_${S}.sched"
-        [[ $vocab == 0 ]] && "$braid" plan --model small --ranks "$P" --pp "$P" --schedule "$S" \
-          --batch "$m" --micro-batch 1 --seq-len "$SEQ" > "$out/$tag.plan"
+          --schedule "$S" "${vs[@]}" --batch "$m" --micro-batch 1
+        "$braid" schedule --pp "$P" --micro-batches "$m" --schedule "$S" "${vs[@]}" > "$out/sched_p${P}_m${m}_${S}.sched"
+        if [[ $vocab == 0 ]]; then
+          "$braid" plan --model small --ranks "$P" --pp "$P" --schedule "$S" "${vs[@]}" \
+            --batch "$m" --micro-batch 1 --seq-len "$SEQ" > "$out/$tag.plan"
+        fi
       done
     done
   done

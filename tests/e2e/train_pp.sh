@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end: pipeline parallelism under mpirun (one process per rank): GPipe,
-# 1F1B, ZB-H1 and interleaved 1F1B over 2 and 4 stages and a 3D layout (TP=2 x
-# DP=2 x PP=2 on 8 ranks) train the single-rank run; a Chrome trace is written; braid schedule
+# 1F1B, ZB-H1 and interleaved 1F1B over 2 and 4 stages, fp16 with ZeRO-1 under
+# ZB-H1, and a 3D layout (TP=2 x DP=2 x PP=2 on 8 ranks) train the single-rank run; a Chrome trace is written; braid schedule
 # prints a checked table; bad stage splits are refused with the fix.
 source "$(dirname "$0")/lib/common.bash" "$@"
 make_tokens 4 300 "the september october term jury had been charged by fulton superior court judge durwood pye"
@@ -14,8 +14,9 @@ run f1b4 4 --pp 4 --schedule 1f1b --trace-out "$tmp/trace.json"
 run zb4 4 --pp 4 --schedule zb-h1
 run inter2 2 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batch 1
 run threed 8 --tp 2 --pp 2 --zero 1
+run fp16pp 4 --pp 2 --zero 1 --precision fp16 --schedule zb-h1
 grep -q "bubble" "$tmp/f1b4.txt" || fail "no bubble in the step line"
-same_run loss,val_loss single gpipe2 f1b4 zb4 inter2 threed
+same_run loss,val_loss single gpipe2 f1b4 zb4 inter2 threed fp16pp:1e-3
 /usr/bin/python3 - "$tmp" <<'PY' || fail "trace"
 import json, sys, os
 tr = json.load(open(os.path.join(sys.argv[1], "trace.json")))

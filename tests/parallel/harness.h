@@ -7,12 +7,15 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "braid/comm/backends/local.h"
 #include "braid/core/rng.h"
+#include "braid/train/plan.h"
 #include "braid/train/trainer.h"
 
 namespace braid::testing_harness {
@@ -60,23 +63,42 @@ struct RankRuns {
 };
 
 /// Trains with `o` on `ranks` threads (local backend); rethrows a rank's failure.
-inline RankRuns run_ranks(const train::TrainOptions& o, int ranks, const std::vector<uint16_t>& data) {
+/// `after(trainer, rank)` then runs on every rank, outside any lock (it may call
+/// collectives such as evaluate() or sample(); it guards what it shares).
+inline RankRuns run_ranks(const train::TrainOptions& o, int ranks, const std::vector<uint16_t>& data,
+                          const std::function<void(train::Trainer&, int)>& after = {},
+                          const std::vector<uint16_t>* val = nullptr) {
   RankRuns res;
   res.steps.resize(static_cast<size_t>(ranks));
   res.hash.resize(static_cast<size_t>(ranks));
   res.optimizer_bytes.resize(static_cast<size_t>(ranks));
   std::mutex mu;
   comm::run_local(ranks, [&](comm::Communicator& w) {
-    train::Trainer t(o, w, data, nullptr);
+    train::Trainer t(o, w, data, val);
     auto recs = t.run();
     const uint64_t h = t.param_hash();  // collective under ZeRO-3: outside the lock
-    std::lock_guard<std::mutex> lk(mu);
-    const auto r = static_cast<size_t>(w.rank());
-    res.hash[r] = h;
-    res.steps[r] = std::move(recs);
-    res.optimizer_bytes[r] = t.ledger().peak(MemCategory::optimizer);
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      const auto r = static_cast<size_t>(w.rank());
+      res.hash[r] = h;
+      res.steps[r] = std::move(recs);
+      res.optimizer_bytes[r] = t.ledger().peak(MemCategory::optimizer);
+    }
+    if (after) after(t, w.rank());
   });
   return res;
+}
+
+/// run_ranks under the short name the tests use (a lambda keeps its defaults).
+inline constexpr auto run = [](auto&&... args) { return run_ranks(std::forward<decltype(args)>(args)...); };
+
+/// `braid plan`'s bytes per category for this rank equal the trainer's ledger peaks.
+inline void expect_plan_is_ledger(const train::TrainOptions& o, int ranks, int rank, const train::Trainer& t,
+                                  const std::string& what) {
+  const auto p = train::plan_memory(o, ranks, rank);
+  for (size_t c = 0; c < kNumMemCategories; ++c)
+    EXPECT_EQ(p.bytes[c], t.ledger().peak(static_cast<MemCategory>(c)))
+        << what << " rank " << rank << " " << mem_category_name(static_cast<MemCategory>(c));
 }
 
 /// Rank 0's records and every rank's final hash.

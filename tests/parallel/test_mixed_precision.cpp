@@ -15,7 +15,7 @@ namespace {
 
 using testing_harness::synthetic_tokens;
 using Runs = testing_harness::RankRuns;
-const auto run = testing_harness::run_ranks;
+using testing_harness::run;
 
 // Tolerances against fp32 over the 20 steps of tiny_options. Each gradient
 // element is rounded once to the compute format (unit roundoff u: bf16 2^-8 ≈
@@ -135,4 +135,59 @@ TEST(MixedPrecision, Fp16ScaleGrowsAfterCleanSteps) {
   const Runs got = run(o, 2, data);
   const float expect[] = {256, 256, 256, 512, 512, 512, 1024};
   for (size_t i = 0; i < 7; ++i) EXPECT_EQ(got.steps[0][i].loss_scale, expect[i]) << "step " << i;
+}
+
+TEST(MixedPrecision, PipelineTracksOneRankAndSkipsOverflowsEverywhere) {
+  // bf16/fp16 under PP (DDP or ZeRO-1 over DP, every schedule): the stage's
+  // half gradients are accumulated over the micro-batches and reduced once;
+  // the run tracks one rank's run in the same precision within the tolerances
+  // against fp32 above, and plan = ledger. An inf on one rank of a 3D layout
+  // (TP 2 x DP 2 x PP 2) skips the step on all 8 ranks.
+  const auto data = synthetic_tokens(20000, 61);
+  auto o = testing_harness::tiny_options(15);
+  o.n_layer = 4;
+  o.steps = 6;
+  o.global_batch = 8;
+  o.micro_batch = 2;
+  struct L {
+    const char* sched;
+    int v, pp, ranks, zero;
+  };
+  for (const char* prec : {"bf16", "fp16"}) {
+    const Tol tol = std::string(prec) == "bf16" ? kBf16 : kFp16;
+    // Against one rank in the same precision: the stages round the tied
+    // embedding's two partial gradients and (ZB-H1) the B and W parts once more.
+    auto h1 = o;
+    h1.precision = prec;
+    const Runs one = run(h1, 1, data);
+    for (const L& l : {L{"1f1b", 1, 2, 2, 0}, L{"zb-h1", 1, 2, 4, 1}, L{"interleaved", 2, 2, 4, 1}}) {
+      auto h = o;
+      h.precision = prec;
+      h.pp = l.pp;
+      h.schedule = l.sched;
+      h.virtual_stages = l.v;
+      h.zero = l.zero;
+      const std::string what = std::string(prec) + " " + l.sched + " ranks=" + std::to_string(l.ranks);
+      const Runs got = run(h, l.ranks, data, [&](train::Trainer& tr, int r) {
+        testing_harness::expect_plan_is_ledger(h, l.ranks, r, tr, what);
+      });
+      expect_track(got.steps[0], one.steps[0], tol, what);
+    }
+  }
+  auto h = o;
+  h.precision = "fp16";
+  h.loss_scale.initial_scale = 1024;
+  h.loss_scale.growth_interval = 1000;
+  h.tp = 2;
+  h.pp = 2;
+  h.zero = 1;
+  h.inject_inf_rank = 5;
+  h.inject_inf_step = 3;
+  const Runs got = run(h, 8, data);
+  for (size_t r = 0; r < 8; ++r) {
+    for (size_t i = 0; i < got.steps[r].size(); ++i) {
+      EXPECT_EQ(got.steps[r][i].skipped, i == 3) << "rank " << r << " step " << i;
+      EXPECT_EQ(got.steps[r][i].loss_scale, i <= 3 ? 1024.f : 512.f) << "rank " << r << " step " << i;
+    }
+  }
 }

@@ -22,7 +22,7 @@ using namespace braid;
 namespace {
 
 using Runs = testing_harness::RankRuns;
-const auto run = testing_harness::run_ranks;
+using testing_harness::run;
 
 // tiny with 4 layers (so P = 4 has one layer per stage) and a small vocabulary.
 train::TrainOptions deep_tiny(uint64_t seed) {
@@ -111,32 +111,18 @@ TEST(Pipeline, ZeroBubbleAndInterleavedWithTensorParallelAndDropout) {
     auto t = o;
     t.schedule = sched;
     t.virtual_stages = v;
-    std::vector<std::vector<train::StepRecord>> steps(4);
-    std::vector<uint64_t> hash(4);
-    std::mutex mu;
-    comm::run_local(4, [&](comm::Communicator& w) {
-      train::Trainer tr(t, w, data, nullptr);
-      auto recs = tr.run();
-      const uint64_t h = tr.param_hash();
-      const auto p = train::plan_memory(t, 4, w.rank());
-      std::lock_guard<std::mutex> lk(mu);
-      steps[static_cast<size_t>(w.rank())] = recs;
-      hash[static_cast<size_t>(w.rank())] = h;
-      for (size_t c = 0; c < kNumMemCategories; ++c)
-        EXPECT_EQ(p.bytes[c], tr.ledger().peak(static_cast<MemCategory>(c))) << sched << " rank " << w.rank();
-    });
-    return std::make_pair(steps, hash);
+    return run(t, 4, data, [&](train::Trainer& tr, int r) { testing_harness::expect_plan_is_ledger(t, 4, r, tr, sched); });
   };
-  const auto ref = go("1f1b", 1);
+  const Runs ref = go("1f1b", 1);
   for (const auto& [sched, v] : {std::pair<const char*, int>{"zb-h1", 1}, {"interleaved", 2}}) {
-    const auto got = go(sched, v);
-    for (size_t i = 0; i < ref.first[0].size(); ++i) {
-      EXPECT_EQ(got.first[0][i].loss, ref.first[0][i].loss) << sched << " step " << i;
-      EXPECT_EQ(got.first[0][i].grad_norm, ref.first[0][i].grad_norm) << sched << " step " << i;
+    const Runs got = go(sched, v);
+    for (size_t i = 0; i < ref.steps[0].size(); ++i) {
+      EXPECT_EQ(got.steps[0][i].loss, ref.steps[0][i].loss) << sched << " step " << i;
+      EXPECT_EQ(got.steps[0][i].grad_norm, ref.steps[0][i].grad_norm) << sched << " step " << i;
     }
     // Interleaved ranks hold other layers than 1F1B's, so only ZB-H1's hashes compare.
     if (v == 1) {
-      EXPECT_EQ(got.second, ref.second) << sched;
+      EXPECT_EQ(got.hash, ref.hash) << sched;
     }
   }
 }
@@ -149,18 +135,9 @@ TEST(Pipeline, UnevenLayerSplitsAndValidation) {
   o.val_batches = 1;
   std::vector<uint16_t> val = tokens(4000, 84);
   auto run_val = [&](const train::TrainOptions& t, int ranks) {
-    std::vector<std::vector<train::StepRecord>> steps(static_cast<size_t>(ranks));
     std::vector<float> vl(static_cast<size_t>(ranks));
-    std::mutex mu;
-    comm::run_local(ranks, [&](comm::Communicator& w) {
-      train::Trainer tr(t, w, data, &val);
-      auto recs = tr.run();
-      const float v = tr.evaluate();
-      std::lock_guard<std::mutex> lk(mu);
-      steps[static_cast<size_t>(w.rank())] = recs;
-      vl[static_cast<size_t>(w.rank())] = v;
-    });
-    return std::make_pair(steps, vl);
+    const Runs r = run(t, ranks, data, [&](train::Trainer& tr, int rank) { vl[static_cast<size_t>(rank)] = tr.evaluate(); }, &val);
+    return std::make_pair(r.steps, vl);
   };
   const auto single = run_val(o, 1);
   for (const char* split : {"1,3", "3,1", "2,1,1"}) {
@@ -200,6 +177,21 @@ TEST(Pipeline, ThreeDimensionalLayouts) {
       }
     }
   }
+  // 2 x 2 x 2 with ZeRO-1 under the zero-bubble and interleaved schedules.
+  for (const auto& [sched, v] : {std::pair<const char*, int>{"zb-h1", 1}, {"interleaved", 2}}) {
+    auto t = o;
+    t.tp = 2;
+    t.pp = 2;
+    t.zero = 1;
+    t.schedule = sched;
+    t.virtual_stages = v;
+    const Runs got = run(t, 8, data);
+    for (size_t i = 0; i < got.steps[0].size(); ++i) {
+      EXPECT_NEAR(got.steps[0][i].loss, single.steps[0][i].loss, 1e-5 * single.steps[0][i].loss) << sched;
+      EXPECT_NEAR(got.steps[0][i].grad_norm, single.steps[0][i].grad_norm, 1e-5 * single.steps[0][i].grad_norm)
+          << sched;
+    }
+  }
 }
 
 TEST(Pipeline, OneFOneBKeepsFewerActivationsThanGPipe) {
@@ -215,15 +207,9 @@ TEST(Pipeline, OneFOneBKeepsFewerActivationsThanGPipe) {
     auto t = o;
     t.schedule = sched;
     std::vector<size_t> a(2);
-    std::mutex mu;
-    comm::run_local(2, [&](comm::Communicator& w) {
-      train::Trainer tr(t, w, data, nullptr);
-      tr.run();
-      std::lock_guard<std::mutex> lk(mu);
-      a[static_cast<size_t>(w.rank())] = tr.ledger().peak(MemCategory::activations);
-      const auto p = train::plan_memory(t, 2, w.rank());
-      for (size_t c = 0; c < kNumMemCategories; ++c)
-        EXPECT_EQ(p.bytes[c], tr.ledger().peak(static_cast<MemCategory>(c))) << sched << " rank " << w.rank();
+    run(t, 2, data, [&](train::Trainer& tr, int r) {
+      a[static_cast<size_t>(r)] = tr.ledger().peak(MemCategory::activations);
+      testing_harness::expect_plan_is_ledger(t, 2, r, tr, sched);
     });
     return a;
   };
@@ -255,7 +241,10 @@ TEST(Pipeline, ConfigErrorsNameTheFix) {
   t = o;
   t.pp = 2;
   t.zero = 2;
-  EXPECT_NE(message(t, 2).find("DDP or ZeRO-1"), std::string::npos) << message(t, 2);
+  EXPECT_NE(message(t, 2).find("use --zero 1"), std::string::npos) << message(t, 2);
+  t.zero = 0;
+  t.fsdp = true;
+  EXPECT_NE(message(t, 2).find("--fsdp shards gradients per backward"), std::string::npos) << message(t, 2);
   t = o;
   t.pp = 2;
   t.schedule = "zb-h1";
@@ -290,8 +279,9 @@ TEST(Recompute, BitwiseEqualAndSmallerActivations) {
   struct L {
     int tp, pp, ranks;
     bool sp;
+    int v = 1;  // > 1: interleaved with v chunks per rank
   };
-  for (const L& l : {L{1, 1, 1, false}, L{2, 1, 2, true}, L{1, 2, 2, false}}) {
+  for (const L& l : {L{1, 1, 1, false}, L{2, 1, 2, true}, L{1, 2, 2, false}, L{1, 2, 2, false, 2}}) {
     std::vector<size_t> act;
     Runs ref;
     for (const char* mode : {"none", "selective", "full"}) {
@@ -300,34 +290,25 @@ TEST(Recompute, BitwiseEqualAndSmallerActivations) {
       t.pp = l.pp;
       t.sequence_parallel = l.sp;
       t.recompute = mode;
-      std::vector<std::vector<train::StepRecord>> steps(static_cast<size_t>(l.ranks));
-      std::vector<uint64_t> hash(static_cast<size_t>(l.ranks));
+      if (l.v > 1) t.schedule = "interleaved", t.virtual_stages = l.v;
       size_t a0 = 0;
-      std::mutex mu;
-      comm::run_local(l.ranks, [&](comm::Communicator& w) {
-        train::Trainer tr(t, w, data, nullptr);
-        auto recs = tr.run();
-        const uint64_t h = tr.param_hash();
-        const auto p = train::plan_memory(t, l.ranks, w.rank());
-        std::lock_guard<std::mutex> lk(mu);
-        steps[static_cast<size_t>(w.rank())] = recs;
-        hash[static_cast<size_t>(w.rank())] = h;
-        if (w.rank() == 0) a0 = tr.ledger().peak(MemCategory::activations);
-        for (size_t c = 0; c < kNumMemCategories; ++c)
-          EXPECT_EQ(p.bytes[c], tr.ledger().peak(static_cast<MemCategory>(c))) << mode;
+      const Runs got = run(t, l.ranks, data, [&](train::Trainer& tr, int r) {
+        if (r == 0) a0 = tr.ledger().peak(MemCategory::activations);
+        testing_harness::expect_plan_is_ledger(t, l.ranks, r, tr, mode);
       });
-      const std::string what = std::string(mode) + " tp=" + std::to_string(l.tp) + " pp=" + std::to_string(l.pp);
+      const auto& steps = got.steps;
+      const std::string what = std::string(mode) + " tp=" + std::to_string(l.tp) + " pp=" + std::to_string(l.pp) +
+                               " v=" + std::to_string(l.v);
       act.push_back(a0);
       if (std::string(mode) == "none") {
-        ref.steps = steps;
-        ref.hash = hash;
+        ref = got;
         continue;
       }
       for (size_t i = 0; i < steps[0].size(); ++i) {
         EXPECT_EQ(steps[0][i].loss, ref.steps[0][i].loss) << what;
         EXPECT_EQ(steps[0][i].grad_norm, ref.steps[0][i].grad_norm) << what;
       }
-      EXPECT_EQ(hash, ref.hash) << what;
+      EXPECT_EQ(got.hash, ref.hash) << what;
     }
     EXPECT_GT(act[0], act[1]) << "selective keeps less";
     EXPECT_GT(act[1], act[2]) << "full keeps less still";
@@ -396,14 +377,7 @@ TEST(Pipeline, CheckpointsAndSamplingAcrossLayouts) {
   auto sample = [&](train::TrainOptions s, int ranks) {
     s.steps = 2;
     std::vector<std::vector<int32_t>> out(static_cast<size_t>(ranks));
-    std::mutex mu;
-    comm::run_local(ranks, [&](comm::Communicator& w) {
-      train::Trainer tr(s, w, data, nullptr);
-      tr.run();
-      auto got = tr.sample({5, 17, 300}, 12, 99);
-      std::lock_guard<std::mutex> lk(mu);
-      out[static_cast<size_t>(w.rank())] = got;
-    });
+    run(s, ranks, data, [&](train::Trainer& tr, int r) { out[static_cast<size_t>(r)] = tr.sample({5, 17, 300}, 12, 99); });
     return out;
   };
   const auto ref = sample(o, 1)[0];

@@ -22,7 +22,7 @@ namespace {
 
 using testing_harness::synthetic_tokens;
 using Runs = testing_harness::RankRuns;
-const auto run = testing_harness::run_ranks;
+using testing_harness::run;
 
 struct Mode {
   const char* name;

@@ -23,7 +23,7 @@ using namespace braid;
 namespace {
 
 using Runs = testing_harness::RankRuns;
-const auto run = testing_harness::run_ranks;
+using testing_harness::run;
 
 // An odd vocabulary (1001, padded to 1024) so padding lands inside the last TP
 // rank's vocabulary slice.
@@ -253,14 +253,7 @@ TEST(TensorParallel, SamplingMatchesSingleRank) {
   const auto data = tokens(20000, 73, o.vocab_size);
   auto sample = [&](train::TrainOptions t, int ranks) {
     std::vector<std::vector<int32_t>> out(static_cast<size_t>(ranks));
-    std::mutex mu;
-    comm::run_local(ranks, [&](comm::Communicator& w) {
-      train::Trainer tr(t, w, data, nullptr);
-      tr.run();
-      auto s = tr.sample({5, 17, 300}, 12, 99);
-      std::lock_guard<std::mutex> lk(mu);
-      out[static_cast<size_t>(w.rank())] = s;
-    });
+    run(t, ranks, data, [&](train::Trainer& tr, int r) { out[static_cast<size_t>(r)] = tr.sample({5, 17, 300}, 12, 99); });
     return out;
   };
   const auto ref = sample(o, 1)[0];

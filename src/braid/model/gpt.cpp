@@ -180,23 +180,25 @@ size_t GPT::build_param_table(const GPTConfig& cfg, int tp, const PipelineStage&
   return off;
 }
 
-std::vector<size_t> GPT::unit_bounds(const GPTConfig& cfg, int tp) {
+std::vector<size_t> GPT::unit_bounds(const GPTConfig& cfg, int tp, const PipelineStage& stage) {
   cfg.validate();
   validate_tp(cfg, tp);
   std::vector<ParamInfo> table;
   std::vector<size_t> layer_begin;
-  build_param_table(cfg, tp, PipelineStage{}, &table, &layer_begin);
-  std::vector<size_t> b{0};
+  build_param_table(cfg, tp, stage, &table, &layer_begin);
+  // Unit 0 (the embeddings, or the head's tied copy) when the stage holds it.
+  std::vector<size_t> b;
+  if (!table.empty() && table[0].name == "wte.weight") b.push_back(0);
   b.insert(b.end(), layer_begin.begin(), layer_begin.end());
   return b;
 }
 
-std::vector<ParamInfo> GPT::param_table(const GPTConfig& cfg, int tp) {
+std::vector<ParamInfo> GPT::param_table(const GPTConfig& cfg, int tp, const PipelineStage& stage) {
   cfg.validate();
   validate_tp(cfg, tp);
   std::vector<ParamInfo> table;
   std::vector<size_t> layer_begin;
-  build_param_table(cfg, tp, PipelineStage{}, &table, &layer_begin);
+  build_param_table(cfg, tp, stage, &table, &layer_begin);
   return table;
 }
 
@@ -315,8 +317,6 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
     const size_t u = size_t(std::upper_bound(units_.begin(), units_.end(), p.offset) - units_.begin()) - 1;
     partial_grads_[u].push_back({p.offset - units_[u], p.numel});
   }
-  BRAID_CHECK(!storage_ || (owns_embed_ && owns_head_ && chunks.size() == 1),
-              "external storage needs the whole model on one stage");
   if (!storage_) {
     params_ = Buffer(plan.params_bytes, MemCategory::compute_params, ledger);
     grads_ = Buffer(plan.grads_bytes, MemCategory::grads, ledger);
@@ -708,25 +708,33 @@ void GPT::backward_input(float loss_scale) { backward_impl(loss_scale, {}, Backw
 void GPT::backward_weight() {
   // W of the current slot: dW += dout^T x for every matmul, from the output
   // gradients B stashed over the activations it no longer needed.
-  BRAID_CHECK(!storage_ && recompute_ == Recompute::none, "backward_weight needs owned parameters and no recomputation");
+  BRAID_CHECK(recompute_ == Recompute::none, "backward_weight needs the activations kept (--recompute none)");
   uint8_t& pending = w_pending_[size_t(chunks_[size_t(chunk_)].token_slot0 + slot_)];
   BRAID_CHECK(pending, "backward_weight: slot ", slot_, " of chunk ", chunk_, " has no finished backward_input");
   pending = 0;
   const int64_t BT = B_ * T_, C = cfg_.n_embd, P = tpn_, Cl = C / P, Vpl = cfg_.padded_vocab_size / P;
   auto full_rows = [this](const float* local) { return gather_rows(const_cast<float*>(local)); };
+  float* G0 = nullptr;  // unit 0 stays acquired from the head to the embedding
   if (has_head_) {
     // logits_ holds d(logits) (BT x Vp/tp); the head's weight is wte.
-    k::matmul_backward(nullptr, acquire_grads(0), nullptr, logits_, full_rows(lnf_), nullptr, BT, C, Vpl);
+    G0 = acquire_grads(0);
+    k::matmul_backward(nullptr, G0, nullptr, logits_, full_rows(lnf_), nullptr, BT, C, Vpl);
   }
   for (int64_t l = l1_ - 1; l >= l0_; --l) {
-    LayerParams g = layer_params(acquire_grads(unit_of_block(l)), l);
+    const int u = unit_of_block(l);
+    LayerParams g = layer_params(acquire_grads(u), l);
     const LayerActs a = layer_acts(l);
     k::matmul_backward(nullptr, g.fcprojw, nullptr, full_rows(a.fcproj), a.fch_gelu, nullptr, BT, 4 * Cl, C);
     k::matmul_backward(nullptr, g.fcw, nullptr, a.fch, full_rows(a.ln2), nullptr, BT, C, 4 * Cl);
     k::matmul_backward(nullptr, g.attprojw, nullptr, full_rows(a.attproj), a.atty, nullptr, BT, Cl, C);
     k::matmul_backward(nullptr, g.qkvw, nullptr, a.qkvr, full_rows(a.ln1), nullptr, BT, C, 3 * Cl);
+    if (storage_) storage_->grads_ready(u);
   }
-  if (has_embed_) embedding_backward(encoded_);
+  if (has_embed_) {
+    if (!G0) G0 = acquire_grads(0);
+    embedding_backward(encoded_, G0);
+  }
+  if (G0 && storage_) storage_->grads_ready(0);
 }
 
 void GPT::backward_impl(float loss_scale, const std::function<void(size_t, size_t)>& on_ready,
@@ -735,8 +743,7 @@ void GPT::backward_impl(float loss_scale, const std::function<void(size_t, size_
   // Split backward: B leaves weight gradients to W and stashes their output gradients.
   const bool split = part == BackwardPart::input;
   if (split) {
-    BRAID_CHECK(!storage_ && recompute_ == Recompute::none,
-                "backward_input needs owned parameters and no recomputation");
+    BRAID_CHECK(recompute_ == Recompute::none, "backward_input needs the activations kept (--recompute none)");
     w_pending_[size_t(chunks_[size_t(chunk_)].token_slot0 + slot_)] = 1;
   }
   // Weight-gradient outputs of matmul_backward: none under the split (W adds them).
@@ -862,18 +869,20 @@ void GPT::backward_impl(float loss_scale, const std::function<void(size_t, size_
     if (split) {
       std::memcpy(encoded_, denc, size_t(rows * C) * sizeof(float));
     } else {
-      embedding_backward(denc);
+      // Unit 0 stays acquired from the head's backward (acquire it once).
+      if (!G0) G0 = acquire_grads(0);
+      embedding_backward(denc, G0);
     }
   }
-  if (has_embed_ || has_head_) ready(0);
+  if (G0) ready(0);
 }
 
-void GPT::embedding_backward(const float* denc) {
+void GPT::embedding_backward(const float* denc, float* G0) {
   const int64_t B = B_, T = T_, C = cfg_.n_embd, BT = B * T, P = tpn_;
   const bool sp = tp_.sequence_parallel && P > 1;
   const int64_t Vpl = cfg_.padded_vocab_size / P, vstart = tpr_ * Vpl;
   const int64_t rows = sp ? BT / P : BT, row0 = sp ? tpr_ * rows : 0;
-  float* G0 = acquire_grads(0);  // dwte at G0[0], dwpe at G0[table_[1].offset]
+  // dwte at G0[0], dwpe at G0[table_[1].offset]
   if (P == 1) {
     k::encoder_backward(G0, G0 + table_[1].offset, denc, tokens_, B, T, C);
   } else {

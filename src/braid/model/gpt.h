@@ -191,9 +191,10 @@ class GPT {
 
   /// Unit boundaries of cfg's flat layout on a TP rank: L + 3 offsets
   /// (elements), unit u is [b[u], b[u+1]). See UnitStorage for the numbering.
-  static std::vector<size_t> unit_bounds(const GPTConfig& cfg, int tp = 1);
+  /// With a pipeline `stage`: the units that stage holds, in its own flat layout.
+  static std::vector<size_t> unit_bounds(const GPTConfig& cfg, int tp = 1, const PipelineStage& stage = {});
   /// The parameter table of cfg (local shapes on a rank of a TP group of tp).
-  static std::vector<ParamInfo> param_table(const GPTConfig& cfg, int tp = 1);
+  static std::vector<ParamInfo> param_table(const GPTConfig& cfg, int tp = 1, const PipelineStage& stage = {});
   /// Throws ConfigError naming the fix when tp does not divide n_head or
   /// padded_vocab_size.
   static void validate_tp(const GPTConfig& cfg, int tp);
@@ -261,6 +262,7 @@ class GPT {
   bool chunk_has_embed(int c) const { return chunks_[size_t(c)].embed; }
   bool chunk_has_head(int c) const { return chunks_[size_t(c)].head; }
   int64_t chunk_slots(int c) const { return chunks_[size_t(c)].slots; }
+  /// The current chunk's (set_slot) layers [first_layer, last_layer) and slot count.
   int64_t first_layer() const { return l0_; }
   int64_t last_layer() const { return l1_; }
   int64_t slots() const { return slots_; }
@@ -294,9 +296,11 @@ class GPT {
   /// (logits, qkvr, fch, attproj, fcproj: the same sizes), so the slot does not
   /// grow; backward_weight ("W") later adds the matmul weight gradients
   /// dW += dout^T x from the stash and the kept inputs. B then W of a
-  /// micro-batch accumulate bitwise what backward() does. Needs Recompute::none
-  /// and owned parameters (no UnitStorage); reports no ranges. Throws braid::Error
-  /// otherwise or when backward_weight runs on a slot without a finished B.
+  /// micro-batch accumulate bitwise what backward() does. Needs Recompute::none.
+  /// With a UnitStorage both passes acquire and hand back the units they touch
+  /// (each pass's part is added separately); with owned gradients they report
+  /// no ranges. Throws braid::Error otherwise or when backward_weight runs on a
+  /// slot without a finished B.
   void backward_input(float loss_scale);
   void backward_weight();
 
@@ -336,8 +340,9 @@ class GPT {
   /// Unit of block l of the current chunk (units count the rank's kept blocks in layer order).
   int unit_of_block(int64_t l) const { return (has_unit0_ ? 1 : 0) + int(local0_ + l - l0_); }
   enum class BackwardPart : uint8_t { all, input, weight };
-  /// wte/wpe gradients of the embedding from d(encoded) (rows x C), then their TP sync.
-  void embedding_backward(const float* denc);
+  /// wte/wpe gradients of the embedding from d(encoded) (rows x C) into unit 0's
+  /// gradient buffer G0, then their TP sync.
+  void embedding_backward(const float* denc, float* G0);
   void backward_impl(float loss_scale, const std::function<void(size_t, size_t)>& on_ready,
                      BackwardPart part);
   void tp_all_reduce(float* x, size_t n);          // sum over TP (no-op at TP 1)

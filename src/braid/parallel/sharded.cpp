@@ -84,8 +84,8 @@ struct ShardedEngine::GSlot {
 
 std::vector<ShardedEngine::Unit> ShardedEngine::make_units(const model::GPTConfig& cfg,
                                                            const ShardedConfig& sc, size_t N) {
-  const std::vector<size_t> bounds = model::GPT::unit_bounds(cfg, sc.tp);
-  const std::vector<model::ParamInfo> table = model::GPT::param_table(cfg, sc.tp);
+  const std::vector<size_t> bounds = model::GPT::unit_bounds(cfg, sc.tp, sc.pipeline);
+  const std::vector<model::ParamInfo> table = model::GPT::param_table(cfg, sc.tp, sc.pipeline);
   std::vector<Unit> units;
   size_t shard_off = 0;
   for (size_t u = 0; u + 1 < bounds.size(); ++u) {
@@ -394,16 +394,7 @@ void ShardedEngine::launch_reduce(GSlot& g) {
       g.unit = -1;
       return;
     }
-    if (sc_.stage == 0) {
-      g.work = shard_.all_reduce_async(full, full, len, t, comm::ReduceOp::avg, sc_.algo);
-    } else {
-      for (size_t q = 0; q < N_; ++q)
-        pack_block(full, t, u, static_cast<int>(q), g.staging.as<char>() + q * U.block * b_);
-      char* mine = g.staging.as<char>() + r_ * U.block * b_;
-      g.work = shard_.reduce_scatter_async(g.staging.data(), mine, U.block, t,
-                                           comm::ReduceOp::avg, sc_.algo);
-      g.result = mine;
-    }
+    reduce_full_unit(g);
     return;
   }
   if (g.staging.bytes() == 0) {
@@ -419,6 +410,48 @@ void ShardedEngine::launch_reduce(GSlot& g) {
     g.result = mine;
   }
   if (!g.work) complete_reduce(g);  // one rank: nothing to wait for
+}
+
+void ShardedEngine::reduce_full_unit(GSlot& g) {
+  const int u = g.unit;
+  const Unit& U = units_[static_cast<size_t>(u)];
+  const DType t = sc_.compute;
+  char* full = grad_full_.as<char>() + U.begin * b_;
+  if (sc_.stage == 0) {
+    g.work = shard_.all_reduce_async(full, full, U.end - U.begin, t, comm::ReduceOp::avg, sc_.algo);
+    return;
+  }
+  for (size_t q = 0; q < N_; ++q)
+    pack_block(full, t, u, static_cast<int>(q), g.staging.as<char>() + q * U.block * b_);
+  char* mine = g.staging.as<char>() + r_ * U.block * b_;
+  g.work = shard_.reduce_scatter_async(g.staging.data(), mine, U.block, t, comm::ReduceOp::avg, sc_.algo);
+  g.result = mine;
+}
+
+void ShardedEngine::reduce_accumulated() {
+  BRAID_CHECK(sc_.stage <= 1, "reduce_accumulated: ZeRO stage ", sc_.stage, " reduces during backward");
+  for (auto& g : gslots_) complete_reduce(*g);
+  if (shard_.size() == 1) return;
+  // Last unit first, as backward would; unit 0 in its own slot, the others
+  // alternating between two, so one reduction overlaps the next one's packing.
+  size_t next = 1;
+  for (size_t u = units_.size(); u-- > 0;) {
+    GSlot& g = u == 0 ? *gslots_[0] : *gslots_[next];
+    if (u != 0) next = next == 1 ? 2 : 1;
+    complete_reduce(g);
+    g.unit = static_cast<int>(u);
+    reduce_full_unit(g);
+  }
+}
+
+void ShardedEngine::sum_unit_grads(int u, comm::Communicator& group) {
+  BRAID_CHECK(sc_.stage <= 1, "sum_unit_grads: ZeRO stage ", sc_.stage, " shards gradients");
+  const Unit& U = units_[static_cast<size_t>(u)];
+  for (const auto& s : owned_) {
+    if (s.offset + s.len <= U.begin || s.offset >= U.end) continue;
+    char* g = grad_full_.as<char>() + s.offset * b_;
+    group.all_reduce(g, g, s.len, sc_.compute, comm::ReduceOp::sum, sc_.algo);
+  }
 }
 
 void ShardedEngine::complete_reduce(GSlot& g) {

@@ -43,6 +43,7 @@ struct ShardedConfig {
   DType compute = DType::f32;    // dtype of compute parameters, gradients and traffic
   comm::Algorithm algo = comm::Algorithm::ring;
   int tp = 1;                    // TP degree: the layout is that of a TP rank's local tensors
+  model::PipelineStage pipeline; // pipeline stage: its units, in its own flat layout
 };
 
 class ShardedEngine final : public model::UnitStorage {
@@ -87,6 +88,15 @@ class ShardedEngine final : public model::UnitStorage {
   /// Stages 0/1 reduce only in the backward that ends accumulation: call with
   /// true before the last micro-batch's backward (stages 2/3 reduce every one).
   void set_sync(bool sync) { sync_ = sync; }
+  /// Stages 0/1 under pipeline parallelism: reduces every unit's accumulated
+  /// gradient now (once per step, after the stage's last backward; run the
+  /// backwards with set_sync(false)). Throws braid::Error at stages 2/3.
+  void reduce_accumulated();
+  /// Stages 0/1, after finish_grads(): sums unit u's gradient (this rank's
+  /// owned elements at stage 1) over `group`, whose ranks hold the same unit in
+  /// the same layout (the tied embedding's copies on the first and last
+  /// pipeline stage). Collective over `group`; throws braid::Error at stages 2/3.
+  void sum_unit_grads(int u, comm::Communicator& group);
   /// Waits for outstanding reductions; afterwards the owned gradient elements
   /// hold the average over all data-parallel ranks (HSDP: also over replicas).
   void finish_grads();
@@ -142,6 +152,8 @@ class ShardedEngine final : public model::UnitStorage {
   void complete(Slot& s);
   void prefetch_after(int u);
   void launch_reduce(GSlot& g);
+  /// Stages 0/1: all-reduce (0) or reduce-scatter (1) unit g.unit of grad_full_.
+  void reduce_full_unit(GSlot& g);
   void complete_reduce(GSlot& g);
   void pack_block(const void* src_full, DType t, int u, int q, void* dst) const;
   void unpack_block(const void* block, DType t, int u, int q, void* dst_unit, DType dt) const;

@@ -70,10 +70,11 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
     sc.fsdp = o.fsdp;
     sc.compute = o.precision == "bf16" ? DType::bf16 : o.precision == "fp16" ? DType::f16 : DType::f32;
     sc.tp = o.tp;
+    sc.pipeline = stage;
     // HSDP shards within consecutive groups of S ranks (Trainer's split).
     const int S = o.fsdp_shard_size > 0 ? o.fsdp_shard_size : dp_world;
     const auto e = parallel::ShardedEngine::plan(p.config, sc, S, dp_rank % S);
-    p.num_params = model::GPT::unit_bounds(p.config, o.tp).back();
+    p.num_params = model::GPT::unit_bounds(p.config, o.tp, stage).back();
     for (size_t i = 0; i < kNumMemCategories; ++i) p.bytes[i] += e.bytes[i];
     p.optimizer_elems = e.state_elems;
   } else if (o.zero == 1) {

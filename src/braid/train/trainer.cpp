@@ -81,11 +81,13 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
   BRAID_CONFIG_CHECK(o.tp >= 1, "--tp ", o.tp, " must be >= 1");
   BRAID_CONFIG_CHECK(o.pp >= 1, "--pp ", o.pp, " must be >= 1");
   if (o.pp > 1) {
-    BRAID_CONFIG_CHECK(!ps && o.zero <= 1 && !o.fsdp && o.precision == "fp32", "--pp ", o.pp,
-                       " runs with DDP or ZeRO-1 over the DP group in fp32; drop ",
-                       ps ? "--dp-mode ps" : o.zero > 1 ? "--zero " + std::to_string(o.zero)
-                                         : o.fsdp    ? std::string("--fsdp")
-                                                     : "--precision " + o.precision);
+    BRAID_CONFIG_CHECK(!ps, "--pp ", o.pp, " runs with DDP or ZeRO-1 over the DP group; drop --dp-mode ps");
+    // Gradient sharding reduces every micro-batch's backward, which a pipeline
+    // runs many of per step (DeepSpeed's pipeline engine refuses ZeRO-2/3 too).
+    BRAID_CONFIG_CHECK(o.zero <= 1 && !o.fsdp, "--pp ", o.pp, " shards at most the optimizer states: ",
+                       o.fsdp ? std::string("--fsdp") : "--zero " + std::to_string(o.zero),
+                       " shards gradients per backward, and a pipeline runs one backward per "
+                       "micro-batch; use --zero 1");
     parse_schedule_options(o, cfg);
   }
   BRAID_CONFIG_CHECK(world_size % (o.tp * o.pp) == 0, "--tp ", o.tp, " x --pp ", o.pp,
@@ -312,6 +314,8 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   if (!opt.save_path.empty()) check_writable(opt.save_path);
   compute_ = opt.precision == "bf16" ? DType::bf16 : opt.precision == "fp16" ? DType::f16 : DType::f32;
   const bool use_engine = opt.zero >= 2 || opt.fsdp || compute_ != DType::f32;
+  model::PipelineStage stage;
+  if (pp_size_ > 1) stage = pipeline_stage(opt, cfg, pp_rank_, static_cast<int>(accum_steps_), &programs_);
   if (use_engine) {
     parallel::ShardedConfig sc;
     sc.stage = opt.fsdp ? 3 : opt.zero;
@@ -319,6 +323,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
     sc.compute = compute_;
     sc.algo = opt.algo;
     sc.tp = tp_size_;
+    sc.pipeline = stage;
     comm::Communicator* shard = dp_;
     const int S = opt.fsdp_shard_size;
     if (S > 0 && S < dp_->size()) {
@@ -332,8 +337,6 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   model::TensorParallel tpc;
   tpc.comm = tp_comm_.get();
   tpc.sequence_parallel = opt.sequence_parallel;
-  model::PipelineStage stage;
-  if (pp_size_ > 1) stage = pipeline_stage(opt, cfg, pp_rank_, static_cast<int>(accum_steps_), &programs_);
   model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_, engine_.get(),
                                         tpc, opt.dropout, stage, model::parse_recompute(opt.recompute));
   model_->set_compute_dtype(compute_);
@@ -629,8 +632,10 @@ void Trainer::finish_record(StepRecord& r, double seconds, uint64_t sent0, uint6
     if (pp_size_ > 1 && (pp_rank_ == 0 || pp_rank_ == pp_size_ - 1)) {
       // The tied embedding's copies on the first and the last stage.
       uint64_t h = 1469598103934665603ull;
-      const auto* b = reinterpret_cast<const unsigned char*>(model_->params());
+      const float* p0 = engine_ ? engine_->acquire_params(0) : model_->params();
+      const auto* b = reinterpret_cast<const unsigned char*>(p0);
       for (size_t i = 0; i < model_->unit_end(0) * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+      if (engine_) engine_->release_params(0);
       compare(*emb_comm_, h, "tied embedding copies");
     }
   }
@@ -649,6 +654,13 @@ StepRecord Trainer::engine_step(int64_t step) {
   BRAID_CONFIG_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
                      "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
   r.loss = loss;
+  engine_update(r);
+  finish_record(r, seconds_since(t0), sent0, recv0);
+  return r;
+}
+
+void Trainer::engine_update(StepRecord& r) {
+  const int64_t step = r.step;
   r.lr = sched_.at(step);
   // fp16: found-inf is reduced over every rank before any rank touches its
   // scale, so all ranks skip the same steps and keep the same scale.
@@ -672,8 +684,6 @@ StepRecord Trainer::engine_step(int64_t step) {
   } else {
     r.grad_norm = std::numeric_limits<float>::infinity();
   }
-  finish_record(r, seconds_since(t0), sent0, recv0);
-  return r;
 }
 
 StepRecord Trainer::train_step(int64_t step) {

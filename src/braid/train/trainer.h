@@ -211,6 +211,10 @@ class Trainer {
   std::unique_ptr<DynamicLossScaler> scaler_;
   DType compute_ = DType::f32;
   StepRecord engine_step(int64_t step);
+  /// After the engine's gradients are final: loss-scale update (found-inf over
+  /// the world), global norm, clipping and the mixed-precision AdamW; sets
+  /// r.lr, r.grad_norm, r.skipped.
+  void engine_update(StepRecord& r);
   // Pipeline parallelism (trainer_pp.cpp).
   std::unique_ptr<comm::Communicator> pp_comm_, emb_comm_;
   int pp_size_ = 1, pp_rank_ = 0;

@@ -68,7 +68,17 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       static_cast<size_t>(model_->boundary_rows(B, T) * model_->config().n_embd) * sizeof(float);
   const std::vector<size_t> offsets = sampler_->rank_offsets(step);
   const auto& prog = programs_[static_cast<size_t>(pp_rank_)];
-  model_->zero_grad();
+  if (engine_) {
+    // Mixed precision: the engine accumulates the half gradients and reduces
+    // them once, after this stage's last backward.
+    engine_->begin_step();
+    engine_->set_sync(false);
+  } else {
+    model_->zero_grad();
+  }
+  StepRecord r;
+  r.step = step;
+  r.loss_scale = scaler_->scale();
 
   // Per (chunk, micro-batch): its activation slot and the send of its output.
   const auto cj = [m](int c, int j) { return static_cast<size_t>(c) * static_cast<size_t>(m) + static_cast<size_t>(j); };
@@ -82,7 +92,7 @@ StepRecord Trainer::pipeline_step(int64_t step) {
   std::vector<comm::WorkPtr> grad_send(static_cast<size_t>(kGradSendBuffers));
   size_t grad_sends = 0;
   double loss_sum = 0, compute = 0;
-  const float scale = 1.0f / static_cast<float>(m);
+  const float scale = r.loss_scale / static_cast<float>(m);
   // Sequence-parallel sums of replicated gradients: once per chunk, in its
   // last input-gradient pass (LayerNorms) and its last weight pass (wpe).
   std::vector<size_t> last_b(static_cast<size_t>(v), SIZE_MAX), last_w(static_cast<size_t>(v), SIZE_MAX);
@@ -147,6 +157,10 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       const auto c0 = Clock::now();
       const double b0 = now_us();
       if (!last_v) trace(span_name("recv gradient ", j, c, v).c_str(), -1, "comm", w0, b0);
+      // Test hook (fp16): this rank's last backward reports an inf gradient.
+      if (engine_ && i == last_b[static_cast<size_t>(c)] && opt_.inject_inf_rank == world_.rank() &&
+          opt_.inject_inf_step == step)
+        engine_->inject_inf_once();
       if (full) {
         model_->backward(scale);
       } else {
@@ -171,17 +185,24 @@ StepRecord Trainer::pipeline_step(int64_t step) {
   for (auto& w : grad_send)
     if (w) w->wait();
 
-  // After this stage's last backward: the tied embedding, then the DP sync, once.
+  // After this stage's last backward: the tied embedding and the DP sync, once.
   const double s0 = now_us();
-  sync_tied_embedding();
-  if (zero_) {
-    zero_->begin_sync();
-    zero_->on_ready(0, model_->num_params());
-    zero_->finish_sync();
+  const bool tied = P > 1 && (pp_rank_ == 0 || pp_rank_ == P - 1);
+  if (engine_) {
+    engine_->reduce_accumulated();
+    engine_->finish_grads();
+    if (tied) engine_->sum_unit_grads(0, *emb_comm_);
   } else {
-    ddp_->begin_sync();
-    ddp_->on_ready(0, model_->num_params());
-    ddp_->finish_sync();
+    sync_tied_embedding();
+    if (zero_) {
+      zero_->begin_sync();
+      zero_->on_ready(0, model_->num_params());
+      zero_->finish_sync();
+    } else {
+      ddp_->begin_sync();
+      ddp_->on_ready(0, model_->num_params());
+      ddp_->finish_sync();
+    }
   }
   // The loss lives on the last stage: broadcast it along the pipeline, average over DP.
   float loss = last ? static_cast<float>(loss_sum / static_cast<double>(m)) : 0.f;
@@ -189,14 +210,16 @@ StepRecord Trainer::pipeline_step(int64_t step) {
   if (dp_size_ > 1) dp_->all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
   BRAID_CONFIG_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
                      "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
-  StepRecord r;
-  r.step = step;
   r.loss = loss;
   const double s1 = now_us();
   trace("gradient sync", -1, "comm", s0, s1);
-  r.grad_norm = clip_and_norm();
-  r.lr = sched_.at(step);
-  adamw(r.lr, step + 1);
+  if (engine_) {
+    engine_update(r);
+  } else {
+    r.grad_norm = clip_and_norm();
+    r.lr = sched_.at(step);
+    adamw(r.lr, step + 1);
+  }
   trace("optimizer", -1, "compute", s1, now_us());
   const double wall = secs(t0, Clock::now());
   // Measured bubble: the part of the step a stage spends not computing,
