@@ -35,16 +35,18 @@ void add_schedule(CLI::App& app) {
     const int P = a->pp, m = a->micro_batches, v = a->virtual_stages;
     const auto prog = parallel::build_schedule(kind, P, m, v);
     const auto st = parallel::check_schedule(prog, P, m, v);
-    std::printf("%s schedule, P=%d stages, m=%d micro-batches, v=%d chunks per stage "
-                "(a stage's forward = 1, backward = 2 time units; backward_input = backward_weight = 1)\n",
+    std::printf("%s schedule, P=%d, m=%d, v=%d (stages, micro-batches, chunks per stage); a stage's "
+                "forward = 1, backward = 2 time units, backward_input = backward_weight = 1, each /v per chunk\n",
                 parallel::schedule_name(kind), P, m, v);
+    std::printf("cells: F forward, B backward, b backward_input, W backward_weight (F3.1: micro-batch 3 on chunk 1), . idle\n");
     std::printf("%s", parallel::draw_schedule(st, P).c_str());
     const char* formula = kind == parallel::ScheduleKind::naive         ? "(P-1)/P"
                           : kind == parallel::ScheduleKind::interleaved ? "(P-1)/(vm+P-1)"
                           : kind == parallel::ScheduleKind::zb_h1       ? "(P-1)/(3m+P-1)"
                                                                         : "(P-1)/(m+P-1)";
-    std::printf("makespan %g | bubble %.1f%% (theory %s = %.1f%%)\n", st.makespan, 100 * st.bubble, formula,
-                100 * parallel::theoretical_bubble(kind, P, m, v));
+    const std::string caveat = parallel::theory_assumption(kind, P, m);
+    std::printf("makespan %.4g | bubble %.1f%% (theory %s = %.1f%%%s)\n", st.makespan, 100 * st.bubble, formula,
+                100 * parallel::theoretical_bubble(kind, P, m, v), caveat.empty() ? "" : ("; " + caveat).c_str());
     std::printf("peak micro-batches alive per stage (summed over chunks):");
     for (int s = 0; s < P; ++s) std::printf(" %d", st.peak_in_flight[static_cast<size_t>(s)]);
     std::printf("\n");

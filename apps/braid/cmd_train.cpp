@@ -53,7 +53,7 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
       std::string tp;
       if (opt.tp > 1) tp = " x tp=" + std::to_string(opt.tp) + (opt.sequence_parallel ? "+sp" : "");
       if (opt.pp > 1) tp += " x pp=" + std::to_string(opt.pp) + " (" + opt.schedule + ")";
-      std::printf("braid train | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params per rank) | ranks %d (dp=%d%s%s, zero=%d%s, %s, %s) | "
+      std::printf("braid train | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params on rank 0) | ranks %d (dp=%d%s%s, zero=%d%s, %s, %s) | "
                   "batch %lld = %d x %lld x %lld accum | T=%lld | matmul peak %.1f GFLOP/s per rank\n",
                   c.name.c_str(), (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd,
                   (long long)c.vocab_size, (long long)c.padded_vocab_size,
@@ -144,7 +144,7 @@ void add_train(CLI::App& app) {
   c->add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
   c->add_option("--grad-clip", o.grad_clip, "Clip the global gradient norm (0 disables)")->capture_default_str();
   c->add_option("--seed", o.seed, "Seed for weights and data order")->capture_default_str();
-  c->add_option("--dp", o.dp, "Data-parallel degree (0: all ranks)")->capture_default_str();
+  c->add_option("--dp", o.dp, "Data-parallel degree (0: derived: ranks / (tp x pp), or ranks - 1 with --dp-mode ps)")->capture_default_str();
   c->add_flag("--ps-async", o.ps_async, "Parameter server: apply each worker's gradient as it arrives");
   c->add_option("--staleness", o.staleness, "Asynchronous PS: a worker may run at most this many iterations ahead of the slowest")->capture_default_str();
   c->add_option("--trace-out", o.trace_out, "Write a Chrome trace (open in Perfetto) of every rank's steps and pipeline spans");

@@ -7,16 +7,19 @@ namespace braid::cli {
 void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
   c->add_option("--model", o.model, "Model config: tiny, small, gpt2")->capture_default_str();
   c->add_option("--batch", o.global_batch, "Global batch in sequences (over all DP ranks)")->capture_default_str();
-  c->add_option("--micro-batch", o.micro_batch, "Sequences per forward/backward on one rank")->capture_default_str();
+  auto* micro_batch =
+      c->add_option("--micro-batch", o.micro_batch, "Sequences per forward/backward on one rank")->capture_default_str();
   c->add_option("--seq-len", o.seq_len, "Sequence length T (0: min(128, the model's block size))")->capture_default_str();
   c->add_option("--dp-mode", o.dp_mode, "ddp (ring all-reduce) or ps (rank 0 is a parameter server, the others workers)")->capture_default_str();
   c->add_option("--zero", o.zero, "ZeRO stage: 0 (DDP all-reduce), 1 (AdamW moments sharded over DP), 2 (+ gradients), 3 (+ parameters, gathered per layer)")->capture_default_str();
   c->add_flag("--fsdp", o.fsdp, "FSDP: shard parameters, gradients and optimizer states with one flat parameter per transformer block (ZeRO-3 by unit)");
   c->add_option("--pp", o.pp, "Pipeline stages: consecutive layer ranges on groups of ranks (TP fastest, then DP, then PP)")->capture_default_str();
-  c->add_option("--pp-layers", o.pp_layers, "Layers per stage, e.g. 3,5 (default: even split)");
-  c->add_option("--schedule", o.schedule, "Pipeline schedule: naive, gpipe, 1f1b, interleaved or zb-h1")->capture_default_str();
+  c->add_option("--pp-layers", o.pp_layers, "Layers per stage, e.g. 3,5 (interleaved: one count per virtual stage, pp x v of them; default: even split)");
+  c->add_option("--schedule", o.schedule, "Pipeline schedule: naive, gpipe, 1f1b, interleaved or zb-h1 (needs --recompute none)")->capture_default_str();
   c->add_option("--virtual-stages", o.virtual_stages, "Model chunks per pipeline rank (--schedule interleaved)")->capture_default_str();
-  c->add_option("--micro-batches", o.micro_batches, "Micro-batches per step and pipeline (sets --micro-batch = batch / (dp x m))")->capture_default_str();
+  c->add_option("--micro-batches", o.micro_batches, "Micro-batches per step and pipeline (sets --micro-batch = batch / (dp x m))")
+      ->capture_default_str()
+      ->excludes(micro_batch);
   c->add_option("--recompute", o.recompute, "Activation checkpointing: none, selective (attention internals and GELU) or full (each block)")->capture_default_str();
   c->add_option("--tp", o.tp, "Tensor-parallel degree: heads, MLP columns and the vocabulary split over groups of consecutive ranks")->capture_default_str();
   c->add_flag("--sequence-parallel", o.sequence_parallel, "Sequence parallelism: LayerNorm/dropout/residual rows sharded over the TP group");

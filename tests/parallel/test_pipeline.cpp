@@ -261,6 +261,35 @@ TEST(Pipeline, ConfigErrorsNameTheFix) {
   EXPECT_NE(message(t, 2).find("--virtual-stages"), std::string::npos) << message(t, 2);
   t.schedule = "zb-h2";
   EXPECT_NE(message(t, 2).find("zb-h1"), std::string::npos) << message(t, 2);
+  // Values that overflow a product of degrees, or that a single stage ignores.
+  t = o;
+  t.pp = 2;
+  t.schedule = "interleaved";
+  t.virtual_stages = 1073741824;
+  EXPECT_NE(message(t, 2).find("exceed the 4 layers"), std::string::npos) << message(t, 2);
+  t = o;
+  t.pp = 4;
+  t.tp = 1073741824;
+  EXPECT_NE(message(t, 4).find("needs at least"), std::string::npos) << message(t, 4);
+  t = o;
+  t.pp = 2;
+  t.micro_batches = -1;
+  EXPECT_NE(message(t, 2).find("--micro-batches -1 must be >= 1"), std::string::npos) << message(t, 2);
+  t = o;
+  t.virtual_stages = 2;
+  EXPECT_NE(message(t, 1).find("needs --pp > 1"), std::string::npos) << message(t, 1);
+  t = o;
+  t.pp = 2;
+  t.zero = 4;
+  EXPECT_NE(message(t, 2).find("is not a ZeRO stage"), std::string::npos) << message(t, 2);
+  for (const char* bad : {"1,3,", "+1,3", ",1,3", "99999999999999999999,3"}) {
+    t = o;
+    t.pp = 2;
+    t.pp_layers = bad;
+    EXPECT_NE(message(t, 2).find("is not a layer count"), std::string::npos) << bad << ": " << message(t, 2);
+  }
+  t.pp_layers = " 1, 3 ";
+  EXPECT_EQ(message(t, 2), "") << "spaces around counts are accepted";
   t = o;
   t.pp = 3;
   EXPECT_NE(message(t, 4).find("does not divide the 4 ranks"), std::string::npos) << message(t, 4);

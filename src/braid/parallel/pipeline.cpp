@@ -334,6 +334,9 @@ std::vector<StageProgram> build_schedule(ScheduleKind kind, int P, int m, int v)
   BRAID_CONFIG_CHECK(P >= 1 && m >= 1, "pipeline: ", P, " stages and ", m,
                      " micro-batches; both must be >= 1");
   BRAID_CONFIG_CHECK(v >= 1, "--virtual-stages ", v, " must be >= 1");
+  // The tables hold every action: keep them to a size a step can run.
+  BRAID_CONFIG_CHECK(int64_t{P} * m * v <= 10'000'000, "pipeline: ", P, " stages x ", m, " micro-batches x ", v,
+                     " chunks is more than 10^7 actions per step; use fewer");
   if (kind == ScheduleKind::interleaved) {
     BRAID_CONFIG_CHECK(P >= 2, "--schedule interleaved needs --pp >= 2 (got --pp ", P,
                        "); with one stage use --schedule 1f1b");
@@ -459,6 +462,12 @@ double time_unit(const ScheduleStats& st) {
 }
 
 }  // namespace
+
+std::string theory_assumption(ScheduleKind kind, int P, int m) {
+  if (kind == ScheduleKind::interleaved && m % P != 0) return "the formula assumes P divides m";
+  if (kind == ScheduleKind::zb_h1 && m < P) return "the formula assumes m >= P";
+  return "";
+}
 
 std::string draw_schedule(const ScheduleStats& st, int P) {
   const double unit = time_unit(st);

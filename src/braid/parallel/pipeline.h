@@ -133,6 +133,10 @@ ScheduleStats check_schedule(const std::vector<StageProgram>& programs, int P, i
 double theoretical_bubble(ScheduleKind kind, int P, int m, int v = 1);
 /// GPipe and 1F1B: (P-1) / (m+P-1) (Narayanan et al. 2021, sec. 2.2).
 double theoretical_bubble(int P, int m);
+/// "" when theoretical_bubble(kind, P, m, v) is what the schedule reaches with
+/// the unit costs, else the assumption it makes that (P, m) breaks
+/// ("the formula assumes P divides m" for interleaved, "... m >= P" for zb-h1).
+std::string theory_assumption(ScheduleKind kind, int P, int m);
 
 /// Text table: one row per rank, one column per time unit of the cheapest
 /// action. Cells: op letter, micro-batch, and ".c" for chunk c when v > 1:

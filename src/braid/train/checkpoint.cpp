@@ -79,8 +79,10 @@ nlohmann::json load_checkpoint(const std::string& path, size_t n_params, float* 
   const size_t n = header.at("n_params").get<size_t>();
   BRAID_CONFIG_CHECK(n == n_params, "checkpoint ", path, " holds ", n,
                      " parameters but the model has ", n_params,
-                     "; resume with the same --model as the saved run (",
-                     header.value("model", std::string("?")), ")");
+                     "; resume with the model of the saved run: --model ", header.value("model", std::string("?")),
+                     " --n-layer ", header.value("n_layer", int64_t{0}), " --n-head ", header.value("n_head", int64_t{0}),
+                     " --n-embd ", header.value("n_embd", int64_t{0}), " --vocab-size ",
+                     header.value("vocab_size", int64_t{0}));
   for (float* dst : {params, m, v}) {
     f.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(n * 4));
     BRAID_CONFIG_CHECK(f.good(), "checkpoint ", path, " is truncated");

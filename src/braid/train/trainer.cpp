@@ -80,6 +80,16 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
                      " only applies to --dp-mode ps --ps-async; add --ps-async or drop it");
   BRAID_CONFIG_CHECK(o.tp >= 1, "--tp ", o.tp, " must be >= 1");
   BRAID_CONFIG_CHECK(o.pp >= 1, "--pp ", o.pp, " must be >= 1");
+  BRAID_CONFIG_CHECK(o.zero >= 0 && o.zero <= 3, "--zero ", o.zero,
+                     " is not a ZeRO stage; use 0 (DDP), 1 (optimizer states sharded), 2 (+ gradients) or 3 "
+                     "(+ parameters)");
+  BRAID_CONFIG_CHECK(int64_t{o.tp} * o.pp <= world_size, "--tp ", o.tp, " x --pp ", o.pp, " needs at least ",
+                     int64_t{o.tp} * o.pp, " ranks but the job has ", world_size);
+  BRAID_CONFIG_CHECK(o.pp > 1 || (o.virtual_stages == 1 && o.pp_layers.empty()),
+                     o.virtual_stages != 1 ? "--virtual-stages" : "--pp-layers",
+                     " splits the layers over pipeline stages; it needs --pp > 1");
+  parallel::parse_schedule(o.schedule);
+  BRAID_CONFIG_CHECK(o.sample_tokens >= 0, "--sample-tokens ", o.sample_tokens, " must be >= 0");
   if (o.pp > 1) {
     BRAID_CONFIG_CHECK(!ps, "--pp ", o.pp, " runs with DDP or ZeRO-1 over the DP group; drop --dp-mode ps");
     // Gradient sharding reduces every micro-batch's backward, which a pipeline
@@ -163,39 +173,51 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
 }
 
 void apply_micro_batches(TrainOptions& o, int world_size) {
-  if (o.micro_batches <= 0) return;
+  BRAID_CONFIG_CHECK(o.micro_batches >= 0, "--micro-batches ", o.micro_batches,
+                     " must be >= 1 (or 0: derived from --batch and --micro-batch)");
+  if (o.micro_batches == 0) return;
   // --micro-batches m: each pipeline (DP rank) splits its share of the batch into m.
-  const int dp = std::max(1, world_size / std::max(1, o.tp * o.pp));
-  BRAID_CONFIG_CHECK(o.global_batch % (static_cast<int64_t>(dp) * o.micro_batches) == 0,
+  const int64_t degrees = std::max<int64_t>(1, int64_t{std::max(1, o.tp)} * std::max(1, o.pp));
+  const int64_t dp = std::max<int64_t>(1, world_size / degrees);
+  BRAID_CONFIG_CHECK(o.global_batch % dp == 0, "--batch ", o.global_batch, " does not split over the ", dp,
+                     " data-parallel ranks; use a multiple of ", dp);
+  BRAID_CONFIG_CHECK(o.global_batch % (dp * o.micro_batches) == 0,
                      "--micro-batches ", o.micro_batches, " does not divide the ", o.global_batch / dp,
                      " sequences per DP rank (--batch ", o.global_batch, " over dp ", dp,
                      "); choose a divisor");
-  o.micro_batch = o.global_batch / (static_cast<int64_t>(dp) * o.micro_batches);
+  o.micro_batch = o.global_batch / (dp * o.micro_batches);
 }
 
 std::vector<int64_t> stage_layers(const TrainOptions& o, const model::GPTConfig& cfg) {
   std::vector<int64_t> n;
-  const int Q = o.pp * o.virtual_stages;  // virtual stages
+  const int64_t Q = int64_t{o.pp} * o.virtual_stages;  // virtual stages
   BRAID_CONFIG_CHECK(Q <= cfg.n_layer, "--pp ", o.pp, " x --virtual-stages ", o.virtual_stages, " = ", Q,
                      " stages exceed the ", cfg.n_layer, " layers of model '", cfg.name,
-                     "'; every stage needs at least one layer");
+                     "'; every stage needs at least one layer: use fewer stages or --n-layer ", Q, " or more");
   if (o.pp_layers.empty()) {
     // Even split; the first stages take the remainder.
-    for (int s = 0; s < Q; ++s) n.push_back(cfg.n_layer / Q + (s < cfg.n_layer % Q ? 1 : 0));
+    for (int64_t s = 0; s < Q; ++s) n.push_back(cfg.n_layer / Q + (s < cfg.n_layer % Q ? 1 : 0));
     return n;
   }
-  std::stringstream ss(o.pp_layers);
-  std::string item;
+  // Comma-separated decimal counts; spaces around a count are allowed, nothing else.
   int64_t total = 0;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    BRAID_CONFIG_CHECK(!item.empty() && end && *end == '\0' && v >= 1, "--pp-layers '", o.pp_layers,
-                       "': '", item, "' is not a layer count >= 1");
+  size_t pos = 0;
+  for (;;) {
+    const size_t comma = o.pp_layers.find(',', pos);
+    std::string item = o.pp_layers.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const size_t a = item.find_first_not_of(' '), b = item.find_last_not_of(' ');
+    item = a == std::string::npos ? "" : item.substr(a, b - a + 1);
+    const bool digits = !item.empty() && item.size() <= 9 &&
+                        item.find_first_not_of("0123456789") == std::string::npos;
+    const int64_t v = digits ? std::stoll(item) : 0;
+    BRAID_CONFIG_CHECK(v >= 1 && v <= cfg.n_layer, "--pp-layers '", o.pp_layers, "': '", item,
+                       "' is not a layer count in [1, ", cfg.n_layer, "]");
     n.push_back(v);
     total += v;
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
   }
-  BRAID_CONFIG_CHECK(static_cast<int>(n.size()) == Q && total == cfg.n_layer, "--pp-layers '",
+  BRAID_CONFIG_CHECK(static_cast<int64_t>(n.size()) == Q && total == cfg.n_layer, "--pp-layers '",
                      o.pp_layers, "' gives ", n.size(), " stages with ", total, " layers, but --pp ",
                      o.pp, o.virtual_stages > 1 ? " x --virtual-stages " + std::to_string(o.virtual_stages) : "",
                      " needs ", Q, " and model '", cfg.name, "' has ", cfg.n_layer,
@@ -948,14 +970,17 @@ std::vector<StepRecord> Trainer::run() {
     const auto kind = parallel::parse_schedule(opt_.schedule);
     const int m = static_cast<int>(accum_steps_), v = opt_.virtual_stages;
     const auto st = parallel::check_schedule(programs_, pp_size_, m, v, 1.0, 2.0, kGradSendBuffers);
-    std::printf("pipeline: %s, %d stages x %d chunk(s), %d micro-batches: simulated bubble %.1f%% (theory %.1f%%)",
-                opt_.schedule.c_str(), pp_size_, v, m, 100 * st.bubble,
-                100 * parallel::theoretical_bubble(kind, pp_size_, m, v));
+    const std::string caveat = parallel::theory_assumption(kind, pp_size_, m);
+    std::printf("pipeline: %s, P=%d, m=%d, v=%d (stages, micro-batches, chunks per stage): simulated bubble "
+                "%.1f%% (theory %.1f%%%s)",
+                opt_.schedule.c_str(), pp_size_, m, v, 100 * st.bubble,
+                100 * parallel::theoretical_bubble(kind, pp_size_, m, v), caveat.empty() ? "" : ("; " + caveat).c_str());
+    if (m < pp_size_)
+      std::printf("; fewer micro-batches than stages leave most stages idle: raise --batch or use --micro-batches");
     if (kind == parallel::ScheduleKind::interleaved && m % pp_size_ != 0) {
       const auto f = parallel::check_schedule(parallel::build_schedule(parallel::ScheduleKind::one_f_one_b, pp_size_, m),
                                               pp_size_, m);
-      std::printf("; %d micro-batches is not a multiple of %d stages, so the last group is short (1f1b: %.1f%%)", m,
-                  pp_size_, 100 * f.bubble);
+      std::printf("; the last group of micro-batches is short (1f1b: %.1f%%)", 100 * f.bubble);
     }
     std::printf("\n");
   }
