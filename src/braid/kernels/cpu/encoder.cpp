@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "braid/kernels/cpu/row_sum.h"
+
 namespace braid::kernels {
 
 void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
@@ -19,23 +21,8 @@ void encoder_forward(float* out, const int32_t* tokens, const float* wte, const 
 
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                       int64_t B, int64_t T, int64_t C) {
-  const int64_t chunk = 32;
-  const int64_t nchunks = (C + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static)
-  for (int64_t ch = 0; ch < nchunks; ++ch) {
-    const int64_t c0 = ch * chunk, c1 = std::min(C, c0 + chunk);
-    for (int64_t bt = 0; bt < B * T; ++bt) {
-      const int64_t t = bt % T;
-      const float* d = dout + bt * C;
-      float* ge = dwte + int64_t(tokens[bt]) * C;
-      float* gp = dwpe + t * C;
-#pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) {
-        ge[c] += d[c];
-        gp[c] += d[c];
-      }
-    }
-  }
+  add_rows_in_order([&](int64_t bt) { return dwte + int64_t(tokens[bt]) * C; }, dout, B * T, C);
+  add_rows_in_order([&](int64_t bt) { return dwpe + (bt % T) * C; }, dout, B * T, C);
 }
 
 void embedding_lookup_range(float* out, const int32_t* tokens, const float* wte, int64_t start,
@@ -56,20 +43,12 @@ void embedding_lookup_range(float* out, const int32_t* tokens, const float* wte,
 
 void embedding_backward_range(float* dwte, const float* dout, const int32_t* tokens,
                               int64_t start, int64_t rows, int64_t N, int64_t C) {
-  const int64_t chunk = 32;
-  const int64_t nchunks = (C + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static)
-  for (int64_t ch = 0; ch < nchunks; ++ch) {
-    const int64_t c0 = ch * chunk, c1 = std::min(C, c0 + chunk);
-    for (int64_t i = 0; i < N; ++i) {
-      const int64_t r = int64_t(tokens[i]) - start;
-      if (r < 0 || r >= rows) continue;
-      const float* d = dout + i * C;
-      float* g = dwte + r * C;
-#pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) g[c] += d[c];
-    }
-  }
+  add_rows_in_order(
+      [&](int64_t i) -> float* {
+        const int64_t r = int64_t(tokens[i]) - start;
+        return r < 0 || r >= rows ? nullptr : dwte + r * C;
+      },
+      dout, N, C);
 }
 
 void position_forward(float* out, const float* wpe, int64_t row0, int64_t n, int64_t T, int64_t C) {
@@ -83,18 +62,7 @@ void position_forward(float* out, const float* wpe, int64_t row0, int64_t n, int
 }
 
 void position_backward(float* dwpe, const float* dout, int64_t row0, int64_t n, int64_t T, int64_t C) {
-  const int64_t chunk = 32;
-  const int64_t nchunks = (C + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static)
-  for (int64_t ch = 0; ch < nchunks; ++ch) {
-    const int64_t c0 = ch * chunk, c1 = std::min(C, c0 + chunk);
-    for (int64_t i = 0; i < n; ++i) {
-      const float* d = dout + i * C;
-      float* g = dwpe + ((row0 + i) % T) * C;
-#pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) g[c] += d[c];
-    }
-  }
+  add_rows_in_order([&](int64_t i) { return dwpe + ((row0 + i) % T) * C; }, dout, n, C);
 }
 
 }  // namespace braid::kernels

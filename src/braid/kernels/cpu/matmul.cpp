@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "braid/core/error.h"
+#include "braid/kernels/cpu/row_sum.h"
 
 namespace braid::kernels {
 namespace {
@@ -144,21 +145,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   if (dinp) gemm(false, false, BT, C, OC, 1.0f, dout, weight, 0.0f, dinp);
   // dweight (OC, C) += dout^T (OC, BT) @ inp (BT, C)
   if (dweight) gemm(true, false, OC, C, BT, 1.0f, dout, inp, 1.0f, dweight);
-  if (dbias) {
-    // Column sum: each thread owns a block of output channels and walks the rows
-    // in order, so the result does not depend on the thread count.
-    const int64_t chunk = 64;
-    const int64_t nchunks = (OC + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static)
-    for (int64_t ch = 0; ch < nchunks; ++ch) {
-      const int64_t o0 = ch * chunk, o1 = std::min(OC, o0 + chunk);
-      for (int64_t r = 0; r < BT; ++r) {
-        const float* row = dout + r * OC;
-#pragma omp simd
-        for (int64_t o = o0; o < o1; ++o) dbias[o] += row[o];
-      }
-    }
-  }
+  // Column sum over the rows, in row order (deterministic).
+  if (dbias) add_rows_in_order([&](int64_t) { return dbias; }, dout, BT, OC, 64);
 }
 
 }  // namespace braid::kernels
