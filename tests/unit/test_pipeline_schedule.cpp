@@ -56,7 +56,7 @@ TEST(PipelineSchedule, EveryScheduleIsValidForAllSizes) {
           }
 
           const double theory = parallel::theoretical_bubble(kind, P, m, v);
-          const double f1b = parallel::theoretical_bubble(P, m);
+          const double f1b = parallel::theoretical_bubble(parallel::ScheduleKind::one_f_one_b, P, m);
           switch (kind) {
             case ScheduleKind::naive:
               // One micro-batch in flight at a time: the pipeline never overlaps.
@@ -205,7 +205,7 @@ TEST(PipelineSchedule, NamesAndOptions) {
   EXPECT_THROW(parallel::build_schedule(ScheduleKind::interleaved, 4, 8, 1), ConfigError);
   EXPECT_THROW(parallel::build_schedule(ScheduleKind::interleaved, 1, 8, 2), ConfigError);
   EXPECT_THROW(parallel::build_schedule(ScheduleKind::zb_h1, 4, 8, 0), ConfigError);
-  EXPECT_NEAR(parallel::theoretical_bubble(4, 8), 3.0 / 11, 1e-12);
+  EXPECT_NEAR(parallel::theoretical_bubble(parallel::ScheduleKind::one_f_one_b, 4, 8), 3.0 / 11, 1e-12);
 }
 
 TEST(PipelineSchedule, DrawingShowsChunksAndSplitBackward) {

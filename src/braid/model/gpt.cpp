@@ -377,7 +377,7 @@ void GPT::set_slot(int64_t k, int c) {
   BRAID_CHECK(k >= 0 && k < ch.slots, "set_slot: slot ", k, " of chunk ", c, " outside [0, ", ch.slots, ")");
   chunk_ = c;
   slot_ = k;
-  l0_ = ch.l0, l1_ = ch.l1, slots_ = ch.slots, local0_ = ch.local0;
+  l0_ = ch.l0, l1_ = ch.l1, local0_ = ch.local0;
   has_embed_ = ch.embed, has_head_ = ch.head;
   slot_floats_ = ch.slot_floats;
   const size_t C = size_t(cfg_.n_embd), P = size_t(tpn_), Vpl = size_t(cfg_.padded_vocab_size) / P;

@@ -262,10 +262,6 @@ class GPT {
   bool chunk_has_embed(int c) const { return chunks_[size_t(c)].embed; }
   bool chunk_has_head(int c) const { return chunks_[size_t(c)].head; }
   int64_t chunk_slots(int c) const { return chunks_[size_t(c)].slots; }
-  /// The current chunk's (set_slot) layers [first_layer, last_layer) and slot count.
-  int64_t first_layer() const { return l0_; }
-  int64_t last_layer() const { return l1_; }
-  int64_t slots() const { return slots_; }
   /// Selects chunk c and its activation set k (0 <= k < chunk_slots(c)) for the
   /// following forward/backward passes; stage_input/stage_output refer to it.
   /// Throws braid::Error when c or k is out of range.
@@ -399,7 +395,7 @@ class GPT {
   std::vector<ChunkInfo> chunks_;
   std::vector<uint8_t> w_pending_;  // per token slot: a B whose W has not run
   // The current chunk (set_slot): its layers, slot and whether it embeds / has the head.
-  int64_t l0_ = 0, l1_ = 0, slots_ = 1, slot_ = 0, local0_ = 0;
+  int64_t l0_ = 0, l1_ = 0, slot_ = 0, local0_ = 0;
   int chunk_ = 0;
   bool has_embed_ = true, has_head_ = true;
   bool owns_embed_ = true, owns_head_ = true, has_unit0_ = true;  // over all chunks

@@ -354,7 +354,7 @@ std::vector<StageProgram> build_schedule(ScheduleKind kind, int P, int m, int v)
     for (;;) {
       auto prog = interleaved_programs(P, m, v, warm);
       try {
-        simulate(prog, P, m, v, 1.0, 2.0, 2);
+        simulate(prog, P, m, v, 1.0, 2.0, kGradSendBuffers);
         return prog;
       } catch (const Deadlock& d) {
         bool raised = false;
@@ -436,8 +436,6 @@ double theoretical_bubble(ScheduleKind kind, int P, int m, int v) {
   }
   return 0;
 }
-
-double theoretical_bubble(int P, int m) { return theoretical_bubble(ScheduleKind::one_f_one_b, P, m); }
 
 namespace {
 

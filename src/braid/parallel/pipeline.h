@@ -34,6 +34,10 @@ using StageProgram = std::vector<PipeAction>;
 
 enum class ScheduleKind : uint8_t { naive, gpipe, one_f_one_b, interleaved, zb_h1 };
 
+/// Gradient send buffers of the executor (a ring): the checker and the
+/// interleaved builder verify the tables with this many.
+constexpr int kGradSendBuffers = 2;
+
 /// "naive" | "gpipe" | "1f1b" | "interleaved" | "zb-h1"; throws ConfigError
 /// naming the choices for anything else.
 ScheduleKind parse_schedule(const std::string& s);
@@ -118,7 +122,8 @@ struct ScheduleStats {
 /// Throws braid::Error when no rank can advance (deadlock), naming each stuck
 /// rank, its action and what it waits for (a receive or a send buffer).
 ScheduleStats check_schedule(const std::vector<StageProgram>& programs, int P, int m, int v = 1,
-                             double f_cost = 1.0, double b_cost = 2.0, int grad_send_buffers = 2);
+                             double f_cost = 1.0, double b_cost = 2.0,
+                             int grad_send_buffers = kGradSendBuffers);
 
 /// Bubble fraction in theory, with backward = 2 x forward where it matters:
 /// - gpipe, 1f1b: (P-1) / (m+P-1) (Narayanan et al. 2021, sec. 2.2.1);
@@ -131,8 +136,6 @@ ScheduleStats check_schedule(const std::vector<StageProgram>& programs, int P, i
 /// The simulation matches these exactly for gpipe and 1f1b (any m), zb-h1
 /// (m >= P) and interleaved (P | m); see the tests for the other cases.
 double theoretical_bubble(ScheduleKind kind, int P, int m, int v = 1);
-/// GPipe and 1F1B: (P-1) / (m+P-1) (Narayanan et al. 2021, sec. 2.2).
-double theoretical_bubble(int P, int m);
 /// "" when theoretical_bubble(kind, P, m, v) is what the schedule reaches with
 /// the unit costs, else the assumption it makes that (P, m) breaks
 /// ("the formula assumes P divides m" for interleaved, "... m >= P" for zb-h1).

@@ -240,18 +240,18 @@ void parse_schedule_options(const TrainOptions& o, const model::GPTConfig& cfg) 
 
 size_t pipeline_grad_send_bytes(const TrainOptions& o, const model::GPTConfig& cfg) {
   const int64_t rows = o.micro_batch * o.seq_len / (o.sequence_parallel ? o.tp : 1);
-  return static_cast<size_t>(kGradSendBuffers) * static_cast<size_t>(rows * cfg.n_embd) * sizeof(float);
+  return static_cast<size_t>(parallel::kGradSendBuffers) * static_cast<size_t>(rows * cfg.n_embd) * sizeof(float);
 }
 
 model::PipelineStage pipeline_stage(const TrainOptions& o, const model::GPTConfig& cfg, int pp_rank, int m,
-                                    std::vector<parallel::StageProgram>* programs) {
+                                    std::vector<parallel::StageProgram>* programs, parallel::ScheduleStats* stats) {
   const auto layers = stage_layers(o, cfg);
   const int P = o.pp, v = o.virtual_stages;
   // The schedule is checked on its tables before any communication; its
   // simulation gives the micro-batches alive at once on each chunk.
   const auto kind = parallel::parse_schedule(o.schedule);
   auto prog = parallel::build_schedule(kind, P, m, v);
-  const auto st = parallel::check_schedule(prog, P, m, v, 1.0, 2.0, kGradSendBuffers);
+  auto st = parallel::check_schedule(prog, P, m, v);
   model::PipelineStage stage;
   for (int c = 0; c < v; ++c) {
     const int q = c * P + pp_rank;  // virtual stage (Megatron's interleaved placement)
@@ -263,6 +263,7 @@ model::PipelineStage pipeline_stage(const TrainOptions& o, const model::GPTConfi
     stage.chunks.push_back(ch);
   }
   if (programs) *programs = std::move(prog);
+  if (stats) *stats = std::move(st);
   return stage;
 }
 
@@ -337,7 +338,11 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   compute_ = opt.precision == "bf16" ? DType::bf16 : opt.precision == "fp16" ? DType::f16 : DType::f32;
   const bool use_engine = opt.zero >= 2 || opt.fsdp || compute_ != DType::f32;
   model::PipelineStage stage;
-  if (pp_size_ > 1) stage = pipeline_stage(opt, cfg, pp_rank_, static_cast<int>(accum_steps_), &programs_);
+  if (pp_size_ > 1) {
+    parallel::ScheduleStats st;
+    stage = pipeline_stage(opt, cfg, pp_rank_, static_cast<int>(accum_steps_), &programs_, &st);
+    simulated_bubble_ = st.bubble;
+  }
   if (use_engine) {
     parallel::ShardedConfig sc;
     sc.stage = opt.fsdp ? 3 : opt.zero;
@@ -969,11 +974,10 @@ std::vector<StepRecord> Trainer::run() {
     // The schedule's simulated bubble (F = 1, B = 2 per stage) next to theory.
     const auto kind = parallel::parse_schedule(opt_.schedule);
     const int m = static_cast<int>(accum_steps_), v = opt_.virtual_stages;
-    const auto st = parallel::check_schedule(programs_, pp_size_, m, v, 1.0, 2.0, kGradSendBuffers);
     const std::string caveat = parallel::theory_assumption(kind, pp_size_, m);
     std::printf("pipeline: %s, P=%d, m=%d, v=%d (stages, micro-batches, chunks per stage): simulated bubble "
                 "%.1f%% (theory %.1f%%%s)",
-                opt_.schedule.c_str(), pp_size_, m, v, 100 * st.bubble,
+                opt_.schedule.c_str(), pp_size_, m, v, 100 * simulated_bubble_,
                 100 * parallel::theoretical_bubble(kind, pp_size_, m, v), caveat.empty() ? "" : ("; " + caveat).c_str());
     if (m < pp_size_)
       std::printf("; fewer micro-batches than stages leave most stages idle: raise --batch or use --micro-batches");

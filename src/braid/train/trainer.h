@@ -91,19 +91,18 @@ TrainOptions resolve_options(TrainOptions opt, const model::GPTConfig& cfg);
 /// stages take the remainder). Throws ConfigError naming the fix when the
 /// counts do not cover every layer exactly once.
 std::vector<int64_t> stage_layers(const TrainOptions& opt, const model::GPTConfig& cfg);
-/// Gradient send buffers of the pipeline executor (a ring; the schedule
-/// checker verifies the tables with this many).
-constexpr int kGradSendBuffers = 2;
-/// Bytes of those buffers on a pipeline rank that sends gradients:
-/// kGradSendBuffers x (boundary rows, n_embd) f32.
+/// Bytes of the executor's gradient send ring on a pipeline rank that sends
+/// gradients: parallel::kGradSendBuffers x (boundary rows, n_embd) f32.
 size_t pipeline_grad_send_bytes(const TrainOptions& opt, const model::GPTConfig& cfg);
 /// The layers and activation slots of pipeline rank pp_rank with m micro-batches
 /// per step: builds the schedule of --schedule, checks it on its tables (throws
 /// braid::Error on a deadlock, ConfigError on an impossible P, m, v) and sizes
 /// each chunk's slots by the most micro-batches its simulation keeps alive.
-/// `programs` (optional) receives every rank's action list.
+/// `programs` and `stats` (optional) receive every rank's action list and the
+/// simulation's findings.
 model::PipelineStage pipeline_stage(const TrainOptions& opt, const model::GPTConfig& cfg, int pp_rank, int m,
-                                    std::vector<parallel::StageProgram>* programs = nullptr);
+                                    std::vector<parallel::StageProgram>* programs = nullptr,
+                                    parallel::ScheduleStats* stats = nullptr);
 /// --micro-batches m > 0 sets micro_batch = batch / (dp x m) (throws
 /// ConfigError naming the fix when m does not divide a DP rank's share).
 void apply_micro_batches(TrainOptions& opt, int world_size);
@@ -219,7 +218,8 @@ class Trainer {
   std::unique_ptr<comm::Communicator> pp_comm_, emb_comm_;
   int pp_size_ = 1, pp_rank_ = 0;
   std::vector<parallel::StageProgram> programs_;
-  Buffer grad_send_buf_;  // kGradSendBuffers x (boundary rows, C) f32
+  Buffer grad_send_buf_;  // parallel::kGradSendBuffers x (boundary rows, C) f32
+  double simulated_bubble_ = 0;  // the schedule's bubble with unit costs (printed at start)
   StepRecord pipeline_step(int64_t step);
   float pipeline_evaluate_batch(const size_t* offsets, int64_t micro_count, const uint16_t* stream);
   /// Forward of one (B, T) micro-batch (number `micro` of `micros`, for the
@@ -227,7 +227,8 @@ class Trainer {
   /// the mean loss on the last stage when targets are given, else 0.
   float pipeline_forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, int micro,
                          int64_t micros);
-  /// Sums the tied embedding's gradient over the first and last stage.
+  /// Sums the tied embedding's gradient over the first and last stage (the
+  /// owned gradients, or the engine's after its DP reduction).
   void sync_tied_embedding();
   // --trace-out: spans of this rank (microseconds since the trainer started).
   struct TraceEvent {

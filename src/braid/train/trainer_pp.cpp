@@ -50,7 +50,12 @@ void Trainer::sync_tied_embedding() {
   // wte is used by the embedding on the first stage and by the head on the
   // last; each stage holds a copy, and the copies get the sum of both
   // gradients, so they stay bitwise equal (Shoeybi et al. 2019, sec. 3).
+  // Under mixed precision the engine holds the (DP-reduced) half gradients.
   if (pp_size_ == 1 || !(pp_rank_ == 0 || pp_rank_ == pp_size_ - 1)) return;
+  if (engine_) {
+    engine_->sum_unit_grads(0, *emb_comm_);
+    return;
+  }
   const size_t n0 = model_->unit_end(0);
   emb_comm_->all_reduce(model_->grads(), model_->grads(), n0, DType::f32, comm::ReduceOp::sum);
 }
@@ -89,7 +94,7 @@ StepRecord Trainer::pipeline_step(int64_t step) {
     for (int64_t k = model_->chunk_slots(c) - 1; k >= 0; --k) free_slots[static_cast<size_t>(c)].push_back(k);
   // Gradients leave from a ring of send buffers (the checker proved this ring
   // cannot deadlock the tables even when every send waits for its receive).
-  std::vector<comm::WorkPtr> grad_send(static_cast<size_t>(kGradSendBuffers));
+  std::vector<comm::WorkPtr> grad_send(static_cast<size_t>(parallel::kGradSendBuffers));
   size_t grad_sends = 0;
   double loss_sum = 0, compute = 0;
   const float scale = r.loss_scale / static_cast<float>(m);
@@ -187,11 +192,10 @@ StepRecord Trainer::pipeline_step(int64_t step) {
 
   // After this stage's last backward: the tied embedding and the DP sync, once.
   const double s0 = now_us();
-  const bool tied = P > 1 && (pp_rank_ == 0 || pp_rank_ == P - 1);
   if (engine_) {
     engine_->reduce_accumulated();
     engine_->finish_grads();
-    if (tied) engine_->sum_unit_grads(0, *emb_comm_);
+    sync_tied_embedding();
   } else {
     sync_tied_embedding();
     if (zero_) {
