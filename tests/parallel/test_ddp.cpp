@@ -116,7 +116,7 @@ TEST(Checkpoint, ResumedRunContinuesTheUninterruptedOneExactly) {
   o.steps = 8;
   const RunResult full = run_dp(o, 2, data);
   const std::string path =
-      (std::filesystem::temp_directory_path() / ("braid_ckpt_test_" + std::to_string(::getpid()) + ".ckpt")).string();
+      testing_harness::tmp_path("braid_ckpt_test_");
   // First half: a run with steps=8 stopped after 4 steps (save_every) -> emulate by
   // saving at step 4 and resuming with the same schedule.
   auto first = o;
@@ -188,8 +188,7 @@ TEST(Trainer, BadDataAndCheckpointSettingsFailAtStartUp) {
     EXPECT_THROW(train::Trainer(s, w, data, nullptr), ConfigError);
   });
   // Resuming with another data order is refused.
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("braid_ckpt_mismatch_" + std::to_string(::getpid()) + ".ckpt")).string();
+  const std::string path = testing_harness::tmp_path("braid_ckpt_mismatch_");
   auto a = tiny_opts();
   a.steps = 2;
   a.save_path = path;

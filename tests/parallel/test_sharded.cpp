@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <mutex>
 #include <set>
-#include <unistd.h>
 
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
@@ -161,8 +160,7 @@ TEST(Sharded, CheckpointsResumeAcrossLayouts) {
   o.steps = 8;
   o.zero = 3;
   const Runs full = run(o, 3, data);
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("braid_sharded_ckpt_" + std::to_string(::getpid()) + ".ckpt")).string();
+  const std::string path = testing_harness::tmp_path("braid_sharded_ckpt_");
   auto first = o;
   first.steps = 4;
   first.save_path = path;

@@ -10,7 +10,6 @@
 #include <fstream>
 #include <mutex>
 #include <set>
-#include <unistd.h>
 
 #include "braid/core/error.h"
 #include "braid/train/checkpoint.h"

@@ -123,8 +123,7 @@ TEST(ZeroStage1, CheckpointsResumeAcrossLayouts) {
   o.steps = 8;
   o.zero = 1;
   const ZRun full = run(o, 3, data);
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("braid_zero_ckpt_" + std::to_string(::getpid()) + ".ckpt")).string();
+  const std::string path = testing_harness::tmp_path("braid_zero_ckpt_");
   auto first = o;
   first.save_path = path;
   first.save_every = 4;
