@@ -238,7 +238,8 @@ class Trainer {
   std::vector<TraceEvent> trace_;
   double trace_origin_ = 0;
   /// Records span `what` (+ index when >= 0) if --trace-out is set.
-  void trace(const char* what, int64_t index, const char* cat, double t0, double t1);
+  /// chunk >= 0: the span belongs to that model chunk (named ".c<chunk>" when a rank holds several).
+  void trace(const char* what, int64_t index, const char* cat, double t0, double t1, int chunk = -1);
   /// Gathers every rank's spans on rank 0 and writes the Chrome trace (atomic).
   void write_trace();
   /// The pieces of the flat buffer this rank updates (everything without ZeRO),

@@ -35,15 +35,6 @@ std::string span_name(const char* what, int64_t micro) {
   s += std::to_string(micro);
   return s;
 }
-// With several chunks per rank, ".c<chunk>" names the chunk.
-std::string span_name(const char* what, int micro, int chunk, int chunks) {
-  std::string s = span_name(what, micro);
-  if (chunks > 1) {
-    s += ".c";
-    s += std::to_string(chunk);
-  }
-  return s;
-}
 }  // namespace
 
 void Trainer::sync_tied_embedding() {
@@ -136,11 +127,11 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       dropout_key(j);
       const auto c0 = Clock::now();
       const double f0 = now_us();
-      if (!first_v) trace(span_name("recv activation ", j, c, v).c_str(), -1, "comm", w0, f0);
+      if (!first_v) trace("recv activation ", j, "comm", w0, f0, c);
       const float loss = model_->forward(first_v ? tokens_.as<int32_t>() : nullptr,
                                          last_v ? targets_.as<int32_t>() : nullptr, B, T);
       compute += secs(c0, Clock::now());
-      trace(span_name("F", j, c, v).c_str(), -1, "compute", f0, now_us());
+      trace("F", j, "compute", f0, now_us(), c);
       if (last_v) loss_sum += loss;
       if (!last_v) act_send[id] = pp_comm_->isend(model_->stage_output(), boundary_bytes, next, act_tag(q + 1, j, m));
     } else if (a.op == parallel::PipeOp::backward_weight) {
@@ -150,7 +141,7 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       const double w0 = now_us();
       model_->backward_weight();
       compute += secs(c0, Clock::now());
-      trace(span_name("W", j, c, v).c_str(), -1, "compute", w0, now_us());
+      trace("W", j, "compute", w0, now_us(), c);
       free_slots[static_cast<size_t>(c)].push_back(slot_of[id]);
     } else {
       const bool full = a.op == parallel::PipeOp::backward;
@@ -161,7 +152,7 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       model_->set_tp_grad_sync(i == last_b[static_cast<size_t>(c)]);
       const auto c0 = Clock::now();
       const double b0 = now_us();
-      if (!last_v) trace(span_name("recv gradient ", j, c, v).c_str(), -1, "comm", w0, b0);
+      if (!last_v) trace("recv gradient ", j, "comm", w0, b0, c);
       // Test hook (fp16): this rank's last backward reports an inf gradient.
       if (engine_ && i == last_b[static_cast<size_t>(c)] && opt_.inject_inf_rank == world_.rank() &&
           opt_.inject_inf_step == step)
@@ -172,7 +163,7 @@ StepRecord Trainer::pipeline_step(int64_t step) {
         model_->backward_input(scale);
       }
       compute += secs(c0, Clock::now());
-      trace(span_name(full ? "B" : "Bi", j, c, v).c_str(), -1, "compute", b0, now_us());
+      trace(full ? "B" : "Bi", j, "compute", b0, now_us(), c);
       if (!first_v) {
         // d(input) leaves from the next ring buffer once its previous send is done.
         const size_t k = grad_sends++ % grad_send.size();
@@ -235,9 +226,14 @@ StepRecord Trainer::pipeline_step(int64_t step) {
   return r;
 }
 
-void Trainer::trace(const char* what, int64_t index, const char* cat, double t0, double t1) {
+void Trainer::trace(const char* what, int64_t index, const char* cat, double t0, double t1, int chunk) {
   if (opt_.trace_out.empty()) return;  // the name is built only when tracing
-  trace_.push_back({index < 0 ? std::string(what) : span_name(what, index), cat, t0 - trace_origin_, t1 - t0});
+  std::string name = index < 0 ? std::string(what) : span_name(what, index);
+  if (chunk >= 0 && model_->num_chunks() > 1) {
+    name += ".c";
+    name += std::to_string(chunk);
+  }
+  trace_.push_back({std::move(name), cat, t0 - trace_origin_, t1 - t0});
 }
 
 void Trainer::write_trace() {
