@@ -28,6 +28,7 @@ struct TrainArgs {
   std::string backend = "mpi";
   int local_ranks = 1;
   std::string algo = "ring";
+  comm::CommOptions comm;
 };
 
 void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<uint16_t>& train,
@@ -169,17 +170,29 @@ void add_train(CLI::App& app) {
   c->add_option("--top-k", o.sample_top_k, "Sample from the k most likely tokens")->capture_default_str();
   c->add_option("--backend", a->backend, "mpi (one process per rank) or local (ranks as threads)")->capture_default_str();
   c->add_option("--ranks", a->local_ranks, "Ranks for --backend local")->capture_default_str();
+  c->add_option("--comm-timeout", a->comm.timeout_s,
+                "Seconds any rank may wait in one communication call; then the job ends naming "
+                "the ranks that never reached it (flight records beside --metrics-out)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_flag("--debug-collectives", a->comm.debug_collectives,
+              "Before every collective, check that all ranks of the group call the same one "
+              "(sequence number, op, count, dtype, root)");
   c->add_option("--inject-failure", [a](const std::vector<std::string>& v) {
         const auto& s = v.at(0);
         int rank = -1;
         long long step = -1;
-        char tail = 0;
-        BRAID_CONFIG_CHECK(std::sscanf(s.c_str(), "%d:%lld%c", &rank, &step, &tail) == 2 && rank >= 0 && step >= 0,
-                           "--inject-failure wants RANK:STEP with non-negative integers, got '", s, "'");
+        int used = 0;
+        const bool ok = std::sscanf(s.c_str(), "%d:%lld%n", &rank, &step, &used) == 2 && rank >= 0 && step >= 0;
+        std::string kind = ok && used < static_cast<int>(s.size()) && s[static_cast<size_t>(used)] == ':'
+                               ? s.substr(static_cast<size_t>(used) + 1) : "throw";
+        BRAID_CONFIG_CHECK(ok && (used == static_cast<int>(s.size()) || s[static_cast<size_t>(used)] == ':'),
+                           "--inject-failure wants RANK:STEP[:KIND] with non-negative integers, got '", s, "'");
         a->opt.inject_failure_rank = rank;
         a->opt.inject_failure_step = step;
+        a->opt.inject_failure_kind = kind;
         return true;
-      }, "Testing: throw on RANK at STEP (RANK:STEP)")->type_name("RANK:STEP");
+      }, "Testing: fail RANK at STEP; KIND throw (default), hang, stop (SIGSTOP) or kill (SIGKILL)")
+      ->type_name("RANK:STEP[:KIND]");
   c->add_flag("--quiet", [&o](int64_t) { o.verbose = false; }, "Print nothing per step");
 
   c->callback([a] {
@@ -190,14 +203,19 @@ void add_train(CLI::App& app) {
     std::vector<uint16_t> val;
     if (!a->val_data.empty()) val = load_tokens(a->val_data, "val");
     const std::vector<uint16_t>* valp = val.empty() ? nullptr : &val;
+    if (!a->opt.metrics_out.empty())
+      a->comm.record_dir = std::filesystem::path(a->opt.metrics_out).parent_path().string();
+    if (a->comm.record_dir.empty() && !a->opt.metrics_out.empty()) a->comm.record_dir = ".";
     if (a->backend == "local") {
       BRAID_CONFIG_CHECK(a->local_ranks >= 1, "--ranks ", a->local_ranks, " must be >= 1");
-      comm::run_local(a->local_ranks, [&](comm::Communicator& w) { run_rank(*a, w, train, valp); });
+      BRAID_CONFIG_CHECK(a->opt.inject_failure_kind == "throw", "--inject-failure kind '",
+                         a->opt.inject_failure_kind, "' needs one process per rank; use the mpi backend");
+      comm::run_local(a->local_ranks, [&](comm::Communicator& w) { run_rank(*a, w, train, valp); }, a->comm);
       return;
     }
 #ifdef BRAID_WITH_MPI
     comm::MpiRuntime mpi;
-    auto world = mpi.world();
+    auto world = mpi.world(a->comm);
     g_abort_job_on_error = world->size() > 1;
     run_rank(*a, *world, train, valp);
 #else

@@ -45,7 +45,11 @@ int main(int argc, char** argv) {
   int failed = 0;
   {
     braid::comm::MpiRuntime mpi(&argc, &argv);
-    auto world = mpi.world();
+    // Every test also runs the desync check, so a correct program is shown to pass it.
+    braid::comm::CommOptions options;
+    options.debug_collectives = true;
+    options.timeout_s = 300;
+    auto world = mpi.world(options);
     braid::test_mpi::g_world = world.get();
     ::testing::InitGoogleTest(&argc, argv);
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();

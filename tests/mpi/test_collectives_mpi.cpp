@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/collective_cases.h"
+#include "common/fault_cases.h"
 #include "mpi/mpi_world.h"
 
 namespace braid {
@@ -26,6 +27,9 @@ TEST(CollectiveMpi, PointToPoint) { tc::p2p_suite(world()); }
 TEST(CollectiveMpi, Async) { tc::async_suite(world()); }
 TEST(CollectiveMpi, Split) { tc::split_suite(world()); }
 TEST(CollectiveMpi, BytesAccounting) { tc::bytes_suite(world()); }
+TEST(CollectiveMpi, DroppedReceiveIsWithdrawn) { tc::dropped_receive_is_withdrawn(world()); }
+// main.cpp turns the desync check on for the whole suite.
+TEST(CollectiveMpi, MismatchedCollectivesFailNamingBothCalls) { tc::mismatch_suite(world()); }
 TEST(CollectiveMpi, WorkedExamples) {
   if (world().size() != 2) GTEST_SKIP() << "the worked examples are for 2 ranks";
   tc::worked_examples(world());

@@ -1,12 +1,17 @@
 #include "braid/comm/comm_base.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "braid/core/error.h"
 
 namespace braid::comm {
 
-CommBase::CommBase() {
+CommBase::CommBase(std::shared_ptr<Monitor> monitor, std::shared_ptr<CommState> state)
+    : monitor_(std::move(monitor)), state_(std::move(state)) {
+  if (monitor_ && state_) monitor_->attach(state_);
   if (const char* s = std::getenv("BRAID_COMM_CHUNK_BYTES")) ring_opts_.chunk_bytes = std::strtoull(s, nullptr, 10);
   if (const char* s = std::getenv("BRAID_COMM_DEPTH")) ring_opts_.depth = std::atoi(s);
   auto env_bytes = [](const char* name, size_t& v) {
@@ -24,6 +29,70 @@ CommBase::CommBase() {
 }
 
 CommBase::~CommBase() { stop_progress(); }
+
+// ---- asynchronous collectives ----
+
+// Shared by the queue and the handle: the outcome, and the signal that makes the
+// running op fail when its handle cancels it.
+struct CommBase::Async {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr err;
+  std::shared_ptr<OpSignal> sig = std::make_shared<OpSignal>();
+  std::atomic<bool> cancelled{false};
+  uint64_t id = 0;
+
+  void complete(std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      err = e;
+      done = true;
+    }
+    cv.notify_all();
+  }
+  void wait_done() {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return done; });
+  }
+  bool is_done() {
+    std::lock_guard<std::mutex> lk(mu);
+    return done;
+  }
+};
+
+// The caller's handle of an async collective. Dropped before completion it waits for
+// the collective (cancelling it first while an exception unwinds), so the collective
+// never outlives the buffers its owner frees next.
+class CommBase::AsyncWork final : public Work {
+ public:
+  explicit AsyncWork(std::shared_ptr<Async> a) : a_(std::move(a)) {}
+  ~AsyncWork() override {
+    if (a_->is_done()) return;
+    if (std::uncaught_exceptions() > 0) {
+      a_->cancelled = true;
+      a_->sig->raise("cancelled: its owner is unwinding an exception");
+    }
+    a_->wait_done();
+  }
+  void wait() override {
+    a_->wait_done();
+    if (a_->err) std::rethrow_exception(a_->err);
+  }
+  bool test() override {
+    std::lock_guard<std::mutex> lk(a_->mu);
+    if (a_->done && a_->err) std::rethrow_exception(a_->err);
+    return a_->done;
+  }
+  void cancel() override {
+    a_->cancelled = true;
+    if (!a_->is_done()) a_->sig->raise("cancelled by its owner");
+    a_->wait_done();
+  }
+
+ private:
+  std::shared_ptr<Async> a_;
+};
 
 void CommBase::stop_progress(bool detach) {
   {
@@ -55,7 +124,14 @@ void CommBase::progress_loop() {
     lk.unlock();
     std::exception_ptr err;
     try {
-      item.first();
+      if (item.second->cancelled) {
+        if (state_) state_->recorder.set_state(item.second->id, OpState::failed, state_->now(), "cancelled before it started");
+        throw Error("collective cancelled before it started");
+      }
+      if (state_)
+        run_recorded(item.second->id, item.first, item.second->sig);
+      else
+        item.first();
     } catch (...) {
       err = std::current_exception();
     }
@@ -85,16 +161,229 @@ void CommBase::run_exclusive(const std::function<void()>& fn) {
   fn();
 }
 
-WorkPtr CommBase::enqueue(std::function<void()> fn) {
-  auto w = std::make_shared<PromiseWork>();
+WorkPtr CommBase::enqueue(OpRecord op, std::function<void()> fn) {
+  auto a = std::make_shared<Async>();
+  if (state_) {
+    op.async = true;
+    a->id = record_collective(op);
+  }
   {
     std::lock_guard<std::mutex> lk(qmu_);
     BRAID_CHECK(!stop_, "collective queued on a communicator being destroyed");
     if (!progress_.joinable()) progress_ = std::thread([this] { progress_loop(); });
-    queue_.emplace_back(std::move(fn), w);
+    queue_.emplace_back(std::move(fn), a);
   }
   qcv_.notify_all();
+  return std::make_shared<AsyncWork>(a);
+}
+
+// ---- recording ----
+
+namespace {
+
+OpRecord describe_collective(const char* name, size_t count, DType dtype, const char* reduce = "",
+                             int root = -1) {
+  OpRecord r;
+  r.op = name;
+  r.count = count;
+  r.dtype = dtype_name(dtype);
+  r.reduce = reduce;
+  r.peer = root;
+  return r;
+}
+
+// What the ranks of a group compare before a collective under --debug-collectives.
+struct Fingerprint {
+  int64_t seq;
+  uint64_t count;
+  char op[16];
+  char dtype[8];
+  char reduce[8];
+  int32_t root;
+  int32_t pad;
+};
+static_assert(sizeof(Fingerprint) % 4 == 0);
+
+Fingerprint fingerprint(const OpRecord& r) {
+  Fingerprint f{};
+  f.seq = r.seq;
+  f.count = r.count;
+  std::snprintf(f.op, sizeof f.op, "%s", r.op.c_str());
+  std::snprintf(f.dtype, sizeof f.dtype, "%s", r.dtype.c_str());
+  std::snprintf(f.reduce, sizeof f.reduce, "%s", r.reduce.c_str());
+  f.root = r.peer;
+  return f;
+}
+
+OpRecord from_fingerprint(const Fingerprint& f) {
+  OpRecord r;
+  r.seq = f.seq;
+  r.count = f.count;
+  r.op = std::string(f.op, strnlen(f.op, sizeof f.op));
+  r.dtype = std::string(f.dtype, strnlen(f.dtype, sizeof f.dtype));
+  r.reduce = std::string(f.reduce, strnlen(f.reduce, sizeof f.reduce));
+  r.peer = f.root;
+  return r;
+}
+
+}  // namespace
+
+uint64_t CommBase::record_collective(OpRecord& op) {
+  op.seq = state_->next_seq++;
+  op.t_queued = state_->now();
+  return state_->recorder.add(op);
+}
+
+bool CommBase::record_p2p(const char* name, size_t bytes, int peer, int tag, uint64_t& id) {
+  if (!state_) return false;
+  const OpContext* c = current_op();
+  if (c && c->state == state_.get()) return false;  // part of a running collective
+  OpRecord r;
+  r.op = name;
+  r.p2p_seq = state_->next_p2p++;
+  r.count = bytes;
+  r.peer = peer;
+  r.tag = tag;
+  r.t_queued = state_->now();
+  id = state_->recorder.add(std::move(r));
+  return true;
+}
+
+void CommBase::run_collective(OpRecord op, const std::function<void()>& fn) {
+  if (!state_) return run_exclusive(fn);
+  const uint64_t id = record_collective(op);
+  run_exclusive([&] { run_recorded(id, fn, nullptr); });
+}
+
+void CommBase::run_recorded(uint64_t id, const std::function<void()>& fn,
+                            std::shared_ptr<OpSignal> sig) {
+  RunningOp running(*state_, id, std::move(sig));
+  if (monitor_ && monitor_->options().debug_collectives && size() > 1) check_same_call(id);
+  fn();
+  running.done();
+}
+
+// The desync check (torch.distributed's TORCH_DISTRIBUTED_DEBUG=DETAIL does the same):
+// the group all-gathers what each rank is about to call and every rank compares.
+void CommBase::check_same_call(uint64_t id) {
+  OpRecord mine;
+  BRAID_CHECK(state_->recorder.find(id, mine), "running collective ", id, " not in the record");
+  const Fingerprint f = fingerprint(mine);
+  std::vector<Fingerprint> all(static_cast<size_t>(size()));
+  // The check's own traffic is a debugging aid, not the job's: left out of the counts.
+  const uint64_t sent0 = bytes_sent_.load(), received0 = bytes_received_.load();
+  algo::all_gather(*this, ring_opts_, &f, all.data(), sizeof(Fingerprint) / 4, DType::f32);
+  bytes_sent_ -= bytes_sent_.load() - sent0;
+  bytes_received_ -= bytes_received_.load() - received0;
+  std::vector<std::pair<Fingerprint, std::vector<int>>> calls;
+  for (int r = 0; r < size(); ++r) {
+    const Fingerprint& g = all[static_cast<size_t>(r)];
+    auto it = std::find_if(calls.begin(), calls.end(),
+                           [&](const auto& c) { return std::memcmp(&c.first, &g, sizeof g) == 0; });
+    if (it == calls.end()) it = calls.insert(calls.end(), {g, {}});
+    it->second.push_back(state_->world_rank_of(r));
+  }
+  if (calls.size() == 1) return;
+  std::string msg = "collective mismatch on " + state_->group_text() + ":";
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const auto& ranks = calls[i].second;
+    msg += detail::concat(i ? ";" : "", " rank", ranks.size() > 1 ? "s" : "");
+    for (int r : ranks) msg += " " + std::to_string(r);
+    msg += " called " + from_fingerprint(calls[i].first).describe();
+  }
+  msg += ". Every rank of a group must call the same collectives in the same order "
+         "(a rank that skipped one shows the call after it).";
+  throw Error(msg);
+}
+
+std::shared_ptr<CommState> CommBase::child_state(const std::string& suffix,
+                                                 const std::vector<int>& members,
+                                                 int new_rank) const {
+  if (!state_) return nullptr;
+  std::vector<int> world;
+  for (int m : members) world.push_back(state_->world_rank_of(m));
+  return std::make_shared<CommState>(state_->uid + "/" + suffix, std::move(world), new_rank,
+                                     monitor_->origin());
+}
+
+// ---- point-to-point ----
+
+// A user's non-blocking operation: started when waited on, completed when done.
+class CommBase::TrackedWork final : public Work {
+ public:
+  TrackedWork(WorkPtr inner, std::shared_ptr<CommState> st, uint64_t id)
+      : inner_(std::move(inner)), st_(std::move(st)), id_(id) {}
+  ~TrackedWork() override {
+    if (!finished_) st_->recorder.set_state(id_, OpState::failed, st_->now(), "handle dropped before completion");
+  }
+  void wait() override {
+    if (finished_) return inner_->wait();
+    finished_ = true;
+    RunningOp op(*st_, id_);
+    inner_->wait();
+    op.done();
+  }
+  bool test() override {
+    const bool done = inner_->test();
+    if (done && !finished_) {
+      finished_ = true;
+      st_->recorder.set_state(id_, OpState::completed, st_->now());
+    }
+    return done;
+  }
+  void cancel() override {
+    inner_->cancel();
+    if (!finished_) {
+      finished_ = true;
+      st_->recorder.set_state(id_, OpState::failed, st_->now(), "cancelled");
+    }
+  }
+
+ private:
+  WorkPtr inner_;
+  std::shared_ptr<CommState> st_;
+  uint64_t id_;
+  bool finished_ = false;
+};
+
+void CommBase::send(const void* buf, size_t bytes, int peer, int tag) {
+  uint64_t id;
+  if (!record_p2p("send", bytes, peer, tag, id)) return do_send(buf, bytes, peer, tag);
+  RunningOp op(*state_, id);
+  do_send(buf, bytes, peer, tag);
+  op.done();
+}
+
+void CommBase::recv(void* buf, size_t bytes, int peer, int tag) {
+  uint64_t id;
+  if (!record_p2p("recv", bytes, peer, tag, id)) return do_recv(buf, bytes, peer, tag);
+  RunningOp op(*state_, id);
+  do_recv(buf, bytes, peer, tag);
+  op.done();
+}
+
+void CommBase::sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes,
+                        int src, int tag) {
+  uint64_t id;
+  if (!record_p2p("sendrecv", rbytes, src, tag, id))
+    return do_sendrecv(sbuf, sbytes, dst, rbuf, rbytes, src, tag);
+  RunningOp op(*state_, id);
+  do_sendrecv(sbuf, sbytes, dst, rbuf, rbytes, src, tag);
+  op.done();
+}
+
+WorkPtr CommBase::isend(const void* buf, size_t bytes, int peer, int tag) {
+  uint64_t id;
+  if (!record_p2p("isend", bytes, peer, tag, id)) return do_isend(buf, bytes, peer, tag);
+  auto w = std::make_shared<TrackedWork>(do_isend(buf, bytes, peer, tag), state_, id);
+  w->test();  // a buffered send is complete already
   return w;
+}
+
+WorkPtr CommBase::irecv(void* buf, size_t bytes, int peer, int tag) {
+  uint64_t id;
+  if (!record_p2p("irecv", bytes, peer, tag, id)) return do_irecv(buf, bytes, peer, tag);
+  return std::make_shared<TrackedWork>(do_irecv(buf, bytes, peer, tag), state_, id);
 }
 
 // ---- dispatch ----
@@ -125,22 +414,25 @@ void CommBase::do_reduce_scatter(const void* send, void* recv, size_t count, DTy
 
 void CommBase::all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                           Algorithm algo) {
-  run_exclusive([&] { do_all_reduce(send, recv, count, dtype, op, algo); });
+  run_collective(describe_collective("all_reduce", count, dtype, reduce_op_name(op)),
+                 [&] { do_all_reduce(send, recv, count, dtype, op, algo); });
 }
 
 void CommBase::all_gather(const void* send, void* recv, size_t count, DType dtype,
                           Algorithm algo) {
-  run_exclusive([&] { do_all_gather(send, recv, count, dtype, algo); });
+  run_collective(describe_collective("all_gather", count, dtype),
+                 [&] { do_all_gather(send, recv, count, dtype, algo); });
 }
 
 void CommBase::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                               Algorithm algo) {
-  run_exclusive([&] { do_reduce_scatter(send, recv, count, dtype, op, algo); });
+  run_collective(describe_collective("reduce_scatter", count, dtype, reduce_op_name(op)),
+                 [&] { do_reduce_scatter(send, recv, count, dtype, op, algo); });
 }
 
 void CommBase::all_to_all(const void* send, void* recv, size_t count, DType dtype,
                           Algorithm algo) {
-  run_exclusive([&] {
+  run_collective(describe_collective("all_to_all", count, dtype), [&] {
     if (algo == Algorithm::native)
       native_all_to_all(send, recv, count, dtype);
     else
@@ -149,7 +441,7 @@ void CommBase::all_to_all(const void* send, void* recv, size_t count, DType dtyp
 }
 
 void CommBase::broadcast(void* buf, size_t count, DType dtype, int root, Algorithm algo) {
-  run_exclusive([&] {
+  run_collective(describe_collective("broadcast", count, dtype, "", root), [&] {
     if (algo == Algorithm::native)
       native_broadcast(buf, count, dtype, root);
     else
@@ -158,22 +450,27 @@ void CommBase::broadcast(void* buf, size_t count, DType dtype, int root, Algorit
 }
 
 void CommBase::barrier() {
-  run_exclusive([&] { native_barrier(); });
+  OpRecord op;
+  op.op = "barrier";
+  run_collective(op, [&] { native_barrier(); });
 }
 
 WorkPtr CommBase::all_reduce_async(const void* send, void* recv, size_t count, DType dtype,
                                    ReduceOp op, Algorithm algo) {
-  return enqueue([=, this] { do_all_reduce(send, recv, count, dtype, op, algo); });
+  return enqueue(describe_collective("all_reduce", count, dtype, reduce_op_name(op)),
+                 [=, this] { do_all_reduce(send, recv, count, dtype, op, algo); });
 }
 
 WorkPtr CommBase::all_gather_async(const void* send, void* recv, size_t count, DType dtype,
                                    Algorithm algo) {
-  return enqueue([=, this] { do_all_gather(send, recv, count, dtype, algo); });
+  return enqueue(describe_collective("all_gather", count, dtype),
+                 [=, this] { do_all_gather(send, recv, count, dtype, algo); });
 }
 
 WorkPtr CommBase::reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
                                        ReduceOp op, Algorithm algo) {
-  return enqueue([=, this] { do_reduce_scatter(send, recv, count, dtype, op, algo); });
+  return enqueue(describe_collective("reduce_scatter", count, dtype, reduce_op_name(op)),
+                 [=, this] { do_reduce_scatter(send, recv, count, dtype, op, algo); });
 }
 
 // ---- default "native" = ours ----

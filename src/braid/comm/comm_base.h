@@ -1,12 +1,15 @@
 // CommBase: the part of every Communicator that is independent of the transport.
 // It runs the collective algorithms (algorithms/) over the backend's point-to-point
-// calls, dispatches Algorithm::native to the backend's hooks, and owns the per-
-// communicator progress thread on which *_async collectives run in FIFO order.
+// calls, dispatches Algorithm::native to the backend's hooks, owns the per-
+// communicator progress thread on which *_async collectives run in FIFO order, and
+// records every operation in the flight recorder its monitor watches (watchdog.h).
 //
 // Ordering: a blocking collective waits until the async queue has drained and then
 // runs on the caller's thread, holding the "busy" slot so no queued collective can
 // interleave with it. Collective traffic uses the reserved tag kCollectiveTag, so user
-// point-to-point messages (tags 0 .. kCollectiveTag-1) never match it.
+// point-to-point messages (tags 0 .. kCollectiveTag-1) never match it. The point-to-
+// point calls a collective makes count as part of that collective, not as ops of
+// their own.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -17,14 +20,24 @@
 
 #include "braid/comm/algorithms/algorithms.h"
 #include "braid/comm/communicator.h"
+#include "braid/comm/watchdog.h"
 #include "braid/comm/work.h"
 
 namespace braid::comm {
 
 class CommBase : public Communicator {
  public:
-  CommBase();
+  /// monitor and state null: an unmonitored communicator (a monitor's own control
+  /// channel). Otherwise the state is attached to the monitor.
+  CommBase(std::shared_ptr<Monitor> monitor, std::shared_ptr<CommState> state);
   ~CommBase() override;
+
+  void send(const void* buf, size_t bytes, int peer, int tag) final;
+  void recv(void* buf, size_t bytes, int peer, int tag) final;
+  WorkPtr isend(const void* buf, size_t bytes, int peer, int tag) final;
+  WorkPtr irecv(void* buf, size_t bytes, int peer, int tag) final;
+  void sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,
+                int tag) final;
 
   void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                   Algorithm algo = Algorithm::ring) override;
@@ -52,7 +65,20 @@ class CommBase : public Communicator {
   /// come from BRAID_COMM_CHUNK_BYTES / BRAID_COMM_DEPTH when set.
   algo::RingOptions& ring_options() { return ring_opts_; }
 
+  /// This communicator's identity and flight record (null when unmonitored).
+  const std::shared_ptr<CommState>& state() const { return state_; }
+  const std::shared_ptr<Monitor>& monitor() const { return monitor_; }
+
  protected:
+  // The transport's point-to-point calls. Blocking ones must poll poll_signals()
+  // while they wait.
+  virtual void do_send(const void* buf, size_t bytes, int peer, int tag) = 0;
+  virtual void do_recv(void* buf, size_t bytes, int peer, int tag) = 0;
+  virtual WorkPtr do_isend(const void* buf, size_t bytes, int peer, int tag) = 0;
+  virtual WorkPtr do_irecv(void* buf, size_t bytes, int peer, int tag) = 0;
+  virtual void do_sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes,
+                           int src, int tag) = 0;
+
   // Native hooks; the defaults run our algorithms (what the local backend wants).
   virtual void native_all_reduce(const void* send, void* recv, size_t count, DType dtype,
                                  ReduceOp op);
@@ -63,10 +89,15 @@ class CommBase : public Communicator {
   virtual void native_broadcast(void* buf, size_t count, DType dtype, int root);
   virtual void native_barrier();
 
-  /// Runs fn on the caller's thread once no queued collective is pending or running.
-  void run_exclusive(const std::function<void()>& fn);
-  /// Queues fn on the progress thread (started on first use).
-  WorkPtr enqueue(std::function<void()> fn);
+  /// Runs fn as the collective `op` (its name, count, dtype, reduce, root filled in):
+  /// recorded with the next sequence number, checked against the group's call when
+  /// --debug-collectives is on, and run on the caller's thread once no queued
+  /// collective is pending or running.
+  void run_collective(OpRecord op, const std::function<void()>& fn);
+  /// The state of a group split from this one: `suffix` makes its uid (it must be
+  /// the same on every member), members are the group ranks of this communicator.
+  std::shared_ptr<CommState> child_state(const std::string& suffix, const std::vector<int>& members,
+                                         int new_rank) const;
   /// Drains the queue and joins the progress thread. Derived destructors must call it
   /// (the queued work calls their virtual functions). With detach=true the thread is
   /// left running (used when a failing process is about to be aborted).
@@ -79,19 +110,33 @@ class CommBase : public Communicator {
   algo::Workspace workspace_;  // scratch of the ring algorithms (one collective at a time)
 
  private:
+  struct Async;
+  class AsyncWork;
+  class TrackedWork;
+
   void progress_loop();
+  void run_exclusive(const std::function<void()>& fn);
+  WorkPtr enqueue(OpRecord op, std::function<void()> fn);
+  uint64_t record_collective(OpRecord& op);
+  /// Records a point-to-point op unless it is part of a running collective of this
+  /// communicator (or nothing is monitored); returns false then.
+  bool record_p2p(const char* name, size_t bytes, int peer, int tag, uint64_t& id);
+  void run_recorded(uint64_t id, const std::function<void()>& fn, std::shared_ptr<OpSignal> sig);
+  void check_same_call(uint64_t id);
   void do_all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                      Algorithm algo);
   void do_all_gather(const void* send, void* recv, size_t count, DType dtype, Algorithm algo);
   void do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                          Algorithm algo);
 
+  std::shared_ptr<Monitor> monitor_;
+  std::shared_ptr<CommState> state_;
   algo::RingOptions ring_opts_;
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
 
   std::mutex qmu_;
   std::condition_variable qcv_;
-  std::deque<std::pair<std::function<void()>, std::shared_ptr<PromiseWork>>> queue_;
+  std::deque<std::pair<std::function<void()>, std::shared_ptr<Async>>> queue_;
   bool busy_ = false, stop_ = false;
   std::thread progress_;
 };

@@ -4,6 +4,11 @@
 
 namespace braid::comm {
 
+void CommOptions::validate() const {
+  BRAID_CONFIG_CHECK(timeout_s > 0 && timeout_s < 1e9, "--comm-timeout ", timeout_s,
+                     " must be a positive number of seconds (default 600)");
+}
+
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum: return "sum";

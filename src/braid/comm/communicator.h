@@ -25,13 +25,36 @@ const char* reduce_op_name(ReduceOp op);
 ReduceOp parse_reduce_op(const std::string& s);        // throws ConfigError
 Algorithm parse_algorithm(const std::string& s);       // "ring" | "native"; throws ConfigError
 
+/// Settings of a world communicator and every group split from it.
+struct CommOptions {
+  /// Deadline of every blocking wait (collective, point-to-point, Work::wait,
+  /// barrier), seconds. When it passes, the job ends naming the ranks that never
+  /// reached the operation (see watchdog.h).
+  double timeout_s = 600;
+  /// Before every collective the group checks that all ranks called the same one
+  /// (sequence number, op, count, dtype, root); a mismatch fails naming both calls.
+  bool debug_collectives = false;
+  /// Where a rank writes flight_record_rank<R>.json when a deadline passes ("" none).
+  std::string record_dir;
+
+  /// Throws ConfigError naming the field and the fix when a value is out of range.
+  void validate() const;
+};
+
 /// Handle of an asynchronous operation. wait() blocks until done and rethrows
 /// any error the operation raised; test() polls. Waiting twice is allowed.
+/// A handle dropped before completion never leaves the operation pending on its
+/// buffers: a receive not yet matched is withdrawn, anything else is waited for
+/// (and cancelled first while an exception unwinds).
 class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
   virtual bool test() = 0;
+  /// Stops the operation if it has not completed: a receive not yet matched is
+  /// withdrawn, a queued collective is dropped, a running one is made to fail. On
+  /// return the operation no longer touches its buffers. wait() then throws.
+  virtual void cancel() {}
 };
 using WorkPtr = std::shared_ptr<Work>;
 

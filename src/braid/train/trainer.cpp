@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <csignal>
+#include <thread>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
@@ -165,6 +167,9 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
                      "--inject-failure ", o.inject_failure_rank, ":", o.inject_failure_step,
                      " names rank/step outside the job's ", world_size, " ranks and ", o.steps,
                      " steps (steps count from 0)");
+  BRAID_CONFIG_CHECK(o.inject_failure_kind == "throw" || o.inject_failure_kind == "hang" ||
+                         o.inject_failure_kind == "stop" || o.inject_failure_kind == "kill",
+                     "--inject-failure kind '", o.inject_failure_kind, "' is not known; use throw, hang, stop or kill");
   if (o.precision == "fp16") o.loss_scale.validate();
   BRAID_CONFIG_CHECK(o.bucket_mb > 0 && o.bucket_mb <= 65536, "--bucket-mb ", o.bucket_mb,
                      " must be in (0, 65536]");
@@ -614,9 +619,19 @@ uint64_t Trainer::bytes_received() const {
 }
 
 void Trainer::maybe_inject_failure(int64_t step) const {
-  if (opt_.inject_failure_rank == world_.rank() && opt_.inject_failure_step == step) {
-    throw Error(detail::concat("injected failure on rank ", world_.rank(), " at step ", step));
+  if (opt_.inject_failure_rank != world_.rank() || opt_.inject_failure_step != step) return;
+  const std::string& kind = opt_.inject_failure_kind;
+  if (kind == "hang") {
+    std::fprintf(stderr, "braid: rank %d: injected hang at step %lld\n", world_.rank(), (long long)step);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
+  if (kind == "stop" || kind == "kill") {
+    std::fprintf(stderr, "braid: rank %d (pid %d): injected %s at step %lld\n", world_.rank(),
+                 static_cast<int>(getpid()), kind == "stop" ? "SIGSTOP" : "SIGKILL", (long long)step);
+    std::fflush(stderr);
+    raise(kind == "stop" ? SIGSTOP : SIGKILL);
+  }
+  throw Error(detail::concat("injected failure on rank ", world_.rank(), " at step ", step));
 }
 
 void Trainer::finish_record(StepRecord& r, double seconds, uint64_t sent0, uint64_t recv0) {

@@ -76,6 +76,10 @@ struct TrainOptions {
   double peak_flops_per_rank = 0;  // fp32 matmul throughput per rank (FLOP/s), for MFU
   int inject_failure_rank = -1;
   int64_t inject_failure_step = -1;
+  // How the injected failure shows: "throw" (an exception), "hang" (the rank sleeps
+  // outside any communication call), "stop" (SIGSTOP: the process freezes, its
+  // watchdog too), "kill" (SIGKILL). Only "throw" with ranks as threads.
+  std::string inject_failure_kind = "throw";
   bool verbose = true;  // rank 0 prints progress
 };
 

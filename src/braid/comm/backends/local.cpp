@@ -56,9 +56,14 @@ struct Job {
   }
 };
 
+// A receive waiting in its owner's mailbox. A sender that matches it marks it
+// claimed under the mailbox lock, copies outside the lock, then marks it done; the
+// receive's handle withdraws an unclaimed receive and waits out a claimed one before
+// its buffer may go (no pending receive outlives its buffer).
 struct PostedRecv {
   void* buf;
   size_t bytes;
+  bool claimed = false;
   bool done = false;
   std::string error;
 };
@@ -94,8 +99,28 @@ std::string size_mismatch(size_t sent, size_t expected, int src, int dst, int ta
 
 class LocalRecvWork final : public Work {
  public:
-  LocalRecvWork(std::shared_ptr<World> w, int me, std::shared_ptr<PostedRecv> pr)
-      : w_(std::move(w)), me_(me), pr_(std::move(pr)) {}
+  LocalRecvWork(std::shared_ptr<World> w, int me, int peer, int tag, std::shared_ptr<PostedRecv> pr)
+      : w_(std::move(w)), me_(me), peer_(peer), tag_(tag), pr_(std::move(pr)) {}
+  // Dropped before completion (an error unwinding, or a handle never waited): withdraw
+  // the receive so no later send writes into a buffer that may be freed next.
+  ~LocalRecvWork() override { withdraw(); }
+  void withdraw() {
+    Mailbox& mb = *w_->boxes[me_];
+    std::unique_lock<std::mutex> lk(mb.mu);
+    if (pr_->done || withdrawn_) return;
+    if (!pr_->claimed) {
+      withdrawn_ = true;
+      auto it = mb.posted.find({peer_, tag_});
+      if (it != mb.posted.end()) {
+        auto& q = it->second;
+        q.erase(std::remove(q.begin(), q.end(), pr_), q.end());
+        if (q.empty()) mb.posted.erase(it);
+      }
+      return;
+    }
+    // A sender is copying into the buffer right now: a bounded memcpy, wait it out.
+    mb.cv.wait(lk, [&] { return pr_->done; });
+  }
   void wait() override {
     Mailbox& mb = *w_->boxes[me_];
     std::unique_lock<std::mutex> lk(mb.mu);
@@ -104,27 +129,36 @@ class LocalRecvWork final : public Work {
         lk.unlock();
         w_->job->throw_aborted();
       }
-      mb.cv.wait_for(lk, kAbortPoll);
+      if (withdrawn_) throw Error("receive was cancelled");
+      lk.unlock();
+      poll_signals();  // a deadline passed or the op was cancelled: throw
+      lk.lock();
+      if (!pr_->done) mb.cv.wait_for(lk, kAbortPoll);
     }
     if (!pr_->error.empty()) throw Error(pr_->error);
   }
+  void cancel() override { withdraw(); }
   bool test() override {
     Mailbox& mb = *w_->boxes[me_];
     std::lock_guard<std::mutex> lk(mb.mu);
     if (pr_->done && !pr_->error.empty()) throw Error(pr_->error);
+    if (!pr_->done && withdrawn_) throw Error("receive was cancelled");
     if (!pr_->done && w_->job->aborted.load()) w_->job->throw_aborted();
     return pr_->done;
   }
 
  private:
   std::shared_ptr<World> w_;
-  int me_;
+  int me_, peer_, tag_;
   std::shared_ptr<PostedRecv> pr_;
+  bool withdrawn_ = false;  // guarded by the mailbox lock
 };
 
 class LocalComm final : public CommBase {
  public:
-  LocalComm(std::shared_ptr<World> w, int rank) : w_(std::move(w)), rank_(rank) {}
+  LocalComm(std::shared_ptr<World> w, int rank, std::shared_ptr<Monitor> monitor = nullptr,
+            std::shared_ptr<CommState> state = nullptr)
+      : CommBase(std::move(monitor), std::move(state)), w_(std::move(w)), rank_(rank) {}
   ~LocalComm() override {
     // A sub-group destroyed while its creator unwinds an exception: abort the job so a
     // queued collective blocked on peers returns and the progress thread can be joined.
@@ -137,7 +171,7 @@ class LocalComm final : public CommBase {
   int size() const override { return w_->size; }
   std::string backend() const override { return "local"; }
 
-  void send(const void* buf, size_t bytes, int peer, int tag) override {
+  void do_send(const void* buf, size_t bytes, int peer, int tag) override {
     check_peer(peer);
     if (w_->job->aborted.load()) w_->job->throw_aborted();
     Mailbox& mb = *w_->boxes[peer];
@@ -148,6 +182,8 @@ class LocalComm final : public CommBase {
       if (it != mb.posted.end() && !it->second.empty()) {
         pr = it->second.front();
         it->second.pop_front();
+        if (it->second.empty()) mb.posted.erase(it);
+        pr->claimed = true;
       } else {
         auto& q = mb.unexpected[{rank_, tag}];
         q.emplace_back(bytes);
@@ -168,7 +204,7 @@ class LocalComm final : public CommBase {
     count_sent(bytes);
   }
 
-  WorkPtr irecv(void* buf, size_t bytes, int peer, int tag) override {
+  WorkPtr do_irecv(void* buf, size_t bytes, int peer, int tag) override {
     check_peer(peer);
     Mailbox& mb = *w_->boxes[rank_];
     std::vector<std::byte> msg;
@@ -184,7 +220,7 @@ class LocalComm final : public CommBase {
         pr->bytes = bytes;
         mb.posted[{peer, tag}].push_back(pr);
         count_received(bytes);
-        return std::make_shared<LocalRecvWork>(w_, rank_, pr);
+        return std::make_shared<LocalRecvWork>(w_, rank_, peer, tag, pr);
       }
     }
     if (msg.size() != bytes) throw Error(size_mismatch(msg.size(), bytes, peer, rank_, tag));
@@ -193,23 +229,27 @@ class LocalComm final : public CommBase {
     return std::make_shared<DoneWork>();
   }
 
-  void recv(void* buf, size_t bytes, int peer, int tag) override {
-    irecv(buf, bytes, peer, tag)->wait();
+  void do_recv(void* buf, size_t bytes, int peer, int tag) override {
+    do_irecv(buf, bytes, peer, tag)->wait();
   }
-  WorkPtr isend(const void* buf, size_t bytes, int peer, int tag) override {
-    send(buf, bytes, peer, tag);  // buffered: complete on return
+  WorkPtr do_isend(const void* buf, size_t bytes, int peer, int tag) override {
+    do_send(buf, bytes, peer, tag);  // buffered: complete on return
     return std::make_shared<DoneWork>();
   }
-  void sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,
-                int tag) override {
-    auto w = irecv(rbuf, rbytes, src, tag);
-    send(sbuf, sbytes, dst, tag);
+  void do_sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,
+                   int tag) override {
+    auto w = do_irecv(rbuf, rbytes, src, tag);
+    do_send(sbuf, sbytes, dst, tag);
     w->wait();
   }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     std::unique_ptr<Communicator> result;
-    run_exclusive([&] {
+    OpRecord op;
+    op.op = "split";
+    op.count = 2;
+    op.dtype = "i32";
+    run_collective(op, [&] {
       const int n = w_->size;
       int mine[2] = {color, key};
       std::vector<int> all(2 * static_cast<size_t>(n));
@@ -222,8 +262,11 @@ class LocalComm final : public CommBase {
         if (all[2 * r] == color) members.push_back({all[2 * r + 1], r});
       std::sort(members.begin(), members.end());
       int new_rank = 0;
-      for (size_t i = 0; i < members.size(); ++i)
+      std::vector<int> ranks;
+      for (size_t i = 0; i < members.size(); ++i) {
         if (members[i].second == rank_) new_rank = static_cast<int>(i);
+        ranks.push_back(members[i].second);
+      }
       std::shared_ptr<World> sub;
       {
         std::lock_guard<std::mutex> lk(w_->split_mu);
@@ -232,7 +275,8 @@ class LocalComm final : public CommBase {
         sub = entry.first;
         if (++entry.second == static_cast<int>(members.size())) w_->splits.erase({seq, color});
       }
-      result = std::make_unique<LocalComm>(sub, new_rank);
+      result = std::make_unique<LocalComm>(sub, new_rank, monitor(),
+                                           child_state(detail::concat(seq, ":", color), ranks, new_rank));
     });
     return result;
   }
@@ -249,18 +293,28 @@ class LocalComm final : public CommBase {
 
 }  // namespace
 
-void run_local(int world_size, const std::function<void(Communicator&)>& fn) {
+void run_local(int world_size, const std::function<void(Communicator&)>& fn,
+               const CommOptions& options) {
   BRAID_CONFIG_CHECK(world_size >= 1, "run_local: world size ", world_size, " must be >= 1");
+  options.validate();
   auto job = std::make_shared<Job>();
   auto world = std::make_shared<World>(world_size, job);
+  auto control = std::make_shared<World>(world_size, job);  // the monitors' own channel
+  std::vector<int> ranks(static_cast<size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) ranks[static_cast<size_t>(r)] = r;
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
       // The communicator outlives the try block, so the job is aborted before its
       // destructor waits for its progress thread.
-      LocalComm comm(world, r);
+      std::unique_ptr<LocalComm> comm;
       try {
-        fn(comm);
+        auto monitor = std::make_shared<Monitor>(
+            options, r, world_size, std::make_unique<LocalComm>(control, r),
+            [job, r](const std::string& why) { job->abort(r, why); }, /*separate_processes=*/false);
+        comm = std::make_unique<LocalComm>(
+            world, r, monitor, std::make_shared<CommState>("world", ranks, r, monitor->origin()));
+        fn(*comm);
       } catch (const std::exception& e) {
         job->fail(r, e.what());
       } catch (...) {

@@ -13,7 +13,10 @@ namespace braid::comm {
 /// If any rank throws, the world is aborted: every rank blocked in a receive / wait
 /// (or blocking later) throws braid::Error("aborted: rank R failed: <what>"). After all
 /// threads are joined the first failure is rethrown as braid::Error("rank R: <what>").
-/// Errors: ConfigError when world_size < 1.
-void run_local(int world_size, const std::function<void(Communicator&)>& fn);
+/// Every rank has a monitor (watchdog.h) with `options`: a wait longer than
+/// options.timeout_s fails the job naming the ranks that never reached the operation.
+/// Errors: ConfigError when world_size < 1 or the timeout is not positive.
+void run_local(int world_size, const std::function<void(Communicator&)>& fn,
+               const CommOptions& options = {});
 
 }  // namespace braid::comm

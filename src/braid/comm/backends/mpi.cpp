@@ -2,7 +2,9 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <vector>
@@ -46,18 +48,73 @@ MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
+// Completes every request, polling so that a passed deadline or a cancellation
+// (poll_signals) ends the wait; MPI_Wait itself cannot be interrupted. On an exception
+// the requests are cancelled first, so none outlives its buffer.
+int wait_requests(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>& st);
+
+// Cancels what is still pending and waits until MPI no longer touches the buffers.
+// Receives cancel at once. A send MPI cannot cancel is given a bounded time to
+// complete and is then released (only on the way to aborting the job).
+void cancel_requests(std::vector<MPI_Request>& reqs) {
+  for (auto& r : reqs)
+    if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (auto& r : reqs) {
+    while (r != MPI_REQUEST_NULL) {
+      int flag = 0;
+      MPI_Status st;
+      if (MPI_Test(&r, &flag, &st) != MPI_SUCCESS || flag) break;
+      if (std::chrono::steady_clock::now() > until) {
+        MPI_Request_free(&r);
+        break;
+      }
+    }
+  }
+}
+
+int wait_requests(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>& st) {
+  st.resize(reqs.size());
+  try {
+    for (;;) {
+      int flag = 0;
+      const int rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, st.data());
+      if (rc != MPI_SUCCESS || flag) return rc;
+      poll_signals();
+    }
+  } catch (...) {
+    cancel_requests(reqs);
+    throw;
+  }
+}
+
+std::string mpi_error(int rc, const char* what) {
+  char s[MPI_MAX_ERROR_STRING];
+  int l = 0;
+  MPI_Error_string(rc, s, &l);
+  return detail::concat(__FILE__, ":", __LINE__, ": ", what, " failed: ", std::string(s, l));
+}
+
 class MpiWork final : public Work {
  public:
   // expected[i] = bytes request i must receive, or -1 for a send.
   MpiWork(std::vector<MPI_Request> reqs, std::vector<int> expected)
       : reqs_(std::move(reqs)), expected_(std::move(expected)) {}
+  // Dropped before completion: a receive not yet matched is withdrawn (no message may
+  // land in a buffer its owner frees next); sends are completed, or cancelled while an
+  // exception unwinds (the peer may be gone).
   ~MpiWork() override {
-    // A handle dropped without wait(): complete it so MPI releases the request.
-    if (!done_ && !std::uncaught_exceptions()) {
-      try {
-        wait();
-      } catch (...) {
-      }
+    if (done_) return;
+    if (std::uncaught_exceptions() > 0) {
+      cancel();
+      return;
+    }
+    for (size_t i = 0; i < reqs_.size(); ++i)
+      if (expected_[i] >= 0 && reqs_[i] != MPI_REQUEST_NULL) MPI_Cancel(&reqs_[i]);
+    std::vector<MPI_Status> st;
+    try {
+      wait_requests(reqs_, st);
+    } catch (...) {
     }
   }
   void wait() override {
@@ -65,9 +122,16 @@ class MpiWork final : public Work {
       if (!err_.empty()) throw Error(err_);
       return;
     }
-    std::vector<MPI_Status> st(reqs_.size());
+    std::vector<MPI_Status> st;
+    int rc;
+    try {
+      rc = wait_requests(reqs_, st);
+    } catch (const std::exception& e) {
+      done_ = true;
+      err_ = e.what();
+      throw;
+    }
     done_ = true;
-    int rc = MPI_Waitall(static_cast<int>(reqs_.size()), reqs_.data(), st.data());
     finish(rc, st);
   }
   bool test() override {
@@ -83,14 +147,17 @@ class MpiWork final : public Work {
     finish(rc, st);
     return true;
   }
+  void cancel() override {
+    if (done_) return;
+    cancel_requests(reqs_);
+    done_ = true;
+    err_ = "operation was cancelled";
+  }
 
  private:
   void finish(int rc, std::vector<MPI_Status>& st) {
     if (rc != MPI_SUCCESS) {
-      char s[MPI_MAX_ERROR_STRING];
-      int l = 0;
-      MPI_Error_string(rc, s, &l);
-      err_ = detail::concat(__FILE__, ":", __LINE__, ": MPI_Waitall failed: ", std::string(s, l));
+      err_ = mpi_error(rc, "MPI_Testall");
       throw Error(err_);
     }
     for (size_t i = 0; i < expected_.size(); ++i) {
@@ -112,7 +179,8 @@ class MpiWork final : public Work {
 
 class MpiComm final : public CommBase {
  public:
-  explicit MpiComm(MPI_Comm comm) : comm_(comm) {
+  MpiComm(MPI_Comm comm, std::shared_ptr<Monitor> monitor, std::shared_ptr<CommState> state)
+      : CommBase(std::move(monitor), std::move(state)), comm_(comm) {
     BRAID_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     BRAID_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     BRAID_MPI_CHECK(MPI_Comm_size(comm_, &size_));
@@ -131,50 +199,33 @@ class MpiComm final : public CommBase {
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
 
-  void send(const void* buf, size_t bytes, int peer, int tag) override {
-    const auto* p = static_cast<const std::byte*>(buf);
-    for (size_t i = 0; i < n_pieces(bytes); ++i)
-      BRAID_MPI_CHECK(MPI_Send(p + i * kMaxPiece, piece_len(bytes, i), MPI_BYTE, peer, tag, comm_));
-    count_sent(bytes);
+ protected:
+  void do_send(const void* buf, size_t bytes, int peer, int tag) override {
+    std::vector<MPI_Request> reqs;
+    std::vector<int> exp;
+    post_send(buf, bytes, peer, tag, reqs, exp);
+    MpiWork(std::move(reqs), std::move(exp)).wait();
   }
-  void recv(void* buf, size_t bytes, int peer, int tag) override {
-    auto* p = static_cast<std::byte*>(buf);
-    for (size_t i = 0; i < n_pieces(bytes); ++i) {
-      MPI_Status st;
-      BRAID_MPI_CHECK(MPI_Recv(p + i * kMaxPiece, piece_len(bytes, i), MPI_BYTE, peer, tag, comm_, &st));
-      int got = 0;
-      MPI_Get_count(&st, MPI_BYTE, &got);
-      BRAID_CHECK(got == piece_len(bytes, i), "message size mismatch: expected ", piece_len(bytes, i),
-                  " bytes from rank ", peer, ", got ", got);
-    }
-    count_received(bytes);
+  void do_recv(void* buf, size_t bytes, int peer, int tag) override {
+    std::vector<MPI_Request> reqs;
+    std::vector<int> exp;
+    post_recv(buf, bytes, peer, tag, reqs, exp);
+    MpiWork(std::move(reqs), std::move(exp)).wait();
   }
-  WorkPtr isend(const void* buf, size_t bytes, int peer, int tag) override {
+  WorkPtr do_isend(const void* buf, size_t bytes, int peer, int tag) override {
     std::vector<MPI_Request> reqs;
     std::vector<int> exp;
     post_send(buf, bytes, peer, tag, reqs, exp);
     return std::make_shared<MpiWork>(std::move(reqs), std::move(exp));
   }
-  WorkPtr irecv(void* buf, size_t bytes, int peer, int tag) override {
+  WorkPtr do_irecv(void* buf, size_t bytes, int peer, int tag) override {
     std::vector<MPI_Request> reqs;
     std::vector<int> exp;
     post_recv(buf, bytes, peer, tag, reqs, exp);
     return std::make_shared<MpiWork>(std::move(reqs), std::move(exp));
   }
-  void sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,
-                int tag) override {
-    if (sbytes <= kMaxPiece && rbytes <= kMaxPiece) {
-      MPI_Status st;
-      BRAID_MPI_CHECK(MPI_Sendrecv(sbuf, static_cast<int>(sbytes), MPI_BYTE, dst, tag, rbuf,
-                                   static_cast<int>(rbytes), MPI_BYTE, src, tag, comm_, &st));
-      int got = 0;
-      MPI_Get_count(&st, MPI_BYTE, &got);
-      BRAID_CHECK(static_cast<size_t>(got) == rbytes, "message size mismatch: expected ", rbytes,
-                  " bytes from rank ", src, ", got ", got);
-      count_sent(sbytes);
-      count_received(rbytes);
-      return;
-    }
+  void do_sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,
+                   int tag) override {
     std::vector<MPI_Request> reqs;
     std::vector<int> exp;
     post_recv(rbuf, rbytes, src, tag, reqs, exp);
@@ -182,12 +233,19 @@ class MpiComm final : public CommBase {
     MpiWork(std::move(reqs), std::move(exp)).wait();
   }
 
+ public:
   std::unique_ptr<Communicator> split(int color, int key) override {
     std::unique_ptr<Communicator> result;
-    run_exclusive([&] {
+    OpRecord op;
+    op.op = "split";
+    op.count = 2;
+    op.dtype = "i32";
+    run_collective(op, [&] {
+      const uint64_t seq = split_seq_++;
       MPI_Comm nc = MPI_COMM_NULL;
       BRAID_MPI_CHECK(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &nc));
-      if (nc != MPI_COMM_NULL) result = std::make_unique<MpiComm>(nc);
+      if (nc == MPI_COMM_NULL) return;
+      result = std::make_unique<MpiComm>(nc, monitor(), child(nc, detail::concat(seq, ":", color)));
     });
     return result;
   }
@@ -289,8 +347,26 @@ class MpiComm final : public CommBase {
     count_received(bytes);
   }
 
+  // The state of group nc split from this communicator: its members as our ranks.
+  std::shared_ptr<CommState> child(MPI_Comm nc, const std::string& suffix) const {
+    if (!state()) return nullptr;
+    MPI_Group mine, theirs;
+    BRAID_MPI_CHECK(MPI_Comm_group(comm_, &mine));
+    BRAID_MPI_CHECK(MPI_Comm_group(nc, &theirs));
+    int n = 0, me = 0;
+    BRAID_MPI_CHECK(MPI_Group_size(theirs, &n));
+    BRAID_MPI_CHECK(MPI_Comm_rank(nc, &me));
+    std::vector<int> in(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) in[static_cast<size_t>(i)] = i;
+    BRAID_MPI_CHECK(MPI_Group_translate_ranks(theirs, n, in.data(), mine, out.data()));
+    MPI_Group_free(&mine);
+    MPI_Group_free(&theirs);
+    return child_state(suffix, out, me);
+  }
+
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  uint64_t split_seq_ = 0;
 };
 
 }  // namespace
@@ -320,10 +396,24 @@ MpiRuntime::~MpiRuntime() {
   if (!fin) MPI_Finalize();
 }
 
-std::unique_ptr<Communicator> MpiRuntime::world() {
-  MPI_Comm dup;
+std::unique_ptr<Communicator> MpiRuntime::world(const CommOptions& options) {
+  options.validate();
+  MPI_Comm dup, control;
+  BRAID_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &control));
   BRAID_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
-  return std::make_unique<MpiComm>(dup);
+  std::vector<int> ranks(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) ranks[static_cast<size_t>(r)] = r;
+  const int me = rank_;
+  auto monitor = std::make_shared<Monitor>(
+      options, rank_, size_, std::make_unique<MpiComm>(control, nullptr, nullptr),
+      [me](const std::string& why) {
+        std::fprintf(stderr, "braid: error: rank %d: %s\n", me, why.c_str());
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      },
+      /*separate_processes=*/true);
+  auto state = std::make_shared<CommState>("world", std::move(ranks), rank_, monitor->origin());
+  return std::make_unique<MpiComm>(dup, monitor, std::move(state));
 }
 
 }  // namespace braid::comm

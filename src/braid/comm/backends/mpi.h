@@ -26,9 +26,10 @@ class MpiRuntime {
   MpiRuntime(const MpiRuntime&) = delete;
   MpiRuntime& operator=(const MpiRuntime&) = delete;
 
-  /// A communicator over a duplicate of MPI_COMM_WORLD. Must be destroyed before
-  /// the runtime.
-  std::unique_ptr<Communicator> world();
+  /// A communicator over a duplicate of MPI_COMM_WORLD, with this rank's monitor
+  /// (watchdog.h) configured by `options` (its control channel is a second
+  /// duplicate). Must be destroyed before the runtime.
+  std::unique_ptr<Communicator> world(const CommOptions& options = {});
   int world_rank() const { return rank_; }
   int world_size() const { return size_; }
 

@@ -1,0 +1,164 @@
+// The watchdog: every blocking wait of a communicator has a deadline, and when one
+// passes the job ends with a message naming the rank or ranks that never reached the
+// operation (the model is PyTorch's NCCL watchdog with its flight recorder, and
+// torch.distributed's desync report).
+//
+// Each rank has one Monitor, shared by its world communicator and every group split
+// from it. The monitor's thread (1) watches the operations its communicators have
+// started and (2) answers the other ranks' questions about its own state. Questions
+// and answers travel over a control communicator used for nothing else, with
+// non-blocking calls and a deadline of their own, so a rank that is stopped (SIGSTOP)
+// or hung outside braid is named as not answering rather than waited for.
+//
+// A waiting thread never sleeps uninterruptibly: backends poll `poll_signals()` while
+// they wait, and the monitor raises the op's signal to make the waiter throw. Waits the
+// backend cannot interrupt (MPI's own blocking collectives) end by the hard abort the
+// backend provides (MPI_Abort), after a grace period.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "braid/comm/communicator.h"
+#include "braid/comm/flight_recorder.h"
+
+namespace braid::comm {
+
+/// What the monitor tells the thread waiting on one operation.
+struct OpSignal {
+  std::atomic<bool> raised{false};    // the waiter must throw Error(error)
+  std::string error;                  // written once, before raised is set
+  std::atomic<bool> handled{false};   // the monitor has taken this op's timeout
+
+  /// Makes the waiter throw Error(message); the first raise wins. Thread-safe.
+  bool raise(const std::string& message);
+
+ private:
+  std::mutex mu_;
+};
+
+/// Identity and flight record of one communicator, shared by its handles and the
+/// monitor (which holds it weakly).
+struct CommState {
+  std::string uid;               // equal on every member: "world", "world/3:1", ...
+  uint64_t uid_hash = 0;         // FNV-1a of uid, what questions carry
+  std::vector<int> world_ranks;  // group rank -> world rank
+  int rank = 0;                  // this rank's group rank
+  FlightRecorder recorder;
+  std::atomic<int64_t> next_seq{0};  // collectives called so far
+  std::atomic<int64_t> next_p2p{0};  // point-to-point operations recorded so far
+
+  /// t0: the monitor's start, the origin of every time in the record.
+  CommState(std::string id, std::vector<int> ranks, int my_rank,
+            std::chrono::steady_clock::time_point t0);
+  /// Seconds since t0.
+  double now() const;
+  /// "world ranks [0 1 2 3]".
+  std::string group_text() const;
+  int world_rank_of(int group_rank) const;
+
+  /// The signal of a started operation (registered while it runs).
+  std::shared_ptr<OpSignal> signal(uint64_t id);
+  void add_signal(uint64_t id, std::shared_ptr<OpSignal> s);
+  void remove_signal(uint64_t id);
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+  std::mutex mu_;
+  std::map<uint64_t, std::shared_ptr<OpSignal>> signals_;
+};
+
+/// Throws Error(signal's message) when the operation this thread is running on any
+/// communicator has been signalled (timed out, cancelled). Cheap: one atomic load.
+/// Backends call it from every wait loop.
+void poll_signals();
+
+/// The operation the calling thread is running, if any (set by RunningOp).
+struct OpContext {
+  CommState* state = nullptr;
+  uint64_t id = 0;
+  OpSignal* signal = nullptr;
+  OpContext* prev = nullptr;
+};
+OpContext* current_op();
+
+/// Marks an operation started on the calling thread for its lifetime: records it,
+/// registers its signal for the monitor and makes it the thread's current op, so
+/// the point-to-point calls a collective makes count as that collective. Completed
+/// on destruction (failed when destroyed by an exception).
+class RunningOp {
+ public:
+  RunningOp(CommState& st, uint64_t id, std::shared_ptr<OpSignal> sig = nullptr);
+  ~RunningOp();
+  RunningOp(const RunningOp&) = delete;
+  RunningOp& operator=(const RunningOp&) = delete;
+  /// Records the op completed (call before destruction on success).
+  void done();
+
+ private:
+  CommState& st_;
+  uint64_t id_;
+  std::shared_ptr<OpSignal> sig_;
+  OpContext ctx_;
+  bool finished_ = false;
+};
+
+class Monitor {
+ public:
+  /// control: a communicator over the same ranks as the world, used only by the
+  /// monitor (no monitor of its own). hard_abort ends the whole job with a message
+  /// (MPI_Abort; for ranks as threads, the job's abort). separate_processes: ranks are
+  /// processes, so a rank that timed out as well leaves the report to the lowest one.
+  Monitor(CommOptions opt, int world_rank, int world_size, std::unique_ptr<Communicator> control,
+          std::function<void(const std::string&)> hard_abort, bool separate_processes);
+  ~Monitor();
+  Monitor(const Monitor&) = delete;
+  Monitor& operator=(const Monitor&) = delete;
+
+  void attach(const std::shared_ptr<CommState>& s);
+  std::chrono::steady_clock::time_point origin() const { return t0_; }
+  const CommOptions& options() const { return opt_; }
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  /// Seconds on the steady clock since this monitor started.
+  double now() const;
+
+  /// This rank's flight record as JSON (every communicator), with `reason`.
+  std::string record_json(const std::string& reason) const;
+
+ private:
+  struct Pending;  // a timeout delivered to its waiter, awaiting the waiter's exit
+  void loop();
+  void serve();
+  void check_deadlines();
+  void handle_timeout(const std::shared_ptr<CommState>& st, const OpRecord& op,
+                      const std::shared_ptr<OpSignal>& sig);
+  std::vector<std::shared_ptr<CommState>> states() const;
+  std::string activity() const;
+  void dump_record(const std::string& reason, bool to_stderr) const;
+
+  CommOptions opt_;
+  int world_rank_, world_size_;
+  std::unique_ptr<Communicator> control_;
+  std::function<void(const std::string&)> hard_abort_;
+  bool separate_processes_;
+  std::chrono::steady_clock::time_point t0_;
+  mutable std::mutex mu_;
+  std::vector<std::weak_ptr<CommState>> states_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int32_t> next_query_{0};
+  bool dumped_ = false;
+  std::vector<std::unique_ptr<Pending>> pending_;
+  struct Server;
+  std::unique_ptr<Server> server_;
+  std::thread thread_;
+};
+
+}  // namespace braid::comm
