@@ -12,6 +12,7 @@
 #include "braid/train/token_file.h"
 #include "braid/train/tokenizer.h"
 #include "braid/train/mfu.h"
+#include "braid/train/preemption.h"
 #include "braid/train/trainer.h"
 #ifdef BRAID_WITH_MPI
 #include "braid/comm/backends/mpi.h"
@@ -91,8 +92,9 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
         }
       }
     }
-    // With sharded parameters every rank takes part in each forward.
-    if (opt.sample_tokens > 0 && (world.rank() == 0 || trainer.forward_is_collective())) {
+    // With sharded parameters every rank takes part in each forward. A run
+    // ended by a stop signal skips the sample.
+    if (opt.sample_tokens > 0 && trainer.stopped_at() < 0 && (world.rank() == 0 || trainer.forward_is_collective())) {
       std::vector<int32_t> prompt = tok->encode(opt.sample_prompt);
       if (prompt.empty()) prompt.push_back(tok->eot());
       auto out = trainer.sample(prompt, opt.sample_tokens, opt.seed);
@@ -206,10 +208,13 @@ void add_train(CLI::App& app) {
     if (!a->opt.metrics_out.empty())
       a->comm.record_dir = std::filesystem::path(a->opt.metrics_out).parent_path().string();
     if (a->comm.record_dir.empty() && !a->opt.metrics_out.empty()) a->comm.record_dir = ".";
+    // SIGTERM/SIGINT/SIGUSR1 stop the run at the next step boundary; under MPI
+    // the handler goes in after MPI_Init, so it is the one in force.
     if (a->backend == "local") {
       BRAID_CONFIG_CHECK(a->local_ranks >= 1, "--ranks ", a->local_ranks, " must be >= 1");
       BRAID_CONFIG_CHECK(a->opt.inject_failure_kind == "throw", "--inject-failure kind '",
                          a->opt.inject_failure_kind, "' needs one process per rank; use the mpi backend");
+      train::install_stop_handler();
       comm::run_local(a->local_ranks, [&](comm::Communicator& w) { run_rank(*a, w, train, valp); }, a->comm);
       return;
     }
@@ -217,6 +222,7 @@ void add_train(CLI::App& app) {
     comm::MpiRuntime mpi;
     auto world = mpi.world(a->comm);
     g_abort_job_on_error = world->size() > 1;
+    train::install_stop_handler();
     run_rank(*a, *world, train, valp);
 #else
     throw ConfigError("this braid was built without MPI; use --backend local");

@@ -19,6 +19,7 @@
 #include "braid/kernels/cpu/adamw.h"
 #include "braid/train/checkpoint.h"
 #include "braid/train/mfu.h"
+#include "braid/train/preemption.h"
 
 namespace braid::train {
 
@@ -1057,6 +1058,10 @@ std::vector<StepRecord> Trainer::run() {
   if (ps_ && opt_.ps_async) {
     out = run_ps_async();
     for (const auto& r : out) log_step(r);
+    if (stopped_at_ >= 0) {
+      finish_stopped_run();
+      return out;
+    }
     if (validate) run_validation(opt_.steps);
     if (!opt_.save_path.empty()) save(opt_.save_path, opt_.steps);
     return out;
@@ -1068,6 +1073,12 @@ std::vector<StepRecord> Trainer::run() {
           std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count());
     out.push_back(r);
     log_step(r);
+    // A stop signal on any rank ends the run here on every rank, after the
+    // same step; validation and the periodic save are skipped.
+    if (stop_agreed()) {
+      stopped_at_ = step + 1;
+      break;
+    }
     const bool last = step + 1 == opt_.steps;
     if (validate && ((step + 1) % opt_.val_every == 0 || last)) {
       run_validation(step + 1);
@@ -1084,7 +1095,31 @@ std::vector<StepRecord> Trainer::run() {
     }
   }
   write_trace();
+  if (stopped_at_ >= 0) finish_stopped_run();
   return out;
+}
+
+bool Trainer::stop_agreed() {
+  // One float per step over the world, so latency is all that counts: MPI's
+  // own all-reduce (a tree, log2(N) messages deep) rather than the ring's 2(N-1).
+  float sig = static_cast<float>(stop_signal());
+  if (world_.size() > 1) world_.all_reduce(&sig, &sig, 1, DType::f32, comm::ReduceOp::max, comm::Algorithm::native);
+  stop_signal_ = static_cast<int>(sig);
+  return stop_signal_ != 0;
+}
+
+void Trainer::finish_stopped_run() {
+  const bool saved = !opt_.save_path.empty();
+  if (saved) save(opt_.save_path, stopped_at_);
+  if (world_.rank() != 0) return;
+  std::printf("braid train: %s received: stopped after step %lld of %lld; ", stop_signal_name(stop_signal_),
+              static_cast<long long>(stopped_at_), static_cast<long long>(opt_.steps));
+  if (saved) {
+    std::printf("checkpoint saved to %s (resume with --resume %s)\n", opt_.save_path.c_str(), opt_.save_path.c_str());
+  } else {
+    std::printf("no checkpoint (pass --save FILE to write one)\n");
+  }
+  std::fflush(stdout);
 }
 
 }  // namespace braid::train

@@ -159,6 +159,9 @@ class Trainer {
   const TrainOptions& options() const { return opt_; }
   const MemoryLedger& ledger() const { return ledger_; }
   int64_t start_step() const { return start_step_; }
+  /// After run(): the step a stop signal ended the run at (the same on every
+  /// rank; see preemption.h), or -1 when it ran to the end.
+  int64_t stopped_at() const { return stopped_at_; }
   /// FNV-1a hash of the parameter bytes.
   /// Under ZeRO-3/FSDP the hash covers each unit as gathered (collective).
   uint64_t param_hash();
@@ -262,6 +265,13 @@ class Trainer {
   int dp_size_, dp_rank_;        // under ps: the workers (rank - 1); the server has -1
   int64_t accum_steps_;
   int64_t start_step_ = 0;
+  /// Graceful stop (preemption.h): whether any rank received a stop signal, as
+  /// a max over the world at a step boundary (collective); sets stop_signal_.
+  bool stop_agreed();
+  /// Saves (with --save) and prints where the run stopped; every rank calls it.
+  void finish_stopped_run();
+  int stop_signal_ = 0;
+  int64_t stopped_at_ = -1;
 };
 
 }  // namespace braid::train

@@ -6,12 +6,17 @@
 // each push as it arrives under a stale-synchronous bound (Ho et al. 2013): a
 // worker may start iteration i only when every worker has finished iteration
 // i - k - 1, so a gradient misses at most 2k+1 updates of each other worker.
+// A stop signal (preemption.h) ends an asynchronous run by the server's
+// decision: workers report theirs in the push header, the server stops
+// releasing them and marks each one's next reply as its last.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <thread>
 
 #include "braid/core/error.h"
+#include "braid/train/preemption.h"
 #include "braid/train/trainer.h"
 
 namespace braid::train {
@@ -25,14 +30,14 @@ struct PushHeader {
   int64_t version;  // server version of the weights the gradient was computed on
   int64_t iteration;
   float loss;
-  float pad;
+  int32_t stop;  // async: the stop signal this worker received, or 0
 };
 struct PullHeader {
   int64_t version;
   float loss;       // mean loss of the step (sync) or of the last update (async)
   float grad_norm;
   float lr;
-  float pad;
+  int32_t stop;  // async: the run ends by this signal; the worker's last reply
 };
 }  // namespace
 
@@ -77,7 +82,7 @@ StepRecord Trainer::ps_sync_step(int64_t step) {
                        "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
     r.loss = loss;
     ps_apply(sched_.at(step), step + 1, r);
-    pull = {step + 1, r.loss, r.grad_norm, r.lr, 0.f};
+    pull = {step + 1, r.loss, r.grad_norm, r.lr, 0};
     for (int w = 1; w < world_.size(); ++w) {
       world_.send(&pull, sizeof pull, w, kTagPullHeader);
       world_.send(model_->params(), bytes, w, kTagPullParams);
@@ -85,7 +90,7 @@ StepRecord Trainer::ps_sync_step(int64_t step) {
   } else {
     // Workers average the loss over ranks like DDP does: the server sums in order.
     const float loss = static_cast<float>(forward_backward(step, false));
-    PushHeader h{step, step, loss, 0.f};
+    PushHeader h{step, step, loss, 0};
     world_.send(&h, sizeof h, 0, kTagPushHeader);
     world_.send(model_->grads(), bytes, 0, kTagPushGrads);
     world_.recv(&pull, sizeof pull, 0, kTagPullHeader);
@@ -115,7 +120,7 @@ std::vector<StepRecord> Trainer::run_ps_async() {
       const uint64_t sent0 = world_.bytes_sent(), recv0 = world_.bytes_received();
       maybe_inject_failure(i);
       const float loss = static_cast<float>(forward_backward(i, false));
-      PushHeader h{pull.version, i, loss, 0.f};
+      PushHeader h{pull.version, i, loss, stop_signal()};
       world_.send(&h, sizeof h, 0, kTagPushHeader);
       world_.send(model_->grads(), bytes, 0, kTagPushGrads);
       world_.recv(&pull, sizeof pull, 0, kTagPullHeader);
@@ -130,11 +135,12 @@ std::vector<StepRecord> Trainer::run_ps_async() {
       finish_record(r, std::chrono::duration<double>(Clock::now() - t0).count(), sent0, recv0);
       opt_.check_replicas = check;
       out.push_back(r);
+      if (pull.stop) break;
     }
   } else {
     // Server: every worker starts from the same weights.
     int64_t version = start_step_ * W;
-    PullHeader pull{version, 0.f, 0.f, sched_.at(start_step_), 0.f};
+    PullHeader pull{version, 0.f, 0.f, sched_.at(start_step_), 0};
     for (int w = 1; w <= W; ++w) {
       world_.send(&pull, sizeof pull, w, kTagPullHeader);
       world_.send(model_->params(), bytes, w, kTagPullParams);
@@ -143,16 +149,18 @@ std::vector<StepRecord> Trainer::run_ps_async() {
     std::vector<bool> waiting(static_cast<size_t>(W + 1), false);        // pushed, no reply yet
     std::vector<PushHeader> hdr(static_cast<size_t>(W + 1));
     std::vector<comm::WorkPtr> pending(static_cast<size_t>(W + 1));
+    std::vector<bool> active(static_cast<size_t>(W + 1), start_step_ < iters);  // awaits a reply
     for (int w = 1; w <= W; ++w) {
       if (start_step_ < iters) pending[static_cast<size_t>(w)] = world_.irecv(&hdr[static_cast<size_t>(w)], sizeof(PushHeader), w, kTagPushHeader);
     }
-    const int64_t total = (iters - start_step_) * W;
+    int stop = 0;  // the stop signal of the server or of a worker, once one arrived
     StepRecord round;  // one record per W updates
     double round_loss = 0;
     int64_t round_count = 0, stale_max = 0;
     auto t_round = Clock::now();
     uint64_t sent0 = world_.bytes_sent(), recv0 = world_.bytes_received();
-    for (int64_t applied = 0; applied < total;) {
+    auto any_active = [&] { return std::find(active.begin() + 1, active.end(), true) != active.end(); };
+    while (any_active()) {
       bool progressed = false;
       for (int w = 1; w <= W; ++w) {
         auto& p = pending[static_cast<size_t>(w)];
@@ -162,6 +170,7 @@ std::vector<StepRecord> Trainer::run_ps_async() {
         progressed = true;
         if (version % W == 0) maybe_inject_failure(version / W);  // the server's round
         const PushHeader h = hdr[static_cast<size_t>(w)];
+        if (stop == 0) stop = h.stop;
         world_.recv(model_->grads(), bytes, w, kTagPushGrads);
         BRAID_CONFIG_CHECK(std::isfinite(h.loss), "the loss became ", h.loss, " on worker ", w,
                            " at iteration ", h.iteration, "; training diverged: lower --lr");
@@ -170,7 +179,6 @@ std::vector<StepRecord> Trainer::run_ps_async() {
         StepRecord r;
         ps_apply(sched_.at(version / W), version + 1, r);
         ++version;
-        ++applied;
         ++done[static_cast<size_t>(w)];
         waiting[static_cast<size_t>(w)] = true;
         round_loss += h.loss;
@@ -194,27 +202,41 @@ std::vector<StepRecord> Trainer::run_ps_async() {
           recv0 = world_.bytes_received();
         }
       }
-      // Release waiting workers whose next iteration respects the bound.
+      if (stop == 0) stop = stop_signal();
+      // Release waiting workers whose next iteration respects the bound; once
+      // stopping, release every worker with its last reply.
       int64_t slowest = iters;
       for (int w = 1; w <= W; ++w) slowest = std::min(slowest, done[static_cast<size_t>(w)]);
       for (int w = 1; w <= W; ++w) {
         if (!waiting[static_cast<size_t>(w)]) continue;
         const int64_t next = done[static_cast<size_t>(w)];  // the iteration it would start
-        if (next < iters && next - slowest > opt_.staleness) continue;
+        if (stop == 0 && next < iters && next - slowest > opt_.staleness) continue;
         waiting[static_cast<size_t>(w)] = false;
-        pull = {version, hdr[static_cast<size_t>(w)].loss, round.grad_norm, sched_.at(version / W), 0.f};
+        pull = {version, hdr[static_cast<size_t>(w)].loss, round.grad_norm, sched_.at(version / W), stop};
         world_.send(&pull, sizeof pull, w, kTagPullHeader);
         world_.send(model_->params(), bytes, w, kTagPullParams);
         progressed = true;
-        if (next < iters) {
+        if (next < iters && stop == 0) {
           pending[static_cast<size_t>(w)] = world_.irecv(&hdr[static_cast<size_t>(w)], sizeof(PushHeader), w, kTagPushHeader);
+        } else {
+          active[static_cast<size_t>(w)] = false;
         }
       }
       if (!progressed) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+    // Stopped early: the step is the rounds of W updates completed (updates
+    // past the last whole round stay in the weights).
+    if (stop != 0 && version < iters * W) {
+      stop_signal_ = stop;
+      stopped_at_ = version / W;
+    }
   }
-  // Every rank ends with the server's final weights.
+  // Every rank ends with the server's final weights and knows how it ended.
   world_.broadcast(model_->params(), n, DType::f32, 0);
+  int64_t ending[2] = {stopped_at_, stop_signal_};
+  world_.broadcast(ending, 4, DType::f32, 0);  // bits copied, no arithmetic
+  stopped_at_ = ending[0];
+  stop_signal_ = static_cast<int>(ending[1]);
   return out;
 }
 
