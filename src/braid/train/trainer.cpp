@@ -1100,10 +1100,11 @@ std::vector<StepRecord> Trainer::run() {
 }
 
 bool Trainer::stop_agreed() {
-  // One float per step over the world, so latency is all that counts: MPI's
-  // own all-reduce (a tree, log2(N) messages deep) rather than the ring's 2(N-1).
+  // One float per step over the world: a message this small takes the
+  // collectives' latency path (about a microsecond between two processes of
+  // one host; see README), nothing next to a step.
   float sig = static_cast<float>(stop_signal());
-  if (world_.size() > 1) world_.all_reduce(&sig, &sig, 1, DType::f32, comm::ReduceOp::max, comm::Algorithm::native);
+  if (world_.size() > 1) world_.all_reduce(&sig, &sig, 1, DType::f32, comm::ReduceOp::max, opt_.algo);
   stop_signal_ = static_cast<int>(sig);
   return stop_signal_ != 0;
 }
