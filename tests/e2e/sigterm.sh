@@ -15,10 +15,11 @@ common=(--model tiny --train-data "$tmp/t_train.bin" --val-data "$tmp/t_val.bin"
 ENDLESS=1000000
 
 # interrupt NAME NP SIGNAL TARGET FLAGS...: starts an endless run, waits for its
-# first step (or for the output line $ready_out when that is set), sends SIGNAL to rank TARGET's process (or to mpirun itself when
-# TARGET is "mpirun") and waits for the job to end. Sets rc (the job's exit
-# code) and stopped (the step of the stop line, empty if none); output in
-# $tmp/NAME.txt, metrics in $tmp/NAME.jsonl, checkpoint in $tmp/NAME.ckpt.
+# first step (or for the output line $ready_out when that is set), sends SIGNAL
+# to rank TARGET's process (or to mpirun itself when TARGET is "mpirun") and
+# waits for the job to end. Sets rc (the job's exit code) and stopped (the step
+# of the stop line, empty if none); output in $tmp/NAME.txt, metrics in
+# $tmp/NAME.jsonl, checkpoint in $tmp/NAME.ckpt.
 interrupt() {
   local name="$1" np="$2" sig="$3" target="$4"; shift 4
   timeout 120 "${MPIRUN[@]}" -np "$np" "$BRAID" train "${common[@]}" --steps $ENDLESS \
@@ -47,6 +48,9 @@ interrupt() {
   stopped=$(sed -n 's/^braid train: SIG[A-Z0-9]* received: stopped after step \([0-9]*\) of.*/\1/p' "$tmp/$name.txt")
 }
 
+# last_step NAME: the last step in NAME's metrics (empty if none).
+last_step() { grep -o '"step":[0-9]*' "$tmp/$1.jsonl" | tail -n 1 | cut -d: -f2; }
+
 # expect_stop NAME SIGNAL: the job exited 0 after printing the stop line and
 # writing the checkpoint, and the metrics end at the stop step.
 expect_stop() {
@@ -55,7 +59,7 @@ expect_stop() {
   grep -q "^braid train: $2 received: stopped after step $stopped of $ENDLESS; checkpoint saved to $tmp/$1.ckpt (resume with --resume $tmp/$1.ckpt)$" \
     "$tmp/$1.txt" || { cat "$tmp/$1.txt"; fail "$1: no stop line"; }
   [ -s "$tmp/$1.ckpt" ] || fail "$1: no checkpoint"
-  local last; last=$(tail -n 1 "$tmp/$1.jsonl" | sed 's/.*"step":\([0-9]*\).*/\1/')
+  local last; last=$(last_step "$1")
   [ "${last:-0}" = "$stopped" ] || fail "$1: metrics end at step $last, the stop line says $stopped"
 }
 
@@ -106,7 +110,6 @@ interrupt mpiterm 2 TERM mpirun
 [ $rc -ne 124 ] || fail "mpiterm: the job hung after SIGTERM to mpirun"
 [ $rc -ne 0 ] || fail "mpiterm: mpirun exited 0 after SIGTERM (OpenMPI's behaviour changed: update README)"
 if [ -e "$tmp/mpiterm.ckpt" ]; then
-  last=$(grep '"loss"' "$tmp/mpiterm.jsonl" | tail -n 1 | sed 's/.*"step":\([0-9]*\).*/\1/')
-  run mpiterm 2 --steps $((last + 1)) --resume "$tmp/mpiterm.ckpt"
+  run mpiterm 2 --steps $(($(last_step mpiterm) + 1)) --resume "$tmp/mpiterm.ckpt"
 fi
 echo "PASS"
