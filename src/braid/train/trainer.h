@@ -16,6 +16,7 @@
 #include "braid/parallel/sharded.h"
 #include "braid/parallel/pipeline.h"
 #include "braid/parallel/topology.h"
+#include "braid/train/clock_sync.h"
 #include "braid/train/loss_scaler.h"
 #include "braid/train/lr_schedule.h"
 #include "braid/train/sampler.h"
@@ -237,17 +238,20 @@ class Trainer {
   /// Sums the tied embedding's gradient over the first and last stage (the
   /// owned gradients, or the engine's after its DP reduction).
   void sync_tied_embedding();
-  // --trace-out: spans of this rank (microseconds since the trainer started).
+  // --trace-out: spans of this rank (microseconds since this rank's run()
+  // started, on its own steady clock).
   struct TraceEvent {
     std::string name, cat;
     double ts, dur;
   };
   std::vector<TraceEvent> trace_;
   double trace_origin_ = 0;
+  ClockOffset trace_clock_;  // this rank's clock to rank 0's (measured when tracing)
   /// Records span `what` (+ index when >= 0) if --trace-out is set.
   /// chunk >= 0: the span belongs to that model chunk (named ".c<chunk>" when a rank holds several).
   void trace(const char* what, int64_t index, const char* cat, double t0, double t1, int chunk = -1);
-  /// Gathers every rank's spans on rank 0 and writes the Chrome trace (atomic).
+  /// Gathers every rank's spans on rank 0, puts them on rank 0's clock and
+  /// writes the Chrome trace (atomic) with the clock offsets in its metadata.
   void write_trace();
   /// The pieces of the flat buffer this rank updates (everything without ZeRO),
   /// split at parameter boundaries so each piece has one weight-decay setting.

@@ -238,36 +238,60 @@ void Trainer::trace(const char* what, int64_t index, const char* cat, double t0,
 
 void Trainer::write_trace() {
   if (opt_.trace_out.empty()) return;
-  // Every rank serialises its spans (pid = world rank, tid = 0); rank 0
-  // receives them in rank order and writes one file (rename: atomic).
-  nlohmann::json mine = nlohmann::json::array();
+  // Every rank serialises its spans (pid = world rank, tid = 0) with its start
+  // on rank 0's clock; rank 0 receives them in rank order, shifts each rank's
+  // spans by its start and writes one file (rename: atomic).
+  nlohmann::json events = nlohmann::json::array();
   for (const auto& e : trace_)
-    mine.push_back({{"name", e.name}, {"cat", e.cat}, {"ph", "X"}, {"ts", e.ts}, {"dur", e.dur},
-                    {"pid", world_.rank()}, {"tid", 0}});
-  const std::string text = mine.dump();
+    events.push_back({{"name", e.name}, {"cat", e.cat}, {"ph", "X"}, {"ts", e.ts}, {"dur", e.dur},
+                      {"pid", world_.rank()}, {"tid", 0}});
+  nlohmann::json mine = {{"start_us", trace_origin_ + trace_clock_.offset_us},
+                         {"offset_us", trace_clock_.offset_us},
+                         {"error_us", trace_clock_.error_us},
+                         {"events", std::move(events)}};
   if (world_.rank() != 0) {
+    const std::string text = mine.dump();
     const uint64_t len = text.size();
     world_.send(&len, sizeof len, 0, 7001);
     world_.send(text.data(), len, 0, 7002);
     return;
   }
-  nlohmann::json all = nlohmann::json::array();
-  for (const auto& e : mine) all.push_back(e);
+  std::vector<nlohmann::json> ranks{std::move(mine)};
   for (int q = 1; q < world_.size(); ++q) {
     uint64_t len = 0;
     world_.recv(&len, sizeof len, q, 7001);
     std::string buf(len, '\0');
     world_.recv(buf.data(), len, q, 7002);
-    for (const auto& e : nlohmann::json::parse(buf)) all.push_back(e);
+    ranks.push_back(nlohmann::json::parse(buf));
+  }
+  // Time zero is the earliest start over the ranks, on rank 0's clock.
+  double base = ranks[0]["start_us"].get<double>();
+  for (const auto& r : ranks) base = std::min(base, r["start_us"].get<double>());
+  nlohmann::json all = nlohmann::json::array(), offsets = nlohmann::json::array(), errors = nlohmann::json::array();
+  double max_error = 0;
+  for (auto& r : ranks) {
+    const double shift = r["start_us"].get<double>() - base;
+    for (auto& e : r["events"]) {
+      e["ts"] = e["ts"].get<double>() + shift;
+      all.push_back(std::move(e));
+    }
+    offsets.push_back(r["offset_us"]);
+    errors.push_back(r["error_us"]);
+    max_error = std::max(max_error, r["error_us"].get<double>());
   }
   for (int q = 0; q < world_.size(); ++q) {
     all.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", q},
                    {"args", {{"name", span_name("rank ", q)}}}});
   }
+  // otherData: the trace format's free-form metadata.
+  const nlohmann::json meta = {{"clock", "steady clock of rank 0"},
+                               {"clock_max_error_us", max_error},
+                               {"clock_offset_us", offsets},
+                               {"clock_error_us", errors}};
   const std::string tmp = opt_.trace_out + ".tmp";
   {
     std::ofstream f(tmp);
-    f << nlohmann::json{{"traceEvents", all}, {"displayTimeUnit", "ms"}}.dump();
+    f << nlohmann::json{{"traceEvents", all}, {"displayTimeUnit", "ms"}, {"otherData", meta}}.dump();
     BRAID_CONFIG_CHECK(f.good(), "cannot write --trace-out ", opt_.trace_out);
   }
   std::filesystem::rename(tmp, opt_.trace_out);
