@@ -340,7 +340,9 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                        val->size(), " tokens, fewer than one sequence of --seq-len ", opt.seq_len,
                        " + 1; use more validation data, a shorter --seq-len, or --val-every 0");
   }
-  if (!opt.save_path.empty()) check_writable(opt.save_path);
+  // Only rank 0 writes checkpoints, so only it probes: the probe is named by pid, which the local
+  // backend's threads share and processes on different hosts may repeat.
+  if (!opt.save_path.empty() && world.rank() == 0) check_writable(opt.save_path);
   compute_ = opt.precision == "bf16" ? DType::bf16 : opt.precision == "fp16" ? DType::f16 : DType::f32;
   const bool use_engine = opt.zero >= 2 || opt.fsdp || compute_ != DType::f32;
   model::PipelineStage stage;
