@@ -2,7 +2,7 @@
 # End-to-end: ZeRO-2/3, FSDP, HSDP and mixed precision under mpirun (one
 # process per rank): same losses as DDP, replicas checked every step, sampling
 # with sharded parameters, a checkpoint from one layout resumed by another,
-# clear errors for bad flags.
+# clear errors for bad flags. DDP and HSDP also over TCP, bitwise the same.
 source "$(dirname "$0")/lib/common.bash" "$@"
 make_tokens 2 300 "a grand jury commented on a number of other topics among them the atlanta and fulton county purchasing departments"
 common=(--model tiny --train-data "$tmp/t_train.bin" --val-data "$tmp/t_val.bin" --seq-len 32 --batch 4
@@ -16,6 +16,7 @@ run fsdp 2 --fsdp --save "$tmp/f.ckpt"
 run hsdp 4 --fsdp --fsdp-shard-size 2
 run bf16 2 --zero 3 --precision bf16
 same_run loss ddp zero2 zero3 fsdp hsdp bf16:1e-3  # bf16: within its rounding (see test_mixed_precision)
+same_over_tcp ddp hsdp
 # An FSDP checkpoint of 2 ranks resumes as ZeRO-1 on 4 ranks.
 timeout 300 "${MPIRUN[@]}" -np 4 "$BRAID" train "${common[@]}" --steps 6 --zero 1 \
   --resume "$tmp/f.ckpt" > "$tmp/resume.txt" 2>&1 || { cat "$tmp/resume.txt"; fail "resume across layouts"; }

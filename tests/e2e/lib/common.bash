@@ -1,13 +1,18 @@
 # Sourced by the end-to-end scripts as `source lib/common.bash "$@"`: the braid
 # binary and source dir from the arguments, a temporary directory removed on
 # exit, one compute thread per rank, mpirun allowed as root, fail(), MPIRUN,
-# and make_tokens to build a small token file pair for the run.
+# make_tokens to build a small token file pair for the run, run and same_run to
+# train and compare, and same_over_tcp to repeat a run over TCP.
 set -uo pipefail
 BRAID="$1"; SRC="$2"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fail() { echo "FAIL: $*"; exit 1; }
 MPIRUN=(mpirun --oversubscribe --bind-to none)
+# Ranks on different hosts talk over TCP sockets, not shared memory; pml ob1
+# makes the btl list the transport actually used (no UCX bypass).
+TCP=(--mca pml ob1 --mca btl tcp,self)
+declare -A run_args  # NAME -> NP and flags of `run NAME`, shell-quoted
 
 # make_tokens SEED PARAGRAPHS "words ...": random sentences over the words,
 # tokenized into $tmp/t_train.bin and $tmp/t_val.bin.
@@ -28,6 +33,7 @@ PY
 # (showing the output) if the job fails.
 run() {
   local name="$1" np="$2"; shift 2
+  run_args[$name]="$(printf '%q ' "$np" "$@")"
   timeout 300 "${MPIRUN[@]}" -np "$np" "$BRAID" train "${common[@]}" --metrics-out "$tmp/$name.jsonl" "$@" \
     > "$tmp/$name.txt" 2>&1 || { cat "$tmp/$name.txt"; fail "$name exited non-zero"; }
 }
@@ -49,4 +55,20 @@ for key in keys:
         for a, b in zip(got, want):
             assert abs(a - b) <= float(rtol or 1e-5) * abs(b), (name, key, a, b)
 PY
+}
+
+# same_over_tcp NAME...: repeats each `run NAME` (same ranks and flags) with the
+# ranks talking over TCP, as NAME.tcp, and checks its loss, grad_norm and
+# val_loss equal NAME's bitwise: the collectives are deterministic whatever
+# the transport.
+same_over_tcp() {
+  local name keys args MPIRUN=("${MPIRUN[@]}" "${TCP[@]}")  # the local MPIRUN is the one run sees
+  for name in "$@"; do
+    [ -n "${run_args[$name]:-}" ] || fail "same_over_tcp: no run named $name"
+    eval "args=(${run_args[$name]})"
+    run "$name.tcp" "${args[@]}"
+    keys=loss,grad_norm
+    grep -q val_loss "$tmp/$name.jsonl" && keys+=,val_loss
+    same_run "$keys" "$name" "$name.tcp:0"
+  done
 }
