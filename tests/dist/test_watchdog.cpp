@@ -98,6 +98,21 @@ TEST(Watchdog, WaitOnIrecvTimesOutAndPeerActivityIsReported) {
   EXPECT_TRUE(has(msg, "Never reached it: rank 3")) << msg;
 }
 
+// A loop polling test() (how the asynchronous parameter server waits for pushes) is
+// a wait too: its deadline counts from the first poll and the poll throws.
+TEST(Watchdog, PollingLoopTimesOut) {
+  auto [msg, secs] = failing_run(3, [&](Communicator& c) {
+    char b = 0;
+    if (c.rank() == 0) {
+      auto w = c.irecv(&b, 1, 2, 3);
+      while (!w->test()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if (c.rank() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  }, short_timeout(1.0));
+  EXPECT_TRUE(has(msg, "rank 0: comm timeout: irecv #0 (1 bytes from rank 2, tag 3)")) << msg;
+  EXPECT_TRUE(has(msg, "Rank 2 is not in a communication call")) << msg;
+}
+
 TEST(Watchdog, AsyncCollectiveTimesOut) {
   auto [msg, secs] = failing_run(3, [&](Communicator& c) {
     std::vector<float> v(4096, 1.f);

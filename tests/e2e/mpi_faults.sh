@@ -55,6 +55,6 @@ fault kill "rank 1 .*signal 9\|signal 9.*rank 1\|process rank 1" 5
 # A raising rank: its message.
 fault throw "injected failure on rank 1 at step 2" 12
 # The same over TCP, the transport between hosts.
-fault stop "No answer within .* rank 1\." 13 --mca btl tcp,self
+fault stop "No answer within .* rank 1\." 13 --mca pml ob1 --mca btl tcp,self
 [ -n "${SHOW_FAULTS:-}" ] && for k in stop hang kill throw; do echo "--- $k"; grep -v "^    \|^  world\|flight record" "$tmp/$k.txt" | head -20; done
 echo "PASS: every fault ended the job naming rank 1"

@@ -308,28 +308,40 @@ std::shared_ptr<CommState> CommBase::child_state(const std::string& suffix,
 
 // ---- point-to-point ----
 
-// A user's non-blocking operation: started when waited on, completed when done.
+// A user's non-blocking operation: started when first waited on or polled (a loop of
+// test() is a wait too, so its deadline counts from the first poll), completed when
+// done. A poll after the monitor raised its signal throws.
 class CommBase::TrackedWork final : public Work {
  public:
   TrackedWork(WorkPtr inner, std::shared_ptr<CommState> st, uint64_t id)
       : inner_(std::move(inner)), st_(std::move(st)), id_(id) {}
   ~TrackedWork() override {
+    if (polling_) st_->remove_signal(id_);
     if (!finished_) st_->recorder.set_state(id_, OpState::failed, st_->now(), "handle dropped before completion");
   }
   void wait() override {
     if (finished_) return inner_->wait();
     finished_ = true;
-    RunningOp op(*st_, id_);
+    RunningOp op(*st_, id_, sig_);
     inner_->wait();
     op.done();
   }
   bool test() override {
-    const bool done = inner_->test();
-    if (done && !finished_) {
-      finished_ = true;
-      st_->recorder.set_state(id_, OpState::completed, st_->now());
+    if (inner_->test()) {
+      if (!finished_) {
+        finished_ = true;
+        st_->recorder.set_state(id_, OpState::completed, st_->now());
+      }
+      return true;
     }
-    return done;
+    if (!polling_) {
+      polling_ = true;
+      sig_ = std::make_shared<OpSignal>();
+      st_->add_signal(id_, sig_);
+      st_->recorder.set_state(id_, OpState::started, st_->now());
+    }
+    if (sig_->raised.load(std::memory_order_acquire)) throw Error(sig_->error);
+    return false;
   }
   void cancel() override {
     inner_->cancel();
@@ -338,12 +350,21 @@ class CommBase::TrackedWork final : public Work {
       st_->recorder.set_state(id_, OpState::failed, st_->now(), "cancelled");
     }
   }
+  /// Records the op completed if the transport finished it already (a buffered send),
+  /// without starting its deadline as a poll would.
+  void complete_if_done() {
+    if (inner_->test()) {
+      finished_ = true;
+      st_->recorder.set_state(id_, OpState::completed, st_->now());
+    }
+  }
 
  private:
   WorkPtr inner_;
   std::shared_ptr<CommState> st_;
   uint64_t id_;
-  bool finished_ = false;
+  std::shared_ptr<OpSignal> sig_;  // set once polled
+  bool finished_ = false, polling_ = false;
 };
 
 void CommBase::send(const void* buf, size_t bytes, int peer, int tag) {
@@ -376,7 +397,7 @@ WorkPtr CommBase::isend(const void* buf, size_t bytes, int peer, int tag) {
   uint64_t id;
   if (!record_p2p("isend", bytes, peer, tag, id)) return do_isend(buf, bytes, peer, tag);
   auto w = std::make_shared<TrackedWork>(do_isend(buf, bytes, peer, tag), state_, id);
-  w->test();  // a buffered send is complete already
+  w->complete_if_done();
   return w;
 }
 
