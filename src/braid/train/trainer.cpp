@@ -633,6 +633,7 @@ void Trainer::maybe_inject_failure(int64_t step) const {
                  static_cast<int>(getpid()), kind == "stop" ? "SIGSTOP" : "SIGKILL", (long long)step);
     std::fflush(stderr);
     raise(kind == "stop" ? SIGSTOP : SIGKILL);
+    return;  // continued (SIGCONT): carry on like a process that was only frozen
   }
   throw Error(detail::concat("injected failure on rank ", world_.rank(), " at step ", step));
 }

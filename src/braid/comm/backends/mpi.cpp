@@ -53,13 +53,14 @@ MPI_Op mpi_op(ReduceOp op) {
 // the requests are cancelled first, so none outlives its buffer.
 int wait_requests(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>& st);
 
-// Cancels what is still pending and waits until MPI no longer touches the buffers.
-// Receives cancel at once. A send MPI cannot cancel is given a bounded time to
-// complete and is then released (only on the way to aborting the job).
+// Cancels what is still pending and waits until MPI no longer writes to the buffers.
+// Receives cancel at once. A send MPI cannot cancel (OpenMPI's ob1 cannot) is given
+// 100 ms to complete and is then released: this happens only on the way to aborting
+// the job, and a send only reads its buffer.
 void cancel_requests(std::vector<MPI_Request>& reqs) {
   for (auto& r : reqs)
     if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
   for (auto& r : reqs) {
     while (r != MPI_REQUEST_NULL) {
       int flag = 0;
