@@ -51,9 +51,9 @@ assert any(o["state"] == "started" for o in ops), ops
 assert all({"op", "state", "count", "t_queued"} <= o.keys() for o in ops), ops
 PY
 # A killed rank: mpirun names it and its signal.
-fault kill "rank 1 .*signal 9\|signal 9.*rank 1\|process rank 1" 5
+fault kill "rank 1 .*signal 9\|signal 9.*rank 1\|process rank 1" 13
 # A raising rank: its message.
-fault throw "injected failure on rank 1 at step 2" 12
+fault throw "injected failure on rank 1 at step 2" 13
 # The same over TCP, the transport between hosts.
 fault stop "No answer within .* rank 1\." 13 --mca pml ob1 --mca btl tcp,self
 [ -n "${SHOW_FAULTS:-}" ] && for k in stop hang kill throw; do echo "--- $k"; grep -v "^    \|^  world\|flight record" "$tmp/$k.txt" | head -20; done
