@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -57,6 +58,20 @@ class Work {
   virtual void cancel() {}
 };
 using WorkPtr = std::shared_ptr<Work>;
+
+/// For an owner about to free the buffers of an operation it may still have in flight
+/// (its destructor): cancels the operation while an exception unwinds (a peer may be
+/// gone), otherwise waits for it; errors are dropped, the owner is going away.
+inline void settle(const WorkPtr& w) noexcept {
+  if (!w) return;
+  try {
+    if (std::uncaught_exceptions() > 0)
+      w->cancel();
+    else
+      w->wait();
+  } catch (...) {
+  }
+}
 
 /// A group of ranks. All counts are in elements of `dtype` unless named *_bytes.
 /// Buffers may alias (in-place) where noted. Collectives must be called by every

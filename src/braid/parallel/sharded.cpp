@@ -220,11 +220,9 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& cfg, const ShardedConfig& s
 }
 
 ShardedEngine::~ShardedEngine() {
-  // Outstanding collectives reference our buffers: let them finish first.
-  for (auto& s : slots_)
-    if (s->work) try { s->work->wait(); } catch (...) {}
-  for (auto& g : gslots_)
-    if (g->work) try { g->work->wait(); } catch (...) {}
+  // Outstanding collectives reference our buffers: they end before the buffers go.
+  for (auto& s : slots_) comm::settle(s->work);
+  for (auto& g : gslots_) comm::settle(g->work);
 }
 
 // ---- layout helpers ----

@@ -45,6 +45,10 @@ ZeroStage1::Plan ZeroStage1::plan(size_t n, int world, int rank, size_t bucket_b
   return p;
 }
 
+ZeroStage1::~ZeroStage1() {
+  for (auto& b : buckets_) comm::settle(b.work);
+}
+
 ZeroStage1::ZeroStage1(comm::Communicator& dp, float* params, float* grads, size_t n,
                        size_t bucket_bytes, bool overlap, comm::Algorithm algo,
                        MemoryLedger* ledger)

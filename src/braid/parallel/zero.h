@@ -43,6 +43,8 @@ class ZeroStage1 {
   /// Throws ConfigError for a bucket smaller than one element.
   ZeroStage1(comm::Communicator& dp, float* params, float* grads, size_t n, size_t bucket_bytes,
              bool overlap, comm::Algorithm algo, MemoryLedger* ledger);
+  /// Reduce-scatters still in flight write into staging_: they end before it goes.
+  ~ZeroStage1();
 
   void begin_sync();
   /// Backward callback (decreasing, contiguous ranges): reduce-scatters each
