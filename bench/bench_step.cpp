@@ -1,6 +1,5 @@
 // `braid bench-step`: training-step throughput of one rank (forward, backward,
 // AdamW) and MFU against the fp32 matmul throughput measured in the same run.
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +11,7 @@
 #include "braid/commands.h"
 #include "braid/core/memory.h"
 #include "braid/core/rng.h"
+#include "braid/core/threads.h"
 #include "braid/kernels/cpu/adamw.h"
 #include "braid/model/gpt.h"
 #include "braid/train/mfu.h"
@@ -27,7 +27,7 @@ struct StepBenchArgs {
 };
 
 void run_step_bench(const StepBenchArgs& a) {
-  if (a.threads > 0) omp_set_num_threads(a.threads);
+  if (a.threads > 0) braid::set_omp_threads(a.threads);
   const auto cfg = model::GPTConfig::preset(a.model);
   MemoryLedger ledger;
   model::GPT gpt(cfg, a.B, a.T, &ledger);
@@ -69,14 +69,14 @@ void run_step_bench(const StepBenchArgs& a) {
   const double flops_tok = static_cast<double>(gpt.flops_per_token(a.T));
   const double mfu = flops_tok * tps / peak;
   std::printf("bench-step | model %s (%.1fM params) | B=%lld T=%lld | threads %d\n", cfg.name.c_str(),
-              n / 1e6, (long long)a.B, (long long)a.T, omp_get_max_threads());
+              n / 1e6, (long long)a.B, (long long)a.T, braid::omp_threads());
   std::printf("matmul peak (fp32, oneDNN, same run): %.1f GFLOP/s\n", peak / 1e9);
   std::printf("step: median %.1f ms (forward %.1f ms) over %lld steps | %.1f tokens/s | %.2f GFLOP/token | MFU %.1f%%\n",
               med, fmed, (long long)a.steps, tps, flops_tok / 1e9, mfu * 100);
   std::printf("memory: %s\n", ledger.report().c_str());
   if (!a.json.empty()) {
     nlohmann::json j = {{"impl", "braid"}, {"model", cfg.name}, {"B", a.B}, {"T", a.T},
-                        {"threads", omp_get_max_threads()}, {"step_ms", med}, {"tokens_per_sec", tps},
+                        {"threads", braid::omp_threads()}, {"step_ms", med}, {"tokens_per_sec", tps},
                         {"mfu", mfu}, {"matmul_peak_flops", peak}, {"flops_per_token", flops_tok}};
     std::ofstream(a.json) << j.dump() << "\n";
   }

@@ -2,7 +2,6 @@
 // bitwise, on every half bit pattern, on hand-picked edge values and on 1e6
 // random values; has_nonfinite with the bad value at every kind of position.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "braid/core/dtype.h"
+#include "braid/core/threads.h"
 #include "braid/kernels/cpu/convert.h"
 
 namespace braid::kernels {
@@ -31,9 +31,9 @@ float from_bits(uint32_t u) {
 // Sets the OpenMP thread count for one scope, so the chunked parallel path runs
 // even under ctest's OMP_NUM_THREADS=1.
 struct OmpThreads {
-  int saved = omp_get_max_threads();
-  explicit OmpThreads(int n) { omp_set_num_threads(n); }
-  ~OmpThreads() { omp_set_num_threads(saved); }
+  int saved = braid::omp_threads();
+  explicit OmpThreads(int n) { braid::set_omp_threads(n); }
+  ~OmpThreads() { braid::set_omp_threads(saved); }
 };
 
 uint16_t scalar_from_f32(DType t, float f) {

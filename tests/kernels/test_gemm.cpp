@@ -1,7 +1,6 @@
 // kernels::gemm against a naive double-precision product, and the oneDNN
 // throughput figure (DISABLED_: run with --gtest_also_run_disabled_tests).
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <chrono>
 #include <cmath>
@@ -10,6 +9,7 @@
 
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
+#include "braid/core/threads.h"
 #include "braid/kernels/cpu/matmul.h"
 
 using braid::kernels::gemm;
@@ -96,7 +96,7 @@ TEST(Gemm, DISABLED_Throughput) {
       {"dW   (256x3072)^T@(256x768) ", true, false, H, C, BT, 1.0f},
       {"sq   768x3072x768           ", false, false, C, H, C, 0.0f},
   };
-  std::printf("oneDNN fp32 gemm, %d threads\n", omp_get_max_threads());
+  std::printf("oneDNN fp32 gemm, %d threads\n", braid::omp_threads());
   for (const Case& c : cases) {
     std::vector<float> A(size_t(c.M * c.K)), Bm(size_t(c.K * c.N)), Cm(size_t(c.M * c.N));
     for (size_t i = 0; i < A.size(); ++i) A[i] = X[i % X.size()];

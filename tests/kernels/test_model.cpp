@@ -1,7 +1,6 @@
 // GPT model: config validation, parameter table, padded vocabulary, on_ready
 // ranges, determinism, and (DISABLED_) the gpt2 step throughput.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +11,7 @@
 
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
+#include "braid/core/threads.h"
 #include "braid/kernels/cpu/crossentropy.h"
 #include "braid/model/gpt.h"
 
@@ -355,7 +355,7 @@ TEST(GPT, DISABLED_Gpt2StepThroughput) {
   std::printf("gpt2 B=%ld T=%ld threads=%d: forward median %.1f ms (best %.1f); fwd+bwd median "
               "%.1f ms (best %.1f) = %.1f tokens/s median, %.1f best; %.1f / %.1f GFLOP/s at "
               "%.0f FLOP/token\n",
-              long(B), long(T), omp_get_max_threads(), 1e3 * fwd[size_t(reps / 2)], 1e3 * fwd[0],
+              long(B), long(T), braid::omp_threads(), 1e3 * fwd[size_t(reps / 2)], 1e3 * fwd[0],
               1e3 * med, 1e3 * best, double(B * T) / med, double(B * T) / best,
               double(B * T) / med * fpt * 1e-9, double(B * T) / best * fpt * 1e-9, fpt);
 }

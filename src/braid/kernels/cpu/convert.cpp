@@ -1,12 +1,11 @@
 #include "braid/kernels/cpu/convert.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
 #include "braid/core/error.h"
+#include "braid/core/threads.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -25,7 +24,7 @@ constexpr size_t kChunk = size_t(1) << 15;
 // Why no parallel region for one chunk or one thread: measured on this (AMD
 // EPYC, VM) host, the same AVX-512 loop ran 2x slower inside a one-thread
 // `omp parallel` than outside it, and the region buys nothing there anyway.
-bool run_serial(int64_t nchunks) { return nchunks <= 1 || omp_get_max_threads() == 1; }
+bool run_serial(int64_t nchunks) { return nchunks <= 1 || omp_threads() == 1; }
 
 // Runs f(begin, end) over [0, n) in kChunk pieces, in parallel when there is
 // more than one piece. Every element is converted independently, so the result

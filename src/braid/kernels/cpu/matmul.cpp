@@ -1,6 +1,5 @@
 #include "braid/kernels/cpu/matmul.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>

@@ -1,0 +1,26 @@
+// OpenMP thread count that also compiles without OpenMP (the TSan build, where
+// libgomp is left out and every parallel loop runs on the calling thread).
+#pragma once
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace braid {
+
+inline int omp_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+inline void set_omp_threads(int n) {
+#ifdef _OPENMP
+  omp_set_num_threads(n);
+#else
+  (void)n;
+#endif
+}
+
+}  // namespace braid
