@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# CI's sanitizer pass, run after scripts/test.sh: builds only what it runs, at -O2.
+#   ASan + UBSan: the dist suite (ranks as threads) and the parallel tests of the
+#                 failure paths (a failing rank, an abort, a config error), where
+#                 buffers are freed while peers may still be using them;
+#   TSan:         the dist suite.
+# Any sanitizer report fails the run. Every suite under both is scripts/check-deep.sh.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/sanitizers.bash"
+
+# Parallel tests whose names show a failure path.
+failure_paths='Fail|Abort|Error|Reject|Invalid'
+
+rc=0
+if san_time "asan+ubsan build" san_build build-asan address,undefined test_dist test_parallel; then
+  san_time "asan+ubsan dist" san_ctest build-asan -L '^dist$' || rc=1
+  san_time "asan+ubsan parallel failure paths" \
+    san_ctest build-asan -L '^parallel$' -R "$failure_paths" || rc=1
+else
+  rc=1
+fi
+if san_time "tsan build" san_build build-tsan thread test_dist; then
+  san_time "tsan dist" san_ctest build-tsan -L '^dist$' || rc=1
+else
+  rc=1
+fi
+san_print_summary
+exit "$rc"
