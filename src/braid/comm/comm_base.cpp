@@ -38,18 +38,30 @@ struct CommBase::Async {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  std::exception_ptr err;
+  // The failure as a message, rethrown as a new exception on the waiting thread:
+  // sharing one exception object between threads leaves its lifetime to reference
+  // counts inside the C++ runtime, which thread sanitizers cannot follow.
+  bool failed = false, config_error = false;
+  std::string error;
   std::shared_ptr<OpSignal> sig = std::make_shared<OpSignal>();
   std::atomic<bool> cancelled{false};
   uint64_t id = 0;
 
-  void complete(std::exception_ptr e) {
+  void complete(bool fail, bool config, std::string what) {
     {
       std::lock_guard<std::mutex> lk(mu);
-      err = e;
+      failed = fail;
+      config_error = config;
+      error = std::move(what);
       done = true;
     }
     cv.notify_all();
+  }
+  // Under mu, after done: throws the recorded failure.
+  void rethrow_locked() const {
+    if (!failed) return;
+    if (config_error) throw ConfigError(error);
+    throw Error(error);
   }
   void wait_done() {
     std::unique_lock<std::mutex> lk(mu);
@@ -77,11 +89,12 @@ class CommBase::AsyncWork final : public Work {
   }
   void wait() override {
     a_->wait_done();
-    if (a_->err) std::rethrow_exception(a_->err);
+    std::lock_guard<std::mutex> lk(a_->mu);
+    a_->rethrow_locked();
   }
   bool test() override {
     std::lock_guard<std::mutex> lk(a_->mu);
-    if (a_->done && a_->err) std::rethrow_exception(a_->err);
+    if (a_->done) a_->rethrow_locked();
     return a_->done;
   }
   void cancel() override {
@@ -122,7 +135,8 @@ void CommBase::progress_loop() {
     queue_.pop_front();
     busy_ = true;
     lk.unlock();
-    std::exception_ptr err;
+    bool failed = false, config = false;
+    std::string what;
     try {
       if (item.second->cancelled) {
         if (state_) state_->recorder.set_state(item.second->id, OpState::failed, state_->now(), "cancelled before it started");
@@ -132,12 +146,19 @@ void CommBase::progress_loop() {
         run_recorded(item.second->id, item.first, item.second->sig);
       else
         item.first();
+    } catch (const ConfigError& e) {
+      failed = config = true;
+      what = e.what();
+    } catch (const std::exception& e) {
+      failed = true;
+      what = e.what();
     } catch (...) {
-      err = std::current_exception();
+      failed = true;
+      what = "unknown exception in an asynchronous collective";
     }
     lk.lock();
     busy_ = false;
-    item.second->complete(err);
+    item.second->complete(failed, config, std::move(what));
     qcv_.notify_all();
   }
 }
