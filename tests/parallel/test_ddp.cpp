@@ -1,4 +1,4 @@
-// DDP parity (DESIGN.md): with the global batch fixed, every dp degree trains
+// DDP parity (docs/ARCHITECTURE.md): with the global batch fixed, every dp degree trains
 // the same model as one rank; DP replicas are bitwise equal after every step.
 #include <gtest/gtest.h>
 

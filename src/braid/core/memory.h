@@ -1,6 +1,6 @@
 // Owned, aligned, pre-touched buffers tagged with a memory category, and a
 // per-rank ledger that sums live and peak bytes by category. Allocation happens
-// at start-up; the step loop allocates nothing (DESIGN.md, habit 9).
+// at start-up; the step loop allocates nothing (docs/ARCHITECTURE.md).
 #pragma once
 #include <array>
 #include <atomic>

@@ -1,6 +1,6 @@
 // Counter-based random numbers: a value is a pure function of (seed, stream,
 // index), so any rank can produce exactly the slice of a tensor it owns and every
-// layout starts from identical weights (DESIGN.md: initialise, then slice).
+// layout starts from identical weights (initialise, then slice: docs/ARCHITECTURE.md).
 // Mixing function: SplitMix64 finaliser (Steele, Lea, Flood 2014).
 #pragma once
 #include <cmath>

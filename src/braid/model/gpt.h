@@ -1,7 +1,7 @@
 // GPT-2 (Radford et al. 2019): pre-LN transformer blocks, learned positions,
 // tanh-GELU MLP, causal attention, LM head tied to the token embedding. One
 // rank's full model on the CPU in fp32 with flat parameter/gradient buffers
-// (DESIGN.md habit 2) and activations allocated once (habit 9).
+// (docs/ARCHITECTURE.md) and activations allocated once.
 #pragma once
 #include <cstddef>
 #include <cstdint>

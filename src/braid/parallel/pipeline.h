@@ -1,4 +1,4 @@
-// Pipeline schedules as data (DESIGN.md habit 4): a builder returns each
+// Pipeline schedules as data (docs/ARCHITECTURE.md): a builder returns each
 // rank's list of actions, a checker verifies the tables alone (every action
 // once, forward before backward, no deadlock) and measures the bubble by
 // simulating the executor on them, and the trainer's executor runs them.

@@ -1,4 +1,4 @@
-// Rank topology as a pure function (DESIGN.md habit 3, after Megatron-LM's
+// Rank topology as a pure function (after Megatron-LM's
 // RankGenerator): world rank <-> (tp, dp, pp) coordinates with TP varying
 // fastest, then DP, then PP, so a TP group is a block of consecutive ranks and
 // lands on one node when ranks are packed by node (keep TP inside a node: its

@@ -1,4 +1,4 @@
-// The one matrix multiply (DESIGN.md habit 10) and the linear-layer kernel pair
+// The one matrix multiply (every kernel calls it) and the linear-layer kernel pair
 // built on it. Every matmul in braid's CPU path goes through kernels::gemm, which
 // is backed by oneDNN's matmul primitive; no kernel calls a BLAS directly.
 #pragma once
