@@ -57,7 +57,6 @@ class FlightRecorder {
   std::vector<OpRecord> unfinished() const;
   /// Operation `id` if it is unfinished or still in the ring.
   bool find(uint64_t id, OpRecord& out) const;
-  size_t capacity() const { return ring_.size(); }
 
  private:
   mutable std::mutex mu_;

@@ -223,7 +223,7 @@ void Monitor::loop() {
 }
 
 // What this rank is doing, in a phrase: its oldest running operation, or its last one.
-std::string Monitor::activity() const {
+std::string Monitor::activity(bool* waiting) const {
   const double t = now();
   std::optional<std::pair<OpRecord, std::string>> oldest, last;
   for (const auto& s : states()) {
@@ -237,6 +237,7 @@ std::string Monitor::activity() const {
         break;
       }
   }
+  if (waiting) *waiting = oldest.has_value();
   if (oldest)
     return "waiting " + fmt_s(t - oldest->first.t_started) + " in " + oldest->first.describe() +
            " on " + oldest->second;
@@ -273,8 +274,9 @@ void Monitor::serve() {
             r.waited_s = op.t_started >= 0 ? now() - op.t_started : 0;
           }
       }
-      const std::string a = activity();
-      r.blocked = a.rfind("waiting", 0) == 0;
+      bool waiting = false;
+      const std::string a = activity(&waiting);
+      r.blocked = waiting;
       std::snprintf(r.activity, sizeof r.activity, "%s", a.c_str());
       sv.rw[i] = control_->isend(&r, sizeof r, p, kReplyTagBase + q.qid % kReplyTags);
       if (!dumped_) {

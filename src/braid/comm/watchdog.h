@@ -125,8 +125,6 @@ class Monitor {
   void attach(const std::shared_ptr<CommState>& s);
   std::chrono::steady_clock::time_point origin() const { return t0_; }
   const CommOptions& options() const { return opt_; }
-  int world_rank() const { return world_rank_; }
-  int world_size() const { return world_size_; }
   /// Seconds on the steady clock since this monitor started.
   double now() const;
 
@@ -141,7 +139,8 @@ class Monitor {
   void handle_timeout(const std::shared_ptr<CommState>& st, const OpRecord& op,
                       const std::shared_ptr<OpSignal>& sig);
   std::vector<std::shared_ptr<CommState>> states() const;
-  std::string activity() const;
+  /// What this rank is doing, in a phrase; *waiting set when it is in an operation.
+  std::string activity(bool* waiting = nullptr) const;
   void dump_record(const std::string& reason, bool to_stderr) const;
 
   CommOptions opt_;
