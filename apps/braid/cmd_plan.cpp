@@ -47,15 +47,13 @@ void add_plan(CLI::App& app) {
     const train::MemoryPlan& p0 = all[0];
     const auto& cfg = p0.config;
     const auto& ro = p0.options;
-    const int dp = ro.dp_mode == "ps" ? a->ranks - 1 : a->ranks / (ro.tp * ro.pp);
+    const auto& pl = p0.parallel;
     std::printf("braid plan | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params) | ranks %d "
-                "(dp=%d x tp=%d x pp=%d%s, zero=%d) | batch %lld = %d x %lld x %lld accum | T=%lld | bucket %.2f MiB\n",
+                "(%s) | batch %lld = %d x %lld x %lld accum | T=%lld | bucket %.2f MiB\n",
                 cfg.name.c_str(), (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
                 (long long)cfg.vocab_size, (long long)cfg.padded_vocab_size, p0.num_params / 1e6,
-                a->ranks, dp, ro.tp, ro.pp, ro.dp_mode == "ps" ? " + parameter server" : "", ro.zero,
-                (long long)ro.global_batch, dp, (long long)ro.micro_batch,
-                (long long)(ro.global_batch / (dp * ro.micro_batch)),
-                (long long)ro.seq_len, ro.bucket_mb);
+                a->ranks, pl.describe().c_str(), (long long)pl.global_batch, pl.dp.degree,
+                (long long)pl.micro_batch, (long long)pl.pp.micro_batches, (long long)pl.seq_len, ro.bucket_mb);
     std::printf("\npredicted peak MemoryLedger bytes per rank (%s):\n%s",
                 shown.size() == all.size() ? "every rank" : "rank 0 and the largest rank",
                 train::format_plan_table(shown).c_str());

@@ -7,6 +7,7 @@
 
 #include "braid/core/error.h"
 #include "braid/parallel/pipeline.h"
+#include "braid/train/parallel_plan.h"
 #include "commands.h"
 
 namespace braid::cli {
@@ -31,10 +32,15 @@ void add_schedule(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--svg", a->svg, "Also write the schedule as an SVG picture to this file");
   c->callback([a]() {
-    const auto kind = parallel::parse_schedule(a->schedule);
-    const int P = a->pp, m = a->micro_batches, v = a->virtual_stages;
-    const auto prog = parallel::build_schedule(kind, P, m, v);
-    const auto st = parallel::check_schedule(prog, P, m, v);
+    train::PipelinePlan pp;
+    pp.stages = a->pp;
+    pp.micro_batches = a->micro_batches;
+    pp.virtual_stages = a->virtual_stages;
+    pp.schedule = parallel::parse_schedule(a->schedule);
+    parallel::ScheduleStats st;
+    pp.programs(&st);
+    const auto kind = pp.schedule;
+    const int P = pp.stages, m = pp.micro_batches, v = pp.virtual_stages;
     std::printf("%s schedule, P=%d, m=%d, v=%d (stages, micro-batches, chunks per stage); a stage's "
                 "forward = 1, backward = 2 time units, backward_input = backward_weight = 1, each /v per chunk\n",
                 parallel::schedule_name(kind), P, m, v);

@@ -50,22 +50,15 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
     train::Trainer trainer(opt, world, train, val);
     opt = trainer.options();
     if (log) {
-      const int dp = opt.dp_mode == "ps" ? world.size() - 1 : world.size() / (opt.tp * opt.pp);
       const auto& c = trainer.model().config();
-      std::string tp;
-      if (opt.tp > 1) tp = " x tp=" + std::to_string(opt.tp) + (opt.sequence_parallel ? "+sp" : "");
-      if (opt.pp > 1) tp += " x pp=" + std::to_string(opt.pp) + " (" + opt.schedule + ")";
-      std::printf("braid train | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params on rank 0) | ranks %d (dp=%d%s%s, zero=%d%s, %s, %s) | "
+      const auto& pl = trainer.plan();
+      std::printf("braid train | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params on rank 0) | ranks %d (%s, %s) | "
                   "batch %lld = %d x %lld x %lld accum | T=%lld | matmul peak %.1f GFLOP/s per rank\n",
                   c.name.c_str(), (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd,
                   (long long)c.vocab_size, (long long)c.padded_vocab_size,
-                  trainer.model().num_params() / 1e6, world.size(), dp, tp.c_str(),
-                  opt.dp_mode == "ps" ? (opt.ps_async ? " + async parameter server" : " + parameter server") : "",
-                  opt.fsdp ? 3 : opt.zero, opt.fsdp ? (opt.fsdp_shard_size > 0 ? ", hsdp" : ", fsdp") : "",
-                  opt.precision.c_str(), world.backend().c_str(),
-                  (long long)opt.global_batch, dp, (long long)opt.micro_batch,
-                  (long long)(opt.global_batch / (dp * opt.micro_batch)), (long long)opt.seq_len,
-                  opt.peak_flops_per_rank / 1e9);
+                  trainer.model().num_params() / 1e6, world.size(), pl.describe().c_str(),
+                  world.backend().c_str(), (long long)pl.global_batch, pl.dp.degree, (long long)pl.micro_batch,
+                  (long long)pl.pp.micro_batches, (long long)pl.seq_len, opt.peak_flops_per_rank / 1e9);
       std::fflush(stdout);
     }
     trainer.run();

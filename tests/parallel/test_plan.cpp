@@ -150,3 +150,70 @@ TEST(MemoryPlan, InvalidOptionsThrowLikeTheTrainer) {
   EXPECT_THROW(train::plan_memory(o, 2, 2), ConfigError);  // rank outside the job
   EXPECT_NO_THROW(train::plan_memory(o, 2, 1));
 }
+
+// The sharding degree N of the ZeRO formula is the DP degree, which the
+// pipeline divides too: 8 ranks as TP 2 x PP 2 leave DP 2.
+TEST(ParallelPlan, ShardingDegreeCountsEveryStrand) {
+  train::TrainOptions o;
+  o.model = "small";
+  o.tp = 2;
+  o.pp = 2;
+  o.zero = 1;
+  o.global_batch = 4;
+  o.micro_batch = 1;
+  std::vector<train::MemoryPlan> plans;
+  for (int r = 0; r < 8; ++r) plans.push_back(train::plan_memory(o, 8, r));
+  const train::ParallelPlan& pl = plans[0].parallel;
+  EXPECT_EQ(pl.dp.degree, 2);
+  EXPECT_EQ(pl.dp.shard_degree, 2);
+  EXPECT_EQ(pl.pp.micro_batches, 2);
+  const std::string text = train::format_zero_formulas(plans);
+  EXPECT_NE(text.find("N = 2 sharding ranks"), std::string::npos) << text;
+  // Every rank's model states are its own formula plus at most the shard padding.
+  for (const auto& p : plans) {
+    const double want = train::zero_formula(pl, p.num_params, 2).bytes;
+    EXPECT_NEAR(static_cast<double>(p.model_state_bytes()), want, 0.001 * want) << "rank " << p.rank;
+  }
+  o.fsdp = true;
+  o.zero = 0;
+  o.tp = o.pp = 1;
+  o.fsdp_shard_size = 2;
+  o.global_batch = 8;
+  const auto h = train::plan_memory(o, 8, 5);
+  EXPECT_EQ(h.parallel.dp.mode, train::DataParallelMode::hsdp);
+  EXPECT_EQ(h.parallel.dp.shard_degree, 2);
+}
+
+// ParallelContext builds the groups the plan describes: sizes and every
+// rank's coordinates agree, on every layout of 8 ranks.
+TEST(ParallelPlan, ContextGroupsMatchThePlan) {
+  struct Layout {
+    int tp, pp, hsdp;
+  };
+  for (const Layout& l : std::vector<Layout>{{1, 1, 0}, {2, 1, 0}, {1, 2, 0}, {2, 2, 0}, {2, 4, 0}, {1, 1, 2}, {1, 1, 4}}) {
+    train::TrainOptions o;
+    o.model = "small";
+    o.tp = l.tp;
+    o.pp = l.pp;
+    o.fsdp = l.hsdp > 0;
+    o.fsdp_shard_size = l.hsdp;
+    o.global_batch = 8;
+    o.micro_batch = 1;
+    const auto cfg = train::model_config(o);
+    const train::ParallelPlan plan = train::resolve_plan(o, 8, cfg);
+    std::mutex mu;
+    comm::run_local(8, [&](comm::Communicator& w) {
+      train::ParallelContext ctx(plan, w);
+      std::lock_guard<std::mutex> lk(mu);
+      const std::string what = plan.describe() + " rank " + std::to_string(w.rank());
+      EXPECT_EQ(ctx.dp().size(), plan.dp.degree) << what;
+      EXPECT_EQ(ctx.dp_rank(), plan.dp_rank(w.rank())) << what;
+      EXPECT_EQ(ctx.tp_rank(), plan.tp_rank(w.rank())) << what;
+      EXPECT_EQ(ctx.pp_rank(), plan.pp_rank(w.rank())) << what;
+      EXPECT_EQ(ctx.tp() ? ctx.tp()->size() : 1, plan.tp.degree) << what;
+      EXPECT_EQ(ctx.pp() ? ctx.pp()->size() : 1, plan.pp.stages) << what;
+      EXPECT_EQ(ctx.shard().size(), plan.dp.shard_degree) << what;
+      EXPECT_EQ(ctx.replicate() ? ctx.replicate()->size() : 1, plan.dp.degree / plan.dp.shard_degree) << what;
+    });
+  }
+}

@@ -32,57 +32,45 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   BRAID_CONFIG_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside [0, ", world_size, ")");
   MemoryPlan p;
   p.config = model_config(options);
-  p.options = resolve_options(options, p.config);
-  apply_micro_batches(p.options, world_size);
+  p.options = options;
+  p.parallel = resolve_plan(p.options, world_size, p.config);
   const TrainOptions& o = p.options;
-  validate_options(o, world_size, p.config);
+  const ParallelPlan& pl = p.parallel;
   p.world_size = world_size;
   p.rank = rank;
   auto add = [&p](MemCategory c, size_t b) { p.bytes[static_cast<size_t>(c)] += b; };
 
-  // GPT(cfg, micro_batch, seq_len): params, grads, activations, workspace
+  // GPT(cfg, micro_batch, seq_len): params, grads, activations and workspace
   // (parameters and gradients come from the sharding engine when it runs).
-  const bool engine = o.zero >= 2 || o.fsdp || o.precision != "fp32";
-  // The DP group of this rank (RankGrid: TP varies fastest, then DP, then PP).
-  const int dp_world = world_size / (o.tp * o.pp), dp_rank = (rank / o.tp) % dp_world;
-  model::PipelineStage stage;
-  if (o.pp > 1) {
-    const int pp_rank = rank / (o.tp * dp_world);
-    const int m = static_cast<int>(o.global_batch / (static_cast<int64_t>(dp_world) * o.micro_batch));
-    stage = pipeline_stage(o, p.config, pp_rank, m);
-  }
+  const bool engine = pl.sharded_engine();
+  const int pp_rank = pl.pp_rank(rank);
+  const model::PipelineStage stage = pl.pp.stage(pp_rank);
   const model::GPTMemoryPlan g = model::GPT::memory_plan(p.config, o.micro_batch, o.seq_len, !engine,
-                                                         o.tp, o.sequence_parallel, o.dropout, stage,
-                                                         model::parse_recompute(o.recompute));
+                                                         pl.tp.degree, pl.tp.sequence_parallel, o.dropout, stage,
+                                                         pl.recompute);
   p.num_params = g.num_params;
   for (size_t i = 0; i < kNumMemCategories; ++i)
     add(static_cast<MemCategory>(i), g.bytes(static_cast<MemCategory>(i)));
   // Pipeline: every rank that sends gradients upstream has the executor's ring.
-  if (o.pp > 1 && (rank / (o.tp * dp_world) > 0 || o.virtual_stages > 1))
-    add(MemCategory::comm, pipeline_grad_send_bytes(o, p.config));
+  if (pl.pp.stages > 1 && (pp_rank > 0 || pl.pp.virtual_stages > 1))
+    add(MemCategory::comm, pipeline_grad_send_bytes(pl, p.config));
 
   // Gradient sync: DDP allocates nothing in the ledger; ZeRO-1 owns a shard
   // and may stage the lowest bucket (same bucket size expression as Trainer).
   const size_t bucket_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024);
+  const int dp_rank = pl.dp_rank(rank);
   if (engine) {
-    parallel::ShardedConfig sc;
-    sc.stage = o.fsdp ? 3 : o.zero;
-    sc.fsdp = o.fsdp;
-    sc.compute = o.precision == "bf16" ? DType::bf16 : o.precision == "fp16" ? DType::f16 : DType::f32;
-    sc.tp = o.tp;
-    sc.pipeline = stage;
-    // HSDP shards within consecutive groups of S ranks (Trainer's split).
-    const int S = o.fsdp_shard_size > 0 ? o.fsdp_shard_size : dp_world;
-    const auto e = parallel::ShardedEngine::plan(p.config, sc, S, dp_rank % S);
-    p.num_params = model::GPT::unit_bounds(p.config, o.tp, stage).back();
+    const int S = pl.dp.shard_degree;
+    const auto e = parallel::ShardedEngine::plan(p.config, sharded_config(pl, stage), S, dp_rank % S);
+    p.num_params = model::GPT::unit_bounds(p.config, pl.tp.degree, stage).back();
     for (size_t i = 0; i < kNumMemCategories; ++i) p.bytes[i] += e.bytes[i];
     p.optimizer_elems = e.state_elems;
-  } else if (o.zero == 1) {
+  } else if (pl.dp.mode == DataParallelMode::zero1) {
     const parallel::ZeroStage1::Plan z =
-        parallel::ZeroStage1::plan(g.num_params, dp_world, dp_rank, bucket_bytes);
+        parallel::ZeroStage1::plan(g.num_params, pl.dp.degree, dp_rank, bucket_bytes);
     p.optimizer_elems = z.shard_size;
     add(MemCategory::comm, z.staging_bytes);
-  } else if (o.dp_mode == "ps") {
+  } else if (pl.dp.parameter_server()) {
     // Parameter server: the server (rank 0) holds the moments and a receive
     // buffer for pushed gradients; workers hold no optimizer state.
     p.optimizer_elems = rank == 0 ? g.num_params : 0;
@@ -142,13 +130,13 @@ std::string format_plan_table(const std::vector<MemoryPlan>& plans) {
   return os.str();
 }
 
-ZeroFormula zero_formula(const TrainOptions& o, size_t psi, int N) {
+ZeroFormula zero_formula(const ParallelPlan& pl, size_t psi, int N) {
   // Bytes per element: compute params p, grads g, master + moments K. fp32 has
   // no separate master copy (p = g = 4, K = 8); mixed precision p = g = 2, K = 12
   // (Rajbhandari et al. 2020, sec. 3.1 and Fig. 1).
-  const bool half = o.precision != "fp32";
+  const bool half = pl.compute != DType::f32;
   const double P = half ? 2 : 4, G = P, K = half ? 12 : 8;
-  const int stage = o.fsdp ? 3 : o.zero;
+  const int stage = pl.dp.zero_stage;
   const double S = static_cast<double>(psi), n = static_cast<double>(N);
   ZeroFormula f;
   char txt[96];
@@ -178,11 +166,11 @@ std::string format_zero_formulas(const std::vector<MemoryPlan>& plans) {
   std::ostringstream os;
   if (plans.empty()) return "";
   const MemoryPlan& p0 = plans[0];
-  // N: the ranks the state is sharded over (the DP group, or an HSDP shard group).
-  const int dp_world = p0.options.dp_mode == "ps" ? p0.world_size - 1 : p0.world_size / p0.options.tp;
-  const int S = p0.options.fsdp_shard_size > 0 ? p0.options.fsdp_shard_size : dp_world;
-  const int stage = p0.options.fsdp ? 3 : p0.options.zero;
-  const ZeroFormula f = zero_formula(p0.options, p0.num_params, S);
+  // N: the ranks one copy of the sharded state spans (the DP group, or an HSDP shard group).
+  const ParallelPlan& pl = p0.parallel;
+  const int S = pl.dp.shard_degree;
+  const int stage = pl.dp.zero_stage;
+  const ZeroFormula f = zero_formula(pl, p0.num_params, S);
   char s[400];
   std::snprintf(s, sizeof s,
                 "model states per rank, ZeRO stage %d in %s (Psi = %zu elements incl. alignment gaps, "
@@ -191,12 +179,15 @@ std::string format_zero_formulas(const std::vector<MemoryPlan>& plans) {
                 format_bytes(f.bytes).c_str());
   os << s;
   for (const auto& p : plans) {
+    // Pipeline stages hold different layers: each rank's formula takes its own Psi.
     const double got = static_cast<double>(p.model_state_bytes());
+    const double want = zero_formula(pl, p.num_params, S).bytes;
+    const std::string psi = p.num_params == p0.num_params ? "" : " (Psi = " + std::to_string(p.num_params) + ")";
     std::snprintf(s, sizeof s,
-                  "  predicted rank %d: params + master + grads + optimizer = %zu bytes (%s), "
+                  "  predicted rank %d%s: params + master + grads + optimizer = %zu bytes (%s), "
                   "%+.0f bytes (%+.4f%%) vs the formula (shard padding)\n",
-                  p.rank, p.model_state_bytes(), format_bytes(got).c_str(), got - f.bytes,
-                  100.0 * (got - f.bytes) / f.bytes);
+                  p.rank, psi.c_str(), p.model_state_bytes(), format_bytes(got).c_str(), got - want,
+                  100.0 * (got - want) / want);
     os << s;
   }
   return os.str();

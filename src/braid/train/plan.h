@@ -11,13 +11,14 @@
 
 #include "braid/core/memory.h"
 #include "braid/model/gpt.h"
-#include "braid/train/trainer.h"
+#include "braid/train/parallel_plan.h"
 
 namespace braid::train {
 
 /// One rank's predicted peak ledger bytes.
 struct MemoryPlan {
   TrainOptions options;        // resolved (model-dependent defaults filled in)
+  ParallelPlan parallel;       // the layout, as `braid train` resolves it
   model::GPTConfig config;
   int world_size = 1, rank = 0;
   size_t num_params = 0;       // Ψ: elements of the flat parameter buffer (incl. alignment gaps)
@@ -56,7 +57,7 @@ struct ZeroFormula {
   double bytes = 0;
   std::string text;  // e.g. "2 Psi + (2+12) Psi/N"
 };
-ZeroFormula zero_formula(const TrainOptions& o, size_t psi, int N);
+ZeroFormula zero_formula(const ParallelPlan& plan, size_t psi, int N);
 
 /// The formula for the plans' options next to each plan's predicted model states.
 std::string format_zero_formulas(const std::vector<MemoryPlan>& plans);

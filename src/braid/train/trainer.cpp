@@ -65,266 +65,21 @@ void truncate_metrics(const std::string& path, int64_t start_step) {
 
 }  // namespace
 
-std::vector<int64_t> stage_layers(const TrainOptions& o, const model::GPTConfig& cfg);
-void parse_schedule_options(const TrainOptions& o, const model::GPTConfig& cfg);
-
-void validate_options(const TrainOptions& o, int world_size, const model::GPTConfig& cfg) {
-  BRAID_CONFIG_CHECK(o.dp >= 0, "--dp ", o.dp, " must be >= 0 (0 means all ranks)");
-  BRAID_CONFIG_CHECK(o.dp_mode == "ddp" || o.dp_mode == "ps", "--dp-mode '", o.dp_mode,
-                     "' is not known; use ddp or ps");
-  const bool ps = o.dp_mode == "ps";
-  BRAID_CONFIG_CHECK(!ps || world_size >= 2, "--dp-mode ps needs at least 2 ranks (1 server + "
-                     "workers) but the job has ", world_size, "; launch with mpirun -np 2 or more");
-  BRAID_CONFIG_CHECK(!ps || o.zero == 0, "--zero ", o.zero, " shards over DP ranks, but with "
-                     "--dp-mode ps the server holds the optimizer; use --zero 0");
-  BRAID_CONFIG_CHECK(!o.ps_async || ps, "--ps-async needs --dp-mode ps");
-  BRAID_CONFIG_CHECK(o.staleness >= 0, "--staleness ", o.staleness, " must be >= 0");
-  BRAID_CONFIG_CHECK(o.staleness == 0 || o.ps_async, "--staleness ", o.staleness,
-                     " only applies to --dp-mode ps --ps-async; add --ps-async or drop it");
-  BRAID_CONFIG_CHECK(o.tp >= 1, "--tp ", o.tp, " must be >= 1");
-  BRAID_CONFIG_CHECK(o.pp >= 1, "--pp ", o.pp, " must be >= 1");
-  BRAID_CONFIG_CHECK(o.zero >= 0 && o.zero <= 3, "--zero ", o.zero,
-                     " is not a ZeRO stage; use 0 (DDP), 1 (optimizer states sharded), 2 (+ gradients) or 3 "
-                     "(+ parameters)");
-  BRAID_CONFIG_CHECK(int64_t{o.tp} * o.pp <= world_size, "--tp ", o.tp, " x --pp ", o.pp, " needs at least ",
-                     int64_t{o.tp} * o.pp, " ranks but the job has ", world_size);
-  BRAID_CONFIG_CHECK(o.pp > 1 || (o.virtual_stages == 1 && o.pp_layers.empty()),
-                     o.virtual_stages != 1 ? "--virtual-stages" : "--pp-layers",
-                     " splits the layers over pipeline stages; it needs --pp > 1");
-  parallel::parse_schedule(o.schedule);
-  BRAID_CONFIG_CHECK(o.sample_tokens >= 0, "--sample-tokens ", o.sample_tokens, " must be >= 0");
-  if (o.pp > 1) {
-    BRAID_CONFIG_CHECK(!ps, "--pp ", o.pp, " runs with DDP or ZeRO-1 over the DP group; drop --dp-mode ps");
-    // Gradient sharding reduces every micro-batch's backward, which a pipeline
-    // runs many of per step (DeepSpeed's pipeline engine refuses ZeRO-2/3 too).
-    BRAID_CONFIG_CHECK(o.zero <= 1 && !o.fsdp, "--pp ", o.pp, " shards at most the optimizer states: ",
-                       o.fsdp ? std::string("--fsdp") : "--zero " + std::to_string(o.zero),
-                       " shards gradients per backward, and a pipeline runs one backward per "
-                       "micro-batch; use --zero 1");
-    parse_schedule_options(o, cfg);
-  }
-  BRAID_CONFIG_CHECK(world_size % (o.tp * o.pp) == 0, "--tp ", o.tp, " x --pp ", o.pp,
-                     " does not divide the ", world_size, " ranks of the job; the product of the "
-                     "parallel degrees must divide the number of ranks");
-  BRAID_CONFIG_CHECK(!ps || o.tp == 1, "--dp-mode ps runs without tensor parallelism; drop --tp ", o.tp);
-  BRAID_CONFIG_CHECK(world_size % o.tp == 0, "--tp ", o.tp, " does not divide the ", world_size,
-                     " ranks of the job; use a TP degree that divides it (TP groups are ",
-                     "consecutive ranks, so keep them inside a node)");
-  BRAID_CONFIG_CHECK(!o.sequence_parallel || o.tp > 1, "--sequence-parallel shards over the TP "
-                     "group and needs --tp > 1");
-  BRAID_CONFIG_CHECK(o.dropout >= 0 && o.dropout < 1, "--dropout ", o.dropout, " must be in [0, 1)");
-  model::parse_recompute(o.recompute);
-  BRAID_CONFIG_CHECK(o.tp == 1 || (!o.fsdp && o.zero <= 2), "--tp ", o.tp, " combines with DDP and "
-                     "ZeRO-1/2 over the DP group; --zero 3 / --fsdp with TP is not supported, use --zero 2");
-  model::GPT::validate_tp(cfg, o.tp);
-  const int ranks_for_dp = ps ? world_size - 1 : world_size / (o.tp * o.pp);
-  const int dp = o.dp == 0 ? ranks_for_dp : o.dp;
-  BRAID_CONFIG_CHECK(dp == ranks_for_dp, "--dp ", o.dp, o.tp > 1 ? " x --tp " + std::to_string(o.tp) : "",
-                     o.pp > 1 ? " x --pp " + std::to_string(o.pp) : "",
-                     " but the job has ", world_size, " ranks",
-                     ps ? " (1 server + workers)" : "",
-                     "; the product of the parallel degrees must equal the number of "
-                     "ranks (launch with mpirun -np ", ps ? dp + 1 : dp * o.tp * o.pp, ", or pass --dp ",
-                     ranks_for_dp, ")");
-  BRAID_CONFIG_CHECK(o.steps > 0, "--steps ", o.steps, " must be positive");
-  BRAID_CONFIG_CHECK(o.micro_batch > 0 && o.global_batch > 0, "--batch ", o.global_batch,
-                     " and --micro-batch ", o.micro_batch, " must be positive");
-  BRAID_CONFIG_CHECK(o.global_batch % (static_cast<int64_t>(dp) * o.micro_batch) == 0,
-                     "global batch ", o.global_batch, " is not divisible by dp (", dp,
-                     ") x micro-batch (", o.micro_batch, ") = ", dp * o.micro_batch,
-                     "; use a --batch that is a multiple of ", dp * o.micro_batch,
-                     " or change --micro-batch");
-  BRAID_CONFIG_CHECK(o.seq_len > 0 && o.seq_len <= cfg.block_size, "--seq-len ", o.seq_len,
-                     " must be in [1, ", cfg.block_size, "] (block_size of model '", cfg.name,
-                     "'); pass --seq-len ", cfg.block_size, " or less, or a model with a longer context");
-  BRAID_CONFIG_CHECK(o.lr > 0 && o.min_lr >= 0 && o.min_lr <= o.lr, "--lr ", o.lr, " and --min-lr ",
-                     o.min_lr, " must satisfy 0 <= min-lr <= lr, lr > 0");
-  BRAID_CONFIG_CHECK(std::isfinite(o.lr) && std::isfinite(o.min_lr), "--lr ", o.lr, " and --min-lr ",
-                     o.min_lr, " must be finite");
-  BRAID_CONFIG_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "--beta1 ", o.beta1,
-                     " and --beta2 ", o.beta2, " must be in [0, 1) (typical: 0.9 and 0.95)");
-  BRAID_CONFIG_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "--weight-decay ",
-                     o.weight_decay, " must be finite and >= 0");
-  BRAID_CONFIG_CHECK(o.warmup_steps >= 0, "--warmup ", o.warmup_steps, " must be >= 0");
-  BRAID_CONFIG_CHECK(o.grad_clip >= 0, "--grad-clip ", o.grad_clip, " must be >= 0 (0 disables)");
-  BRAID_CONFIG_CHECK(o.zero >= 0 && o.zero <= 3, "--zero ", o.zero,
-                     " is not a ZeRO stage; use 0 (DDP), 1 (optimizer states sharded), 2 (+ "
-                     "gradients) or 3 (+ parameters)");
-  BRAID_CONFIG_CHECK(!o.fsdp || o.zero == 0 || o.zero == 3, "--fsdp shards parameters, gradients "
-                     "and optimizer states (stage 3 by unit) but --zero ", o.zero,
-                     " was also given; drop --zero or use --zero 3");
-  BRAID_CONFIG_CHECK(o.fsdp_shard_size >= 0, "--fsdp-shard-size ", o.fsdp_shard_size, " must be >= 0");
-  BRAID_CONFIG_CHECK(o.fsdp_shard_size == 0 || o.fsdp, "--fsdp-shard-size ", o.fsdp_shard_size,
-                     " (hybrid sharding) needs --fsdp");
-  BRAID_CONFIG_CHECK(o.fsdp_shard_size == 0 || (o.fsdp_shard_size <= dp && dp % o.fsdp_shard_size == 0),
-                     "--fsdp-shard-size ", o.fsdp_shard_size, " must divide the ", dp,
-                     " data-parallel ranks (shard within groups of S, replicate across ", "the groups); "
-                     "use a divisor of ", dp);
-  BRAID_CONFIG_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
-                     "--precision '", o.precision, "' is not known; use fp32, bf16 or fp16");
-  BRAID_CONFIG_CHECK(!ps || (o.precision == "fp32" && !o.fsdp), "--dp-mode ps runs in fp32 "
-                     "without sharding; drop ", o.fsdp ? "--fsdp" : "--precision " + o.precision);
-  BRAID_CONFIG_CHECK(o.inject_failure_rank < world_size && o.inject_failure_step < o.steps,
-                     "--inject-failure ", o.inject_failure_rank, ":", o.inject_failure_step,
-                     " names rank/step outside the job's ", world_size, " ranks and ", o.steps,
-                     " steps (steps count from 0)");
-  BRAID_CONFIG_CHECK(o.inject_failure_kind == "throw" || o.inject_failure_kind == "hang" ||
-                         o.inject_failure_kind == "stop" || o.inject_failure_kind == "kill",
-                     "--inject-failure kind '", o.inject_failure_kind, "' is not known; use throw, hang, stop or kill");
-  if (o.precision == "fp16") o.loss_scale.validate();
-  BRAID_CONFIG_CHECK(o.bucket_mb > 0 && o.bucket_mb <= 65536, "--bucket-mb ", o.bucket_mb,
-                     " must be in (0, 65536]");
-  BRAID_CONFIG_CHECK(o.val_every >= 0 && o.val_batches > 0, "--val-every ", o.val_every,
-                     " must be >= 0 and --val-batches ", o.val_batches, " > 0");
-}
-
-void apply_micro_batches(TrainOptions& o, int world_size) {
-  BRAID_CONFIG_CHECK(o.micro_batches >= 0, "--micro-batches ", o.micro_batches,
-                     " must be >= 1 (or 0: derived from --batch and --micro-batch)");
-  if (o.micro_batches == 0) return;
-  // --micro-batches m: each pipeline (DP rank) splits its share of the batch into m.
-  const int64_t degrees = std::max<int64_t>(1, int64_t{std::max(1, o.tp)} * std::max(1, o.pp));
-  const int64_t dp = std::max<int64_t>(1, world_size / degrees);
-  BRAID_CONFIG_CHECK(o.global_batch % dp == 0, "--batch ", o.global_batch, " does not split over the ", dp,
-                     " data-parallel ranks; use a multiple of ", dp);
-  BRAID_CONFIG_CHECK(o.global_batch % (dp * o.micro_batches) == 0,
-                     "--micro-batches ", o.micro_batches, " does not divide the ", o.global_batch / dp,
-                     " sequences per DP rank (--batch ", o.global_batch, " over dp ", dp,
-                     "); choose a divisor");
-  o.micro_batch = o.global_batch / (dp * o.micro_batches);
-}
-
-std::vector<int64_t> stage_layers(const TrainOptions& o, const model::GPTConfig& cfg) {
-  std::vector<int64_t> n;
-  const int64_t Q = int64_t{o.pp} * o.virtual_stages;  // virtual stages
-  BRAID_CONFIG_CHECK(Q <= cfg.n_layer, "--pp ", o.pp, " x --virtual-stages ", o.virtual_stages, " = ", Q,
-                     " stages exceed the ", cfg.n_layer, " layers of model '", cfg.name,
-                     "'; every stage needs at least one layer: use fewer stages or --n-layer ", Q, " or more");
-  if (o.pp_layers.empty()) {
-    // Even split; the first stages take the remainder.
-    for (int64_t s = 0; s < Q; ++s) n.push_back(cfg.n_layer / Q + (s < cfg.n_layer % Q ? 1 : 0));
-    return n;
-  }
-  // Comma-separated decimal counts; spaces around a count are allowed, nothing else.
-  int64_t total = 0;
-  size_t pos = 0;
-  for (;;) {
-    const size_t comma = o.pp_layers.find(',', pos);
-    std::string item = o.pp_layers.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    const size_t a = item.find_first_not_of(' '), b = item.find_last_not_of(' ');
-    item = a == std::string::npos ? "" : item.substr(a, b - a + 1);
-    const bool digits = !item.empty() && item.size() <= 9 &&
-                        item.find_first_not_of("0123456789") == std::string::npos;
-    const int64_t v = digits ? std::stoll(item) : 0;
-    BRAID_CONFIG_CHECK(v >= 1 && v <= cfg.n_layer, "--pp-layers '", o.pp_layers, "': '", item,
-                       "' is not a layer count in [1, ", cfg.n_layer, "]");
-    n.push_back(v);
-    total += v;
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  BRAID_CONFIG_CHECK(static_cast<int64_t>(n.size()) == Q && total == cfg.n_layer, "--pp-layers '",
-                     o.pp_layers, "' gives ", n.size(), " stages with ", total, " layers, but --pp ",
-                     o.pp, o.virtual_stages > 1 ? " x --virtual-stages " + std::to_string(o.virtual_stages) : "",
-                     " needs ", Q, " and model '", cfg.name, "' has ", cfg.n_layer,
-                     " layers; list one count per ", o.virtual_stages > 1 ? "virtual stage" : "stage",
-                     ", summing to ", cfg.n_layer, " (every layer built exactly once)");
-  return n;
-}
-
-void parse_schedule_options(const TrainOptions& o, const model::GPTConfig& cfg) {
-  BRAID_CONFIG_CHECK(o.virtual_stages >= 1, "--virtual-stages ", o.virtual_stages, " must be >= 1");
-  const auto kind = parallel::parse_schedule(o.schedule);
-  BRAID_CONFIG_CHECK(o.virtual_stages == 1 || kind == parallel::ScheduleKind::interleaved,
-                     "--virtual-stages ", o.virtual_stages, " needs --schedule interleaved (now ",
-                     o.schedule, ")");
-  BRAID_CONFIG_CHECK(kind != parallel::ScheduleKind::zb_h1 || o.recompute == "none",
-                     "--schedule zb-h1 keeps the matmul inputs for its deferred weight-gradient pass, "
-                     "so it runs with --recompute none (now ", o.recompute, ")");
-  stage_layers(o, cfg);
-}
-
-size_t pipeline_grad_send_bytes(const TrainOptions& o, const model::GPTConfig& cfg) {
-  const int64_t rows = o.micro_batch * o.seq_len / (o.sequence_parallel ? o.tp : 1);
-  return static_cast<size_t>(parallel::kGradSendBuffers) * static_cast<size_t>(rows * cfg.n_embd) * sizeof(float);
-}
-
-model::PipelineStage pipeline_stage(const TrainOptions& o, const model::GPTConfig& cfg, int pp_rank, int m,
-                                    std::vector<parallel::StageProgram>* programs, parallel::ScheduleStats* stats) {
-  const auto layers = stage_layers(o, cfg);
-  const int P = o.pp, v = o.virtual_stages;
-  // The schedule is checked on its tables before any communication; its
-  // simulation gives the micro-batches alive at once on each chunk.
-  const auto kind = parallel::parse_schedule(o.schedule);
-  auto prog = parallel::build_schedule(kind, P, m, v);
-  auto st = parallel::check_schedule(prog, P, m, v);
-  model::PipelineStage stage;
-  for (int c = 0; c < v; ++c) {
-    const int q = c * P + pp_rank;  // virtual stage (Megatron's interleaved placement)
-    model::PipelineChunk ch;
-    ch.first_layer = 0;
-    for (int i = 0; i < q; ++i) ch.first_layer += layers[static_cast<size_t>(i)];
-    ch.last_layer = ch.first_layer + layers[static_cast<size_t>(q)];
-    ch.slots = std::max(1, st.peak_in_flight_chunk[static_cast<size_t>(pp_rank)][static_cast<size_t>(c)]);
-    stage.chunks.push_back(ch);
-  }
-  if (programs) *programs = std::move(prog);
-  if (stats) *stats = std::move(st);
-  return stage;
-}
-
-model::GPTConfig model_config(const TrainOptions& o) {
-  model::GPTConfig c = model::GPTConfig::preset(o.model);
-  BRAID_CONFIG_CHECK(o.vocab_size >= 0 && o.n_layer >= 0 && o.n_head >= 0 && o.n_embd >= 0,
-                     "--vocab-size, --n-layer, --n-head and --n-embd must be >= 0 (0 keeps the preset)");
-  if (o.vocab_size > 0) c.vocab_size = o.vocab_size;
-  if (o.n_layer > 0) c.n_layer = o.n_layer;
-  if (o.n_head > 0) c.n_head = o.n_head;
-  if (o.n_embd > 0) c.n_embd = o.n_embd;
-  c.padded_vocab_size = model::GPTConfig::pad_vocab(c.vocab_size);
-  if (o.vocab_size || o.n_layer || o.n_head || o.n_embd) c.name += "*";  // sizes changed
-  c.validate();
-  return c;
-}
-
-TrainOptions resolve_options(TrainOptions o, const model::GPTConfig& cfg) {
-  if (o.seq_len == 0) o.seq_len = std::min<int64_t>(128, cfg.block_size);
-  return o;
-}
-
 Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                  const std::vector<uint16_t>& train, const std::vector<uint16_t>* val)
-    : opt_(resolve_options(options, model_config(options))),
-      world_(world),
-      train_(train),
-      val_(val) {
+    : opt_(options), world_(world), train_(train), val_(val) {
+  const model::GPTConfig cfg = model_config(opt_);
+  plan_ = resolve_plan(opt_, world.size(), cfg);
   const TrainOptions& opt = opt_;
-  const model::GPTConfig cfg = model_config(opt);
-  apply_micro_batches(opt_, world.size());
-  validate_options(opt, world.size(), cfg);
-  ps_ = opt.dp_mode == "ps";
-  tp_size_ = opt.tp;
-  pp_size_ = opt.pp;
-  dp_ = &world_;
-  if (tp_size_ > 1 || pp_size_ > 1) {
-    // RankGrid: TP fastest, then DP, then PP.
-    const parallel::RankGrid grid(world.size(), tp_size_, world.size() / (tp_size_ * pp_size_), pp_size_);
-    const int r = world.rank();
-    if (tp_size_ > 1) tp_comm_ = world_.split(grid.tp_color(r), r);
-    dp_comm_own_ = world_.split(grid.dp_color(r), r);
-    dp_ = dp_comm_own_.get();
-    if (tp_comm_) tp_rank_ = tp_comm_->rank();
-    if (pp_size_ > 1) {
-      pp_comm_ = world_.split(grid.pp_color(r), r);
-      pp_rank_ = pp_comm_->rank();
-      // The tied embedding lives on the first and the last stage.
-      const bool ends = pp_rank_ == 0 || pp_rank_ == pp_size_ - 1;
-      emb_comm_ = world_.split(ends ? grid.pp_color(r) : world.size() + r, r);
-    }
-  }
-  dp_size_ = ps_ ? world.size() - 1 : dp_->size();
-  dp_rank_ = ps_ ? world.rank() - 1 : dp_->rank();
-  accum_steps_ = opt.global_batch / (dp_size_ * opt.micro_batch);
+  ctx_ = std::make_unique<ParallelContext>(plan_, world);
+  ps_ = plan_.dp.parameter_server();
+  tp_size_ = plan_.tp.degree;
+  pp_size_ = plan_.pp.stages;
+  tp_rank_ = ctx_->tp_rank();
+  pp_rank_ = ctx_->pp_rank();
+  dp_size_ = plan_.dp.degree;
+  dp_rank_ = ctx_->dp_rank();
+  accum_steps_ = plan_.pp.micro_batches;
   auto check_ids = [&](const std::vector<uint16_t>& d, const char* what) {
     const uint16_t mx = d.empty() ? uint16_t{0} : *std::max_element(d.begin(), d.end());
     BRAID_CONFIG_CHECK(mx < cfg.vocab_size, what, " data holds token id ", mx,
@@ -343,40 +98,26 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   // Only rank 0 writes checkpoints, so only it probes: the probe is named by pid, which the local
   // backend's threads share and processes on different hosts may repeat.
   if (!opt.save_path.empty() && world.rank() == 0) check_writable(opt.save_path);
-  compute_ = opt.precision == "bf16" ? DType::bf16 : opt.precision == "fp16" ? DType::f16 : DType::f32;
-  const bool use_engine = opt.zero >= 2 || opt.fsdp || compute_ != DType::f32;
+  compute_ = plan_.compute;
   model::PipelineStage stage;
   if (pp_size_ > 1) {
     parallel::ScheduleStats st;
-    stage = pipeline_stage(opt, cfg, pp_rank_, static_cast<int>(accum_steps_), &programs_, &st);
+    programs_ = plan_.pp.programs(&st);
     simulated_bubble_ = st.bubble;
+    stage = plan_.pp.stage(pp_rank_);
   }
-  if (use_engine) {
-    parallel::ShardedConfig sc;
-    sc.stage = opt.fsdp ? 3 : opt.zero;
-    sc.fsdp = opt.fsdp;
-    sc.compute = compute_;
-    sc.algo = opt.algo;
-    sc.tp = tp_size_;
-    sc.pipeline = stage;
-    comm::Communicator* shard = dp_;
-    const int S = opt.fsdp_shard_size;
-    if (S > 0 && S < dp_->size()) {
-      // HSDP: shard inside consecutive groups of S ranks, replicate across them.
-      shard_comm_ = dp_->split(dp_->rank() / S, dp_->rank());
-      replicate_comm_ = dp_->split(dp_->rank() % S, dp_->rank());
-      shard = shard_comm_.get();
-    }
-    engine_ = std::make_unique<parallel::ShardedEngine>(cfg, sc, *shard, replicate_comm_.get(), &ledger_);
+  if (plan_.sharded_engine()) {
+    engine_ = std::make_unique<parallel::ShardedEngine>(cfg, sharded_config(plan_, stage, opt.algo), ctx_->shard(),
+                                                        ctx_->replicate(), &ledger_);
   }
   model::TensorParallel tpc;
-  tpc.comm = tp_comm_.get();
+  tpc.comm = ctx_->tp();
   tpc.sequence_parallel = opt.sequence_parallel;
   model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_, engine_.get(),
-                                        tpc, opt.dropout, stage, model::parse_recompute(opt.recompute));
+                                        tpc, opt.dropout, stage, plan_.recompute);
   model_->set_compute_dtype(compute_);
   if (pp_size_ > 1 && (pp_rank_ > 0 || opt.virtual_stages > 1))
-    grad_send_buf_ = Buffer(pipeline_grad_send_bytes(opt, cfg), MemCategory::comm, &ledger_);
+    grad_send_buf_ = Buffer(pipeline_grad_send_bytes(plan_, cfg), MemCategory::comm, &ledger_);
   scaler_ = std::make_unique<DynamicLossScaler>(opt.loss_scale, compute_ == DType::f16);
   const size_t n = model_->num_params();
   const size_t bucket_bytes = static_cast<size_t>(opt.bucket_mb * 1024 * 1024);
@@ -384,7 +125,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   if (engine_) {
     for (const auto& s : engine_->owned()) owned.push_back({s.offset, s.len, s.shard});
   } else if (opt.zero == 1) {
-    zero_ = std::make_unique<parallel::ZeroStage1>(*dp_, model_->params(), model_->grads(), n,
+    zero_ = std::make_unique<parallel::ZeroStage1>(ctx_->dp(), model_->params(), model_->grads(), n,
                                                    bucket_bytes, opt.overlap, opt.algo, &ledger_);
     owned = zero_->owned();
   } else if (ps_) {
@@ -393,7 +134,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
       ps_recv_ = Buffer(n * sizeof(float), MemCategory::comm, &ledger_);
     }
   } else {
-    ddp_ = std::make_unique<parallel::DDPGradSync>(*dp_, model_->grads(), n, bucket_bytes,
+    ddp_ = std::make_unique<parallel::DDPGradSync>(ctx_->dp(), model_->grads(), n, bucket_bytes,
                                                    opt.overlap, opt.algo);
     owned.push_back({0, n, 0});
   }
@@ -427,7 +168,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   // same averaged gradient, so only DP rank 0 counts; HSDP replicas likewise.
   if (engine_) {
     norm_counts_ = engine_->config().stage == 0 ? dp_rank_ == 0
-                                                  : (!replicate_comm_ || replicate_comm_->rank() == 0);
+                                                  : (!ctx_->replicate() || ctx_->replicate()->rank() == 0);
   } else if (!zero_) {
     norm_counts_ = ps_ ? world_.rank() == 0 : dp_rank_ == 0;
   }
@@ -576,7 +317,7 @@ void Trainer::tp_to_full(const float* local, std::vector<float>& full) {
   const float* ranks_data = local;
   if (tp_size_ > 1) {
     all.resize(nl * static_cast<size_t>(tp_size_));
-    tp_comm_->all_gather(local, all.data(), nl, DType::f32);
+    ctx_->tp()->all_gather(local, all.data(), nl, DType::f32);
     ranks_data = all.data();
   }
   full.assign(model::GPT::unit_bounds(model_->config(), 1).back(), 0.f);
@@ -590,7 +331,7 @@ void Trainer::tp_to_full(const float* local, std::vector<float>& full) {
     }
   }
   // Pipeline: each stage filled its own tensors; the sum has one non-zero term per element (exact).
-  if (pp_size_ > 1) pp_comm_->all_reduce(full.data(), full.data(), full.size(), DType::f32, comm::ReduceOp::sum);
+  if (pp_size_ > 1) ctx_->pp()->all_reduce(full.data(), full.data(), full.size(), DType::f32, comm::ReduceOp::sum);
 }
 
 void Trainer::full_to_tp(const float* full, float* local) const {
@@ -604,22 +345,9 @@ void Trainer::full_to_tp(const float* full, float* local) const {
   }
 }
 
-uint64_t Trainer::bytes_sent() const {
-  // Sub-communicators (TP, DP, HSDP groups) count their own traffic.
-  uint64_t b = world_.bytes_sent();
-  for (const auto* c : {tp_comm_.get(), dp_comm_own_.get(), shard_comm_.get(), replicate_comm_.get(),
-                        pp_comm_.get(), emb_comm_.get()})
-    if (c) b += c->bytes_sent();
-  return b;
-}
+uint64_t Trainer::bytes_sent() const { return ctx_->bytes_sent(); }
 
-uint64_t Trainer::bytes_received() const {
-  uint64_t b = world_.bytes_received();
-  for (const auto* c : {tp_comm_.get(), dp_comm_own_.get(), shard_comm_.get(), replicate_comm_.get(),
-                        pp_comm_.get(), emb_comm_.get()})
-    if (c) b += c->bytes_received();
-  return b;
-}
+uint64_t Trainer::bytes_received() const { return ctx_->bytes_received(); }
 
 void Trainer::maybe_inject_failure(int64_t step) const {
   if (opt_.inject_failure_rank != world_.rank() || opt_.inject_failure_step != step) return;
@@ -665,7 +393,7 @@ void Trainer::finish_record(StepRecord& r, double seconds, uint64_t sent0, uint6
                     " of the group differs from rank ", g.rank());
       }
     };
-    compare(ps_ ? world_ : *dp_, r.param_hash, "DP replicas");
+    compare(ps_ ? world_ : ctx_->dp(), r.param_hash, "DP replicas");
     if (tp_size_ > 1 && model_->params()) {
       uint64_t h = 1469598103934665603ull;
       for (const auto& p : model_->param_table()) {
@@ -673,7 +401,7 @@ void Trainer::finish_record(StepRecord& r, double seconds, uint64_t sent0, uint6
         const auto* b = reinterpret_cast<const unsigned char*>(model_->params() + p.offset);
         for (size_t i = 0; i < p.numel * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
       }
-      compare(*tp_comm_, h, "TP-replicated parameters");
+      compare(*ctx_->tp(), h, "TP-replicated parameters");
     }
     if (pp_size_ > 1 && (pp_rank_ == 0 || pp_rank_ == pp_size_ - 1)) {
       // The tied embedding's copies on the first and the last stage.
@@ -682,7 +410,7 @@ void Trainer::finish_record(StepRecord& r, double seconds, uint64_t sent0, uint6
       const auto* b = reinterpret_cast<const unsigned char*>(p0);
       for (size_t i = 0; i < model_->unit_end(0) * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
       if (engine_) engine_->release_params(0);
-      compare(*emb_comm_, h, "tied embedding copies");
+      compare(*ctx_->emb(), h, "tied embedding copies");
     }
   }
 }
@@ -696,7 +424,7 @@ StepRecord Trainer::engine_step(int64_t step) {
   r.loss_scale = scaler_->scale();
   float loss = static_cast<float>(forward_backward(step, true));
   engine_->finish_grads();
-  if (dp_size_ > 1) dp_->all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
+  if (dp_size_ > 1) ctx_->dp().all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
   BRAID_CONFIG_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
                      "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
   r.loss = loss;
@@ -746,7 +474,7 @@ StepRecord Trainer::train_step(int64_t step) {
     ddp_->finish_sync();
   }
   if (dp_size_ > 1) {
-    dp_->all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
+    ctx_->dp().all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
   }
   // Same value on every rank after the all-reduce, so every rank stops together.
   BRAID_CONFIG_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
@@ -795,7 +523,7 @@ float Trainer::evaluate() {
     }
   }
   float loss = static_cast<float>(sum / static_cast<double>(count));
-  if (eval_size > 1) dp_->all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
+  if (eval_size > 1) ctx_->dp().all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
   return loss;
 }
 
@@ -827,18 +555,18 @@ std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t
       if (model_->is_last_stage()) {
         const float* mine = model_->logits() + (len - 1) * Vpl;
         if (P > 1) {
-          tp_comm_->all_gather(mine, row.data(), static_cast<size_t>(Vpl), DType::f32);
+          ctx_->tp()->all_gather(mine, row.data(), static_cast<size_t>(Vpl), DType::f32);
         } else {
           std::copy_n(mine, Vp, row.data());
         }
       }
-      pp_comm_->broadcast(row.data(), static_cast<size_t>(Vp), DType::f32, pp_size_ - 1);
+      ctx_->pp()->broadcast(row.data(), static_cast<size_t>(Vp), DType::f32, pp_size_ - 1);
       logits = row.data();
     } else {
       model_->forward(ctx_buf.data(), nullptr, 1, T);
       logits = model_->logits() + (len - 1) * Vpl;
       if (P > 1) {
-        tp_comm_->all_gather(logits, row.data(), static_cast<size_t>(Vpl), DType::f32);
+        ctx_->tp()->all_gather(logits, row.data(), static_cast<size_t>(Vpl), DType::f32);
         logits = row.data();
       }
     }
@@ -896,8 +624,8 @@ void Trainer::save(const std::string& path, int64_t next_step) {
       std::copy_n(v_.as<float>() + u.state, u.len, v.data() + u.offset);
     }
     if (dp_size_ > 1) {
-      dp_->all_reduce(m.data(), m.data(), n, DType::f32, comm::ReduceOp::sum);
-      dp_->all_reduce(v.data(), v.data(), n, DType::f32, comm::ReduceOp::sum);
+      ctx_->dp().all_reduce(m.data(), m.data(), n, DType::f32, comm::ReduceOp::sum);
+      ctx_->dp().all_reduce(v.data(), v.data(), n, DType::f32, comm::ReduceOp::sum);
     }
     mp = m.data();
     vp = v.data();

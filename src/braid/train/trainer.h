@@ -18,105 +18,12 @@
 #include "braid/parallel/topology.h"
 #include "braid/train/clock_sync.h"
 #include "braid/train/loss_scaler.h"
+#include "braid/train/options.h"
+#include "braid/train/parallel_plan.h"
 #include "braid/train/lr_schedule.h"
 #include "braid/train/sampler.h"
 
 namespace braid::train {
-
-struct TrainOptions {
-  std::string model = "small";
-  // Overrides of the preset's sizes (0: keep the preset's); the vocabulary is
-  // padded to a multiple of 64 again.
-  int64_t vocab_size = 0, n_layer = 0, n_head = 0, n_embd = 0;
-  int64_t steps = 800;
-  int64_t global_batch = 16;  // sequences per optimizer step, over all DP ranks
-  int64_t micro_batch = 8;    // sequences per forward/backward on one rank
-  int64_t seq_len = 0;        // 0: min(128, block_size)
-  float lr = 2e-3f;
-  float min_lr = 2e-4f;
-  int64_t warmup_steps = 40;
-  float weight_decay = 0.1f;
-  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
-  float grad_clip = 1.0f;  // 0 disables
-  uint64_t seed = 1337;
-  int dp = 0;  // 0: all ranks / tp
-  int tp = 1;  // tensor-parallel degree (TP groups are consecutive ranks)
-  bool sequence_parallel = false;  // shard LayerNorm/dropout/residual rows over TP
-  float dropout = 0.0f;            // embedding and residual dropout probability
-  int pp = 1;                      // pipeline stages (consecutive layer ranges)
-  std::string pp_layers;           // explicit layers per stage, e.g. "3,5" (empty: even split)
-  std::string schedule = "1f1b";   // naive | gpipe | 1f1b | interleaved | zb-h1
-  int virtual_stages = 1;          // interleaved: model chunks per pipeline rank
-  int64_t micro_batches = 0;       // micro-batches per step per pipeline (0: batch / (dp x micro-batch))
-  std::string trace_out;           // Chrome trace (Perfetto) of every rank's pipeline spans
-  std::string recompute = "none";  // activation checkpointing: none | selective | full
-  double bucket_mb = 4.0;
-  bool overlap = true;
-  int zero = 0;  // ZeRO stage 0 (DDP), 1 (moments sharded), 2 (+ gradients), 3 (+ parameters)
-  bool fsdp = false;            // FSDP: stage 3 with one flat parameter per unit (block)
-  int fsdp_shard_size = 0;      // HSDP: shard within groups of this many ranks (0: all DP ranks)
-  std::string precision = "fp32";  // fp32 | bf16 | fp16 (compute copies; master weights f32)
-  LossScaleOptions loss_scale;     // fp16 dynamic loss scaling
-  int inject_inf_rank = -1;        // test hook: this rank's gradient gets an inf ...
-  int64_t inject_inf_step = -1;    // ... at this step (0-based)
-  std::string dp_mode = "ddp";  // "ddp" (all-reduce) or "ps" (rank 0 is a parameter server)
-  bool ps_async = false;        // ps: apply each worker's gradient as it arrives
-  int64_t staleness = 0;        // ps async: a worker runs at most this many iterations ahead
-  comm::Algorithm algo = comm::Algorithm::ring;
-  int64_t val_every = 50;    // 0 disables
-  int64_t val_batches = 4;   // global batches per validation
-  std::string save_path;
-  int64_t save_every = 0;
-  std::string resume_path;
-  std::string metrics_out;
-  bool check_replicas = false;  // hash parameters every step and compare across DP ranks
-  std::string sample_prompt = "The";
-  int64_t sample_tokens = 0;
-  float sample_temperature = 0.8f;
-  int64_t sample_top_k = 40;
-  double peak_flops_per_rank = 0;  // fp32 matmul throughput per rank (FLOP/s), for MFU
-  int inject_failure_rank = -1;
-  int64_t inject_failure_step = -1;
-  // How the injected failure shows: "throw" (an exception), "hang" (the rank sleeps
-  // outside any communication call), "stop" (SIGSTOP: the process freezes, its
-  // watchdog too), "kill" (SIGKILL). Only "throw" with ranks as threads.
-  std::string inject_failure_kind = "throw";
-  bool verbose = true;  // rank 0 prints progress
-};
-
-/// Validates options against the world size and model; throws ConfigError with
-/// the values and the fix.
-void validate_options(const TrainOptions& opt, int world_size, const model::GPTConfig& cfg);
-
-/// Fills defaults that depend on the model (seq_len 0 -> min(128, block_size)).
-TrainOptions resolve_options(TrainOptions opt, const model::GPTConfig& cfg);
-
-/// Layers per virtual pipeline stage (pp x virtual_stages of them; virtual
-/// stage q = chunk * pp + rank): --pp-layers, or an even split (the first
-/// stages take the remainder). Throws ConfigError naming the fix when the
-/// counts do not cover every layer exactly once.
-std::vector<int64_t> stage_layers(const TrainOptions& opt, const model::GPTConfig& cfg);
-/// Bytes of the executor's gradient send ring on a pipeline rank that sends
-/// gradients: parallel::kGradSendBuffers x (boundary rows, n_embd) f32.
-size_t pipeline_grad_send_bytes(const TrainOptions& opt, const model::GPTConfig& cfg);
-/// The layers and activation slots of pipeline rank pp_rank with m micro-batches
-/// per step: builds the schedule of --schedule, checks it on its tables (throws
-/// braid::Error on a deadlock, ConfigError on an impossible P, m, v) and sizes
-/// each chunk's slots by the most micro-batches its simulation keeps alive.
-/// `programs` and `stats` (optional) receive every rank's action list and the
-/// simulation's findings.
-model::PipelineStage pipeline_stage(const TrainOptions& opt, const model::GPTConfig& cfg, int pp_rank, int m,
-                                    std::vector<parallel::StageProgram>* programs = nullptr,
-                                    parallel::ScheduleStats* stats = nullptr);
-/// --micro-batches m > 0 sets micro_batch = batch / (dp x m) (throws
-/// ConfigError naming the fix when m does not divide a DP rank's share).
-void apply_micro_batches(TrainOptions& opt, int world_size);
-/// Validates --pp-layers and --schedule (throws ConfigError).
-void parse_schedule_options(const TrainOptions& opt, const model::GPTConfig& cfg);
-
-/// The model config of `opt`: the preset with the size overrides applied.
-/// Throws ConfigError for an unknown preset or invalid sizes.
-model::GPTConfig model_config(const TrainOptions& opt);
 
 struct StepRecord {
   int64_t step = 0;
@@ -159,6 +66,8 @@ class Trainer {
   /// The options in force (model-dependent defaults resolved).
   const TrainOptions& options() const { return opt_; }
   const MemoryLedger& ledger() const { return ledger_; }
+  /// The resolved parallel layout.
+  const ParallelPlan& plan() const { return plan_; }
   int64_t start_step() const { return start_step_; }
   /// After run(): the step a stop signal ended the run at (the same on every
   /// rank; see preemption.h), or -1 when it ran to the end.
@@ -203,11 +112,9 @@ class Trainer {
   Buffer tokens_, targets_;      // (micro_batch, T) int32
   std::unique_ptr<parallel::DDPGradSync> ddp_;   // zero == 0
   std::unique_ptr<parallel::ZeroStage1> zero_;   // zero == 1 in fp32
-  // ZeRO-2/3, FSDP/HSDP and mixed precision: the sharding engine is the model's storage.
-  std::unique_ptr<comm::Communicator> shard_comm_, replicate_comm_;  // HSDP groups
-  // 2D layout (RankGrid, TP fastest): the TP group and the DP group of this rank.
-  std::unique_ptr<comm::Communicator> tp_comm_, dp_comm_own_;
-  comm::Communicator* dp_ = nullptr;  // the DP group (the world when TP = 1)
+  ParallelPlan plan_;                     // the resolved layout
+  std::unique_ptr<ParallelContext> ctx_;  // this rank's groups
+  // Degrees and coordinates of this rank (from plan_ and ctx_).
   int tp_size_ = 1, tp_rank_ = 0;
   bool norm_counts_ = true;  // this rank's owned gradients are counted in the global norm
   /// Local (TP-sharded, one pipeline stage's) flat arrays <-> the whole model's
@@ -223,7 +130,6 @@ class Trainer {
   /// r.lr, r.grad_norm, r.skipped.
   void engine_update(StepRecord& r);
   // Pipeline parallelism (trainer_pp.cpp).
-  std::unique_ptr<comm::Communicator> pp_comm_, emb_comm_;
   int pp_size_ = 1, pp_rank_ = 0;
   std::vector<parallel::StageProgram> programs_;
   Buffer grad_send_buf_;  // parallel::kGradSendBuffers x (boundary rows, C) f32

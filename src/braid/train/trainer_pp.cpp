@@ -44,11 +44,11 @@ void Trainer::sync_tied_embedding() {
   // Under mixed precision the engine holds the (DP-reduced) half gradients.
   if (pp_size_ == 1 || !(pp_rank_ == 0 || pp_rank_ == pp_size_ - 1)) return;
   if (engine_) {
-    engine_->sum_unit_grads(0, *emb_comm_);
+    engine_->sum_unit_grads(0, *ctx_->emb());
     return;
   }
   const size_t n0 = model_->unit_end(0);
-  emb_comm_->all_reduce(model_->grads(), model_->grads(), n0, DType::f32, comm::ReduceOp::sum);
+  ctx_->emb()->all_reduce(model_->grads(), model_->grads(), n0, DType::f32, comm::ReduceOp::sum);
 }
 
 StepRecord Trainer::pipeline_step(int64_t step) {
@@ -121,7 +121,7 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       slot_of[id] = slot;
       model_->set_slot(slot, c);
       const double w0 = now_us();
-      if (!first_v) pp_comm_->recv(model_->stage_input(), boundary_bytes, prev, act_tag(q, j, m));
+      if (!first_v) ctx_->pp()->recv(model_->stage_input(), boundary_bytes, prev, act_tag(q, j, m));
       if (first_v || last_v)
         gather_batch(train_.data(), offsets.data() + j * B, B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
       dropout_key(j);
@@ -133,7 +133,7 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       compute += secs(c0, Clock::now());
       trace("F", j, "compute", f0, now_us(), c);
       if (last_v) loss_sum += loss;
-      if (!last_v) act_send[id] = pp_comm_->isend(model_->stage_output(), boundary_bytes, next, act_tag(q + 1, j, m));
+      if (!last_v) act_send[id] = ctx_->pp()->isend(model_->stage_output(), boundary_bytes, next, act_tag(q + 1, j, m));
     } else if (a.op == parallel::PipeOp::backward_weight) {
       model_->set_slot(slot_of[id], c);
       model_->set_tp_grad_sync(i == last_w[static_cast<size_t>(c)]);
@@ -147,7 +147,7 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       const bool full = a.op == parallel::PipeOp::backward;
       model_->set_slot(slot_of[id], c);
       const double w0 = now_us();
-      if (!last_v) pp_comm_->recv(model_->boundary_grad(), boundary_bytes, next, grad_tag(q, j, m));
+      if (!last_v) ctx_->pp()->recv(model_->boundary_grad(), boundary_bytes, next, grad_tag(q, j, m));
       dropout_key(j);
       model_->set_tp_grad_sync(i == last_b[static_cast<size_t>(c)]);
       const auto c0 = Clock::now();
@@ -170,7 +170,7 @@ StepRecord Trainer::pipeline_step(int64_t step) {
         if (grad_send[k]) grad_send[k]->wait();
         char* buf = grad_send_buf_.as<char>() + k * boundary_bytes;
         std::memcpy(buf, model_->boundary_grad(), boundary_bytes);
-        grad_send[k] = pp_comm_->isend(buf, boundary_bytes, prev, grad_tag(q - 1, j, m));
+        grad_send[k] = ctx_->pp()->isend(buf, boundary_bytes, prev, grad_tag(q - 1, j, m));
       }
       // The next stage returned this gradient, so it has the activation: the send is done.
       if (act_send[id]) act_send[id]->wait();
@@ -201,8 +201,8 @@ StepRecord Trainer::pipeline_step(int64_t step) {
   }
   // The loss lives on the last stage: broadcast it along the pipeline, average over DP.
   float loss = last ? static_cast<float>(loss_sum / static_cast<double>(m)) : 0.f;
-  pp_comm_->broadcast(&loss, 1, DType::f32, pp_size_ - 1);
-  if (dp_size_ > 1) dp_->all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
+  ctx_->pp()->broadcast(&loss, 1, DType::f32, pp_size_ - 1);
+  if (dp_size_ > 1) ctx_->dp().all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
   BRAID_CONFIG_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
                      "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
   r.loss = loss;
@@ -220,7 +220,7 @@ StepRecord Trainer::pipeline_step(int64_t step) {
   // Measured bubble: the part of the step a stage spends not computing,
   // averaged over the stages of the pipeline.
   float idle = static_cast<float>(1.0 - compute / wall);
-  pp_comm_->all_reduce(&idle, &idle, 1, DType::f32, comm::ReduceOp::avg);
+  ctx_->pp()->all_reduce(&idle, &idle, 1, DType::f32, comm::ReduceOp::avg);
   r.bubble = idle;
   finish_record(r, wall, sent0, recv0);
   return r;
@@ -308,10 +308,10 @@ float Trainer::pipeline_forward(const int32_t* tokens, const int32_t* targets, i
   for (int c = 0; c < v; ++c) {
     const int q = c * P + pp_rank_;
     model_->set_slot(0, c);
-    if (q > 0) pp_comm_->recv(model_->stage_input(), bytes, prev, act_tag(q, micro, micros));
+    if (q > 0) ctx_->pp()->recv(model_->stage_input(), bytes, prev, act_tag(q, micro, micros));
     const float l = model_->forward(q == 0 ? tokens : nullptr, q == Q - 1 ? targets : nullptr, B, T);
     if (q == Q - 1) loss = l;
-    if (q < Q - 1) pp_comm_->send(model_->stage_output(), bytes, next, act_tag(q + 1, micro, micros));
+    if (q < Q - 1) ctx_->pp()->send(model_->stage_output(), bytes, next, act_tag(q + 1, micro, micros));
   }
   return loss;
 }
@@ -327,7 +327,7 @@ float Trainer::pipeline_evaluate_batch(const size_t* offsets, int64_t micro_coun
     sum += pipeline_forward(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T, static_cast<int>(j), micro_count);
   }
   float loss = last ? static_cast<float>(sum) : 0.f;
-  pp_comm_->broadcast(&loss, 1, DType::f32, pp_size_ - 1);
+  ctx_->pp()->broadcast(&loss, 1, DType::f32, pp_size_ - 1);
   return loss;
 }
 

@@ -1,0 +1,409 @@
+#include "braid/train/parallel_plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "braid/core/error.h"
+
+namespace braid::train {
+
+const char* data_parallel_mode_name(DataParallelMode m) {
+  switch (m) {
+    case DataParallelMode::ddp: return "ddp";
+    case DataParallelMode::zero1: return "zero1";
+    case DataParallelMode::zero2: return "zero2";
+    case DataParallelMode::zero3: return "zero3";
+    case DataParallelMode::fsdp: return "fsdp";
+    case DataParallelMode::hsdp: return "hsdp";
+    case DataParallelMode::parameter_server: return "ps";
+  }
+  return "?";
+}
+
+namespace {
+
+bool is_ps(const TrainOptions& o) { return o.dp_mode == "ps"; }
+
+// The DP degree the ranks leave once TP and PP are placed (workers under a PS).
+int derived_dp(const TrainOptions& o, int world_size) {
+  return is_ps(o) ? world_size - 1 : world_size / std::max(1, o.tp * o.pp);
+}
+
+// --dp-mode, the parameter server, ZeRO and FSDP flags on their own.
+void validate_data_parallel_flags(const TrainOptions& o, int world_size) {
+  BRAID_CONFIG_CHECK(o.dp >= 0, "--dp ", o.dp, " must be >= 0 (0 means all ranks)");
+  BRAID_CONFIG_CHECK(o.dp_mode == "ddp" || o.dp_mode == "ps", "--dp-mode '", o.dp_mode,
+                     "' is not known; use ddp or ps");
+  const bool ps = is_ps(o);
+  BRAID_CONFIG_CHECK(!ps || world_size >= 2, "--dp-mode ps needs at least 2 ranks (1 server + "
+                     "workers) but the job has ", world_size, "; launch with mpirun -np 2 or more");
+  BRAID_CONFIG_CHECK(!ps || o.zero == 0, "--zero ", o.zero, " shards over DP ranks, but with "
+                     "--dp-mode ps the server holds the optimizer; use --zero 0");
+  BRAID_CONFIG_CHECK(!o.ps_async || ps, "--ps-async needs --dp-mode ps");
+  BRAID_CONFIG_CHECK(o.staleness >= 0, "--staleness ", o.staleness, " must be >= 0");
+  BRAID_CONFIG_CHECK(o.staleness == 0 || o.ps_async, "--staleness ", o.staleness,
+                     " only applies to --dp-mode ps --ps-async; add --ps-async or drop it");
+  BRAID_CONFIG_CHECK(o.zero >= 0 && o.zero <= 3, "--zero ", o.zero,
+                     " is not a ZeRO stage; use 0 (DDP), 1 (optimizer states sharded), 2 (+ gradients) or 3 "
+                     "(+ parameters)");
+  BRAID_CONFIG_CHECK(!o.fsdp || o.zero == 0 || o.zero == 3, "--fsdp shards parameters, gradients "
+                     "and optimizer states (stage 3 by unit) but --zero ", o.zero,
+                     " was also given; drop --zero or use --zero 3");
+  BRAID_CONFIG_CHECK(o.fsdp_shard_size >= 0, "--fsdp-shard-size ", o.fsdp_shard_size, " must be >= 0");
+  BRAID_CONFIG_CHECK(o.fsdp_shard_size == 0 || o.fsdp, "--fsdp-shard-size ", o.fsdp_shard_size,
+                     " (hybrid sharding) needs --fsdp");
+  BRAID_CONFIG_CHECK(!ps || (o.precision == "fp32" && !o.fsdp), "--dp-mode ps runs in fp32 "
+                     "without sharding; drop ", o.fsdp ? "--fsdp" : "--precision " + o.precision);
+  BRAID_CONFIG_CHECK(!ps || o.tp == 1, "--dp-mode ps runs without tensor parallelism; drop --tp ", o.tp);
+}
+
+// The degrees multiply to the world size; --dp and --fsdp-shard-size fit them.
+void validate_degrees(const TrainOptions& o, int world_size) {
+  BRAID_CONFIG_CHECK(o.tp >= 1, "--tp ", o.tp, " must be >= 1");
+  BRAID_CONFIG_CHECK(o.pp >= 1, "--pp ", o.pp, " must be >= 1");
+  BRAID_CONFIG_CHECK(int64_t{o.tp} * o.pp <= world_size, "--tp ", o.tp, " x --pp ", o.pp, " needs at least ",
+                     int64_t{o.tp} * o.pp, " ranks but the job has ", world_size);
+  BRAID_CONFIG_CHECK(world_size % (o.tp * o.pp) == 0, "--tp ", o.tp, " x --pp ", o.pp,
+                     " does not divide the ", world_size, " ranks of the job; the product of the "
+                     "parallel degrees must divide the number of ranks");
+  BRAID_CONFIG_CHECK(world_size % o.tp == 0, "--tp ", o.tp, " does not divide the ", world_size,
+                     " ranks of the job; use a TP degree that divides it (TP groups are ",
+                     "consecutive ranks, so keep them inside a node)");
+  const bool ps = is_ps(o);
+  const int ranks_for_dp = derived_dp(o, world_size);
+  const int dp = o.dp == 0 ? ranks_for_dp : o.dp;
+  BRAID_CONFIG_CHECK(dp == ranks_for_dp, "--dp ", o.dp, o.tp > 1 ? " x --tp " + std::to_string(o.tp) : "",
+                     o.pp > 1 ? " x --pp " + std::to_string(o.pp) : "",
+                     " but the job has ", world_size, " ranks",
+                     ps ? " (1 server + workers)" : "",
+                     "; the product of the parallel degrees must equal the number of "
+                     "ranks (launch with mpirun -np ", ps ? dp + 1 : dp * o.tp * o.pp, ", or pass --dp ",
+                     ranks_for_dp, ")");
+  BRAID_CONFIG_CHECK(o.fsdp_shard_size == 0 || (o.fsdp_shard_size <= dp && dp % o.fsdp_shard_size == 0),
+                     "--fsdp-shard-size ", o.fsdp_shard_size, " must divide the ", dp,
+                     " data-parallel ranks (shard within groups of S, replicate across ", "the groups); "
+                     "use a divisor of ", dp);
+}
+
+void validate_tensor_parallel(const TrainOptions& o, const model::GPTConfig& cfg) {
+  BRAID_CONFIG_CHECK(!o.sequence_parallel || o.tp > 1, "--sequence-parallel shards over the TP "
+                     "group and needs --tp > 1");
+  BRAID_CONFIG_CHECK(o.tp == 1 || (!o.fsdp && o.zero <= 2), "--tp ", o.tp, " combines with DDP and "
+                     "ZeRO-1/2 over the DP group; --zero 3 / --fsdp with TP is not supported, use --zero 2");
+  model::GPT::validate_tp(cfg, o.tp);
+}
+
+// Layers per virtual pipeline stage: --pp-layers, or an even split (the first
+// stages take the remainder).
+std::vector<int64_t> stage_layers(const TrainOptions& o, const model::GPTConfig& cfg) {
+  std::vector<int64_t> n;
+  const int64_t Q = int64_t{o.pp} * o.virtual_stages;  // virtual stages
+  BRAID_CONFIG_CHECK(Q <= cfg.n_layer, "--pp ", o.pp, " x --virtual-stages ", o.virtual_stages, " = ", Q,
+                     " stages exceed the ", cfg.n_layer, " layers of model '", cfg.name,
+                     "'; every stage needs at least one layer: use fewer stages or --n-layer ", Q, " or more");
+  if (o.pp_layers.empty()) {
+    for (int64_t s = 0; s < Q; ++s) n.push_back(cfg.n_layer / Q + (s < cfg.n_layer % Q ? 1 : 0));
+    return n;
+  }
+  // Comma-separated decimal counts; spaces around a count are allowed, nothing else.
+  int64_t total = 0;
+  size_t pos = 0;
+  for (;;) {
+    const size_t comma = o.pp_layers.find(',', pos);
+    std::string item = o.pp_layers.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const size_t a = item.find_first_not_of(' '), b = item.find_last_not_of(' ');
+    item = a == std::string::npos ? "" : item.substr(a, b - a + 1);
+    const bool digits = !item.empty() && item.size() <= 9 &&
+                        item.find_first_not_of("0123456789") == std::string::npos;
+    const int64_t v = digits ? std::stoll(item) : 0;
+    BRAID_CONFIG_CHECK(v >= 1 && v <= cfg.n_layer, "--pp-layers '", o.pp_layers, "': '", item,
+                       "' is not a layer count in [1, ", cfg.n_layer, "]");
+    n.push_back(v);
+    total += v;
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  BRAID_CONFIG_CHECK(static_cast<int64_t>(n.size()) == Q && total == cfg.n_layer, "--pp-layers '",
+                     o.pp_layers, "' gives ", n.size(), " stages with ", total, " layers, but --pp ",
+                     o.pp, o.virtual_stages > 1 ? " x --virtual-stages " + std::to_string(o.virtual_stages) : "",
+                     " needs ", Q, " and model '", cfg.name, "' has ", cfg.n_layer,
+                     " layers; list one count per ", o.virtual_stages > 1 ? "virtual stage" : "stage",
+                     ", summing to ", cfg.n_layer, " (every layer built exactly once)");
+  return n;
+}
+
+void validate_pipeline(const TrainOptions& o, const model::GPTConfig& cfg) {
+  BRAID_CONFIG_CHECK(o.pp > 1 || (o.virtual_stages == 1 && o.pp_layers.empty()),
+                     o.virtual_stages != 1 ? "--virtual-stages" : "--pp-layers",
+                     " splits the layers over pipeline stages; it needs --pp > 1");
+  const auto kind = parallel::parse_schedule(o.schedule);
+  model::parse_recompute(o.recompute);
+  if (o.pp == 1) return;
+  BRAID_CONFIG_CHECK(!is_ps(o), "--pp ", o.pp, " runs with DDP or ZeRO-1 over the DP group; drop --dp-mode ps");
+  // Gradient sharding reduces every micro-batch's backward, which a pipeline
+  // runs many of per step (DeepSpeed's pipeline engine refuses ZeRO-2/3 too).
+  BRAID_CONFIG_CHECK(o.zero <= 1 && !o.fsdp, "--pp ", o.pp, " shards at most the optimizer states: ",
+                     o.fsdp ? std::string("--fsdp") : "--zero " + std::to_string(o.zero),
+                     " shards gradients per backward, and a pipeline runs one backward per "
+                     "micro-batch; use --zero 1");
+  BRAID_CONFIG_CHECK(o.virtual_stages >= 1, "--virtual-stages ", o.virtual_stages, " must be >= 1");
+  BRAID_CONFIG_CHECK(o.virtual_stages == 1 || kind == parallel::ScheduleKind::interleaved,
+                     "--virtual-stages ", o.virtual_stages, " needs --schedule interleaved (now ",
+                     o.schedule, ")");
+  BRAID_CONFIG_CHECK(kind != parallel::ScheduleKind::zb_h1 || o.recompute == "none",
+                     "--schedule zb-h1 keeps the matmul inputs for its deferred weight-gradient pass, "
+                     "so it runs with --recompute none (now ", o.recompute, ")");
+  stage_layers(o, cfg);
+}
+
+void validate_precision(const TrainOptions& o) {
+  BRAID_CONFIG_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
+                     "--precision '", o.precision, "' is not known; use fp32, bf16 or fp16");
+  if (o.precision == "fp16") o.loss_scale.validate();
+}
+
+// Batch and sequence sizes against the DP degree and the model.
+void validate_batch(const TrainOptions& o, int dp, const model::GPTConfig& cfg) {
+  BRAID_CONFIG_CHECK(o.micro_batch > 0 && o.global_batch > 0, "--batch ", o.global_batch,
+                     " and --micro-batch ", o.micro_batch, " must be positive");
+  BRAID_CONFIG_CHECK(o.global_batch % (static_cast<int64_t>(dp) * o.micro_batch) == 0,
+                     "global batch ", o.global_batch, " is not divisible by dp (", dp,
+                     ") x micro-batch (", o.micro_batch, ") = ", dp * o.micro_batch,
+                     "; use a --batch that is a multiple of ", dp * o.micro_batch,
+                     " or change --micro-batch");
+  BRAID_CONFIG_CHECK(o.seq_len > 0 && o.seq_len <= cfg.block_size, "--seq-len ", o.seq_len,
+                     " must be in [1, ", cfg.block_size, "] (block_size of model '", cfg.name,
+                     "'); pass --seq-len ", cfg.block_size, " or less, or a model with a longer context");
+}
+
+// The optimizer, the schedule of validation and the flags of the run itself.
+void validate_training(const TrainOptions& o, int world_size) {
+  BRAID_CONFIG_CHECK(o.steps > 0, "--steps ", o.steps, " must be positive");
+  BRAID_CONFIG_CHECK(o.lr > 0 && o.min_lr >= 0 && o.min_lr <= o.lr, "--lr ", o.lr, " and --min-lr ",
+                     o.min_lr, " must satisfy 0 <= min-lr <= lr, lr > 0");
+  BRAID_CONFIG_CHECK(std::isfinite(o.lr) && std::isfinite(o.min_lr), "--lr ", o.lr, " and --min-lr ",
+                     o.min_lr, " must be finite");
+  BRAID_CONFIG_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "--beta1 ", o.beta1,
+                     " and --beta2 ", o.beta2, " must be in [0, 1) (typical: 0.9 and 0.95)");
+  BRAID_CONFIG_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "--weight-decay ",
+                     o.weight_decay, " must be finite and >= 0");
+  BRAID_CONFIG_CHECK(o.warmup_steps >= 0, "--warmup ", o.warmup_steps, " must be >= 0");
+  BRAID_CONFIG_CHECK(o.grad_clip >= 0, "--grad-clip ", o.grad_clip, " must be >= 0 (0 disables)");
+  BRAID_CONFIG_CHECK(o.dropout >= 0 && o.dropout < 1, "--dropout ", o.dropout, " must be in [0, 1)");
+  BRAID_CONFIG_CHECK(o.sample_tokens >= 0, "--sample-tokens ", o.sample_tokens, " must be >= 0");
+  BRAID_CONFIG_CHECK(o.bucket_mb > 0 && o.bucket_mb <= 65536, "--bucket-mb ", o.bucket_mb,
+                     " must be in (0, 65536]");
+  BRAID_CONFIG_CHECK(o.val_every >= 0 && o.val_batches > 0, "--val-every ", o.val_every,
+                     " must be >= 0 and --val-batches ", o.val_batches, " > 0");
+  BRAID_CONFIG_CHECK(o.inject_failure_rank < world_size && o.inject_failure_step < o.steps,
+                     "--inject-failure ", o.inject_failure_rank, ":", o.inject_failure_step,
+                     " names rank/step outside the job's ", world_size, " ranks and ", o.steps,
+                     " steps (steps count from 0)");
+  BRAID_CONFIG_CHECK(o.inject_failure_kind == "throw" || o.inject_failure_kind == "hang" ||
+                         o.inject_failure_kind == "stop" || o.inject_failure_kind == "kill",
+                     "--inject-failure kind '", o.inject_failure_kind, "' is not known; use throw, hang, stop or kill");
+}
+
+// --micro-batches m > 0 sets micro_batch = batch / (dp x m).
+void apply_micro_batches(TrainOptions& o, int world_size) {
+  BRAID_CONFIG_CHECK(o.micro_batches >= 0, "--micro-batches ", o.micro_batches,
+                     " must be >= 1 (or 0: derived from --batch and --micro-batch)");
+  if (o.micro_batches == 0) return;
+  const int64_t dp = std::max(1, derived_dp(o, world_size));
+  BRAID_CONFIG_CHECK(o.global_batch % dp == 0, "--batch ", o.global_batch, " does not split over the ", dp,
+                     " data-parallel ranks; use a multiple of ", dp);
+  BRAID_CONFIG_CHECK(o.global_batch % (dp * o.micro_batches) == 0,
+                     "--micro-batches ", o.micro_batches, " does not divide the ", o.global_batch / dp,
+                     " sequences per DP rank (--batch ", o.global_batch, " over dp ", dp,
+                     "); choose a divisor");
+  o.micro_batch = o.global_batch / (dp * o.micro_batches);
+}
+
+DataParallelPlan data_parallel_plan(const TrainOptions& o, int world_size) {
+  DataParallelPlan d;
+  d.degree = derived_dp(o, world_size);
+  d.zero_stage = o.fsdp ? 3 : o.zero;
+  d.shard_degree = d.degree;
+  d.ps_async = o.ps_async;
+  d.staleness = o.staleness;
+  if (is_ps(o)) {
+    d.mode = DataParallelMode::parameter_server;
+  } else if (o.fsdp && o.fsdp_shard_size > 0 && o.fsdp_shard_size < d.degree) {
+    d.mode = DataParallelMode::hsdp;
+    d.shard_degree = o.fsdp_shard_size;
+  } else if (o.fsdp) {
+    d.mode = DataParallelMode::fsdp;
+  } else {
+    constexpr DataParallelMode by_stage[] = {DataParallelMode::ddp, DataParallelMode::zero1,
+                                             DataParallelMode::zero2, DataParallelMode::zero3};
+    d.mode = by_stage[o.zero];
+  }
+  return d;
+}
+
+}  // namespace
+
+void validate_options(const TrainOptions& o, int world_size, const model::GPTConfig& cfg) {
+  validate_data_parallel_flags(o, world_size);
+  validate_degrees(o, world_size);
+  validate_tensor_parallel(o, cfg);
+  validate_pipeline(o, cfg);
+  validate_precision(o);
+  validate_batch(o, derived_dp(o, world_size), cfg);
+  validate_training(o, world_size);
+}
+
+model::GPTConfig model_config(const TrainOptions& o) {
+  model::GPTConfig c = model::GPTConfig::preset(o.model);
+  BRAID_CONFIG_CHECK(o.vocab_size >= 0 && o.n_layer >= 0 && o.n_head >= 0 && o.n_embd >= 0,
+                     "--vocab-size, --n-layer, --n-head and --n-embd must be >= 0 (0 keeps the preset)");
+  if (o.vocab_size > 0) c.vocab_size = o.vocab_size;
+  if (o.n_layer > 0) c.n_layer = o.n_layer;
+  if (o.n_head > 0) c.n_head = o.n_head;
+  if (o.n_embd > 0) c.n_embd = o.n_embd;
+  c.padded_vocab_size = model::GPTConfig::pad_vocab(c.vocab_size);
+  if (o.vocab_size || o.n_layer || o.n_head || o.n_embd) c.name += "*";  // sizes changed
+  c.validate();
+  return c;
+}
+
+ParallelPlan resolve_plan(TrainOptions& o, int world_size, const model::GPTConfig& cfg) {
+  BRAID_CONFIG_CHECK(world_size >= 1, "--ranks ", world_size, " must be >= 1");
+  if (o.seq_len == 0) o.seq_len = std::min<int64_t>(128, cfg.block_size);
+  apply_micro_batches(o, world_size);
+  validate_options(o, world_size, cfg);
+  ParallelPlan p;
+  p.world = world_size;
+  p.dp = data_parallel_plan(o, world_size);
+  p.tp = {o.tp, o.sequence_parallel};
+  p.pp.stages = o.pp;
+  p.pp.virtual_stages = o.virtual_stages;
+  p.pp.schedule = parallel::parse_schedule(o.schedule);
+  p.pp.micro_batches = static_cast<int>(o.global_batch / (static_cast<int64_t>(p.dp.degree) * o.micro_batch));
+  p.pp.layers = o.pp > 1 ? stage_layers(o, cfg) : std::vector<int64_t>{cfg.n_layer};
+  p.compute = o.precision == "bf16" ? DType::bf16 : o.precision == "fp16" ? DType::f16 : DType::f32;
+  p.recompute = model::parse_recompute(o.recompute);
+  p.global_batch = o.global_batch;
+  p.micro_batch = o.micro_batch;
+  p.seq_len = o.seq_len;
+  return p;
+}
+
+std::vector<parallel::StageProgram> PipelinePlan::programs(parallel::ScheduleStats* stats) const {
+  auto prog = parallel::build_schedule(schedule, stages, micro_batches, virtual_stages);
+  auto st = parallel::check_schedule(prog, stages, micro_batches, virtual_stages);
+  if (stats) *stats = std::move(st);
+  return prog;
+}
+
+model::PipelineStage PipelinePlan::stage(int pp_rank) const {
+  if (stages == 1) return {};
+  parallel::ScheduleStats st;
+  programs(&st);
+  model::PipelineStage out;
+  for (int c = 0; c < virtual_stages; ++c) {
+    const int q = c * stages + pp_rank;  // virtual stage (Megatron's interleaved placement)
+    model::PipelineChunk ch;
+    ch.first_layer = 0;
+    for (int i = 0; i < q; ++i) ch.first_layer += layers[static_cast<size_t>(i)];
+    ch.last_layer = ch.first_layer + layers[static_cast<size_t>(q)];
+    ch.slots = std::max(1, st.peak_in_flight_chunk[static_cast<size_t>(pp_rank)][static_cast<size_t>(c)]);
+    out.chunks.push_back(ch);
+  }
+  return out;
+}
+
+bool ParallelPlan::sharded_engine() const {
+  return dp.zero_stage >= 2 || dp.mode == DataParallelMode::fsdp || dp.mode == DataParallelMode::hsdp ||
+         compute != DType::f32;
+}
+
+parallel::RankGrid ParallelPlan::grid() const {
+  if (dp.parameter_server()) return parallel::RankGrid(world, 1, world, 1);
+  return parallel::RankGrid(world, tp.degree, dp.degree, pp.stages);
+}
+
+int ParallelPlan::dp_rank(int rank) const {
+  return dp.parameter_server() ? rank - 1 : grid().coord(rank).dp;
+}
+int ParallelPlan::tp_rank(int rank) const { return dp.parameter_server() ? 0 : grid().coord(rank).tp; }
+int ParallelPlan::pp_rank(int rank) const { return dp.parameter_server() ? 0 : grid().coord(rank).pp; }
+
+std::string ParallelPlan::describe() const {
+  std::string s = "dp=" + std::to_string(dp.degree);
+  if (tp.degree > 1) s += " x tp=" + std::to_string(tp.degree) + (tp.sequence_parallel ? "+sp" : "");
+  if (pp.stages > 1) {
+    s += " x pp=" + std::to_string(pp.stages) + " (" + parallel::schedule_name(pp.schedule);
+    if (pp.virtual_stages > 1) s += ", v=" + std::to_string(pp.virtual_stages);
+    s += ")";
+  }
+  if (dp.parameter_server()) s += dp.ps_async ? " + async parameter server" : " + parameter server";
+  s += ", zero=" + std::to_string(dp.zero_stage);
+  if (dp.mode == DataParallelMode::fsdp || dp.mode == DataParallelMode::hsdp)
+    s += std::string(", ") + data_parallel_mode_name(dp.mode);
+  if (dp.mode == DataParallelMode::hsdp) s += " (shard groups of " + std::to_string(dp.shard_degree) + ")";
+  s += compute == DType::f32 ? ", fp32" : compute == DType::bf16 ? ", bf16" : ", fp16";
+  return s;
+}
+
+size_t pipeline_grad_send_bytes(const ParallelPlan& p, const model::GPTConfig& cfg) {
+  const int64_t rows = p.micro_batch * p.seq_len / (p.tp.sequence_parallel ? p.tp.degree : 1);
+  return static_cast<size_t>(parallel::kGradSendBuffers) * static_cast<size_t>(rows * cfg.n_embd) * sizeof(float);
+}
+
+parallel::ShardedConfig sharded_config(const ParallelPlan& p, const model::PipelineStage& stage,
+                                       comm::Algorithm algo) {
+  parallel::ShardedConfig sc;
+  sc.stage = p.dp.zero_stage;
+  sc.fsdp = p.dp.mode == DataParallelMode::fsdp || p.dp.mode == DataParallelMode::hsdp;
+  sc.compute = p.compute;
+  sc.algo = algo;
+  sc.tp = p.tp.degree;
+  sc.pipeline = stage;
+  return sc;
+}
+
+ParallelContext::ParallelContext(const ParallelPlan& plan, comm::Communicator& world)
+    : world_(world), dp_(&world) {
+  const int r = world.rank();
+  const int tp = plan.tp.degree, pp = plan.pp.stages;
+  if (tp > 1 || pp > 1) {
+    // The order of the splits is the same on every rank (each is collective).
+    const parallel::RankGrid grid = plan.grid();
+    if (tp > 1) tp_ = world.split(grid.tp_color(r), r);
+    dp_own_ = world.split(grid.dp_color(r), r);
+    dp_ = dp_own_.get();
+    if (tp_) tp_rank_ = tp_->rank();
+    if (pp > 1) {
+      pp_ = world.split(grid.pp_color(r), r);
+      pp_rank_ = pp_->rank();
+      const bool ends = pp_rank_ == 0 || pp_rank_ == pp - 1;
+      emb_ = world.split(ends ? grid.pp_color(r) : world.size() + r, r);
+    }
+  }
+  dp_rank_ = plan.dp.parameter_server() ? r - 1 : dp_->rank();
+  if (plan.hsdp()) {
+    // Shard inside consecutive groups of S DP ranks, replicate across them.
+    const int S = plan.dp.shard_degree;
+    shard_ = dp_->split(dp_->rank() / S, dp_->rank());
+    replicate_ = dp_->split(dp_->rank() % S, dp_->rank());
+  }
+}
+
+ParallelContext::~ParallelContext() = default;
+
+uint64_t ParallelContext::bytes_sent() const {
+  uint64_t b = world_.bytes_sent();
+  for (const auto* c : {tp_.get(), dp_own_.get(), shard_.get(), replicate_.get(), pp_.get(), emb_.get()})
+    if (c) b += c->bytes_sent();
+  return b;
+}
+
+uint64_t ParallelContext::bytes_received() const {
+  uint64_t b = world_.bytes_received();
+  for (const auto* c : {tp_.get(), dp_own_.get(), shard_.get(), replicate_.get(), pp_.get(), emb_.get()})
+    if (c) b += c->bytes_received();
+  return b;
+}
+
+}  // namespace braid::train

@@ -1,0 +1,145 @@
+// The parallel layout of a job, resolved from the options and validated once
+// (after torchtitan's ParallelDims): every degree, the data-parallel mode, the
+// precision, the pipeline schedule and the micro-batching. `braid train`,
+// `braid plan` and `braid schedule` all read it; nothing else derives a degree.
+// ParallelContext holds the communicators of one rank's groups.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/comm/communicator.h"
+#include "braid/core/dtype.h"
+#include "braid/model/gpt.h"
+#include "braid/parallel/pipeline.h"
+#include "braid/parallel/sharded.h"
+#include "braid/parallel/topology.h"
+#include "braid/train/options.h"
+
+namespace braid::train {
+
+/// How the data-parallel group keeps the model states (ZeRO stages after
+/// Rajbhandari et al. 2020; FSDP and HSDP after Zhao et al. 2023).
+enum class DataParallelMode : uint8_t { ddp, zero1, zero2, zero3, fsdp, hsdp, parameter_server };
+const char* data_parallel_mode_name(DataParallelMode m);
+
+/// The data-parallel strand.
+struct DataParallelPlan {
+  int degree = 1;  // DP ranks (the workers under a parameter server)
+  DataParallelMode mode = DataParallelMode::ddp;
+  int zero_stage = 0;    // sharded model states: 0 none, 1 moments, 2 + gradients, 3 + parameters
+  int shard_degree = 1;  // ranks one copy of the sharded states spans: the DP degree, or the HSDP group
+  bool ps_async = false;
+  int64_t staleness = 0;
+  bool parameter_server() const { return mode == DataParallelMode::parameter_server; }
+};
+
+/// The tensor-parallel strand (Shoeybi et al. 2019; sequence parallelism:
+/// Korthikanti et al. 2022).
+struct TensorParallelPlan {
+  int degree = 1;
+  bool sequence_parallel = false;
+};
+
+/// The pipeline strand: what `braid schedule` takes on its own.
+struct PipelinePlan {
+  int stages = 1;          // P
+  int virtual_stages = 1;  // v: model chunks per pipeline rank (interleaved)
+  int micro_batches = 1;   // m per optimizer step and pipeline
+  parallel::ScheduleKind schedule = parallel::ScheduleKind::one_f_one_b;
+  std::vector<int64_t> layers;  // per virtual stage (P x v entries); one entry without a pipeline
+
+  /// Every rank's program, checked on its tables (throws braid::Error on a
+  /// deadlock, ConfigError on an impossible P, m, v); `stats` (optional)
+  /// receives the simulation's findings.
+  std::vector<parallel::StageProgram> programs(parallel::ScheduleStats* stats = nullptr) const;
+  /// The layers and activation slots of pipeline rank pp_rank: each chunk's
+  /// slots are the most micro-batches the schedule's simulation keeps alive.
+  model::PipelineStage stage(int pp_rank) const;
+};
+
+/// The resolved layout of a job of `world` ranks.
+struct ParallelPlan {
+  int world = 1;
+  DataParallelPlan dp;
+  TensorParallelPlan tp;
+  PipelinePlan pp;
+  DType compute = DType::f32;  // --precision: compute copies (master weights stay f32)
+  model::Recompute recompute = model::Recompute::none;
+  int64_t global_batch = 1;  // sequences per optimizer step over all DP ranks
+  int64_t micro_batch = 1;   // sequences per forward/backward on one rank
+  int64_t seq_len = 1;
+
+  /// True when the sharding engine holds the model states: ZeRO-2/3, FSDP,
+  /// HSDP, or any half-precision run.
+  bool sharded_engine() const;
+  bool hsdp() const { return dp.mode == DataParallelMode::hsdp; }
+  /// TP fastest, then DP, then PP (a parameter server's world is not a grid:
+  /// rank 0 serves, ranks 1.. are DP ranks 0..).
+  parallel::RankGrid grid() const;
+  /// This rank's DP coordinate (-1 for a parameter server), TP and PP coordinates.
+  int dp_rank(int rank) const;
+  int tp_rank(int rank) const;
+  int pp_rank(int rank) const;
+  /// Ranks that compute a forward (all but a parameter server).
+  int compute_ranks() const { return dp.degree * tp.degree * pp.stages; }
+  /// "dp=2 x tp=2+sp x pp=2 (1f1b), zero=1, bf16" for start-up lines.
+  std::string describe() const;
+};
+
+/// The model config of `opt`: the preset with the size overrides applied.
+/// Throws ConfigError for an unknown preset or invalid sizes.
+model::GPTConfig model_config(const TrainOptions& opt);
+
+/// Validates options against the world size and model, strand by strand;
+/// throws ConfigError with the values and the fix. resolve_plan calls it.
+void validate_options(const TrainOptions& opt, int world_size, const model::GPTConfig& cfg);
+
+/// Resolves `opt` for a job of world_size ranks training `cfg`: fills the
+/// model-dependent defaults into `opt` (seq_len 0 -> min(128, block_size);
+/// --micro-batches m -> micro_batch = batch / (dp x m)), validates every strand
+/// and returns the plan. Throws ConfigError naming the values and the fix.
+ParallelPlan resolve_plan(TrainOptions& opt, int world_size, const model::GPTConfig& cfg);
+
+/// Bytes of the executor's gradient send ring on a pipeline rank that sends
+/// gradients: parallel::kGradSendBuffers x (boundary rows, n_embd) f32.
+size_t pipeline_grad_send_bytes(const ParallelPlan& plan, const model::GPTConfig& cfg);
+
+/// The sharding engine's settings for this plan on a rank holding `stage`.
+parallel::ShardedConfig sharded_config(const ParallelPlan& plan, const model::PipelineStage& stage,
+                                       comm::Algorithm algo = comm::Algorithm::ring);
+
+/// The communicators of one rank's groups under a plan. Construction is
+/// collective over the world (every rank builds its context together).
+class ParallelContext {
+ public:
+  ParallelContext(const ParallelPlan& plan, comm::Communicator& world);
+  ~ParallelContext();
+
+  comm::Communicator& world() { return world_; }
+  /// The DP group (the world when TP = PP = 1, and under a parameter server).
+  comm::Communicator& dp() { return *dp_; }
+  comm::Communicator* tp() { return tp_.get(); }    // null at TP = 1
+  comm::Communicator* pp() { return pp_.get(); }    // null at PP = 1
+  /// The first and the last pipeline stage (the tied embedding's copies);
+  /// null at PP = 1.
+  comm::Communicator* emb() { return emb_.get(); }
+  /// The ranks the sharded states span: the DP group, or an HSDP shard group.
+  comm::Communicator& shard() { return shard_ ? *shard_ : *dp_; }
+  comm::Communicator* replicate() { return replicate_.get(); }  // HSDP: across shard groups
+  int dp_rank() const { return dp_rank_; }  // -1 on a parameter server
+  int tp_rank() const { return tp_rank_; }
+  int pp_rank() const { return pp_rank_; }
+  /// Payload bytes over the world and every group of this rank.
+  uint64_t bytes_sent() const;
+  uint64_t bytes_received() const;
+
+ private:
+  comm::Communicator& world_;
+  comm::Communicator* dp_;
+  std::unique_ptr<comm::Communicator> tp_, dp_own_, pp_, emb_, shard_, replicate_;
+  int dp_rank_ = 0, tp_rank_ = 0, pp_rank_ = 0;
+};
+
+}  // namespace braid::train
