@@ -4,6 +4,9 @@
 #include <cmath>
 
 #include "braid/core/error.h"
+#include "braid/parallel/data_parallel/bucketed_sync.h"
+#include "braid/parallel/data_parallel/ps_sync.h"
+#include "braid/parallel/data_parallel/sharded_sync.h"
 
 namespace braid::train {
 
@@ -361,6 +364,22 @@ parallel::ShardedConfig sharded_config(const ParallelPlan& p, const model::Pipel
   sc.tp = p.tp.degree;
   sc.pipeline = stage;
   return sc;
+}
+
+std::unique_ptr<parallel::GradSync> make_grad_sync(const ParallelPlan& plan, ParallelContext& ctx,
+                                                   const model::GPTConfig& cfg, const model::PipelineStage& stage,
+                                                   const TrainOptions& opt, MemoryLedger* ledger) {
+  if (plan.dp.parameter_server()) return std::make_unique<parallel::ParameterServerSync>(ctx.world(), ledger);
+  if (plan.sharded_engine()) {
+    return std::make_unique<parallel::ShardedSync>(cfg, sharded_config(plan, stage, opt.algo), ctx.shard(),
+                                                   ctx.replicate(), ctx.dp(), ctx.world(), ledger);
+  }
+  parallel::BucketedConfig bc;
+  bc.stage = plan.dp.zero_stage;
+  bc.bucket_bytes = static_cast<size_t>(opt.bucket_mb * 1024 * 1024);
+  bc.overlap = opt.overlap;
+  bc.algo = opt.algo;
+  return std::make_unique<parallel::BucketedSync>(bc, ctx.dp(), ctx.world(), ledger);
 }
 
 ParallelContext::ParallelContext(const ParallelPlan& plan, comm::Communicator& world)

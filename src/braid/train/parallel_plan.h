@@ -13,6 +13,7 @@
 #include "braid/core/dtype.h"
 #include "braid/model/gpt.h"
 #include "braid/parallel/pipeline.h"
+#include "braid/parallel/data_parallel/grad_sync.h"
 #include "braid/parallel/sharded.h"
 #include "braid/parallel/topology.h"
 #include "braid/train/options.h"
@@ -109,6 +110,16 @@ size_t pipeline_grad_send_bytes(const ParallelPlan& plan, const model::GPTConfig
 /// The sharding engine's settings for this plan on a rank holding `stage`.
 parallel::ShardedConfig sharded_config(const ParallelPlan& plan, const model::PipelineStage& stage,
                                        comm::Algorithm algo = comm::Algorithm::ring);
+
+class ParallelContext;
+
+/// The gradient sync the plan's data-parallel mode runs: BucketedSync (DDP,
+/// ZeRO-1 in fp32), ShardedSync (ZeRO-2/3, FSDP, HSDP, any half precision;
+/// builds the sharding engine for pipeline stage `stage`) or
+/// ParameterServerSync. Call before building the model over its storage().
+std::unique_ptr<parallel::GradSync> make_grad_sync(const ParallelPlan& plan, ParallelContext& ctx,
+                                                   const model::GPTConfig& cfg, const model::PipelineStage& stage,
+                                                   const TrainOptions& opt, MemoryLedger* ledger);
 
 /// The communicators of one rank's groups under a plan. Construction is
 /// collective over the world (every rank builds its context together).

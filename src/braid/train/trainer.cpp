@@ -13,10 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "braid/core/error.h"
+#include "braid/core/hash.h"
 #include "braid/core/rng.h"
 #include <limits>
 
-#include "braid/kernels/cpu/adamw.h"
+#include "braid/parallel/data_parallel/sharded_sync.h"
 #include "braid/train/checkpoint.h"
 #include "braid/train/mfu.h"
 #include "braid/train/preemption.h"
@@ -67,7 +68,7 @@ void truncate_metrics(const std::string& path, int64_t start_step) {
 
 Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                  const std::vector<uint16_t>& train, const std::vector<uint16_t>* val)
-    : opt_(options), world_(world), train_(train), val_(val) {
+    : opt_(options), world_(world), train_(train), val_(val), tracer_(options.trace_out) {
   const model::GPTConfig cfg = model_config(opt_);
   plan_ = resolve_plan(opt_, world.size(), cfg);
   const TrainOptions& opt = opt_;
@@ -106,85 +107,27 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
     simulated_bubble_ = st.bubble;
     stage = plan_.pp.stage(pp_rank_);
   }
-  if (plan_.sharded_engine()) {
-    engine_ = std::make_unique<parallel::ShardedEngine>(cfg, sharded_config(plan_, stage, opt.algo), ctx_->shard(),
-                                                        ctx_->replicate(), &ledger_);
-  }
+  sync_ = make_grad_sync(plan_, *ctx_, cfg, stage, opt, &ledger_);
   model::TensorParallel tpc;
   tpc.comm = ctx_->tp();
   tpc.sequence_parallel = opt.sequence_parallel;
-  model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_, engine_.get(),
+  model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_, sync_->storage(),
                                         tpc, opt.dropout, stage, plan_.recompute);
   model_->set_compute_dtype(compute_);
+  sync_->attach(*model_);
   if (pp_size_ > 1 && (pp_rank_ > 0 || opt.virtual_stages > 1))
     grad_send_buf_ = Buffer(pipeline_grad_send_bytes(plan_, cfg), MemCategory::comm, &ledger_);
   scaler_ = std::make_unique<DynamicLossScaler>(opt.loss_scale, compute_ == DType::f16);
-  const size_t n = model_->num_params();
-  const size_t bucket_bytes = static_cast<size_t>(opt.bucket_mb * 1024 * 1024);
-  std::vector<parallel::ZeroStage1::Segment> owned;
-  if (engine_) {
-    for (const auto& s : engine_->owned()) owned.push_back({s.offset, s.len, s.shard});
-  } else if (opt.zero == 1) {
-    zero_ = std::make_unique<parallel::ZeroStage1>(ctx_->dp(), model_->params(), model_->grads(), n,
-                                                   bucket_bytes, opt.overlap, opt.algo, &ledger_);
-    owned = zero_->owned();
-  } else if (ps_) {
-    if (world_.rank() == 0) {
-      owned.push_back({0, n, 0});  // the server updates everything
-      ps_recv_ = Buffer(n * sizeof(float), MemCategory::comm, &ledger_);
-    }
-  } else {
-    ddp_ = std::make_unique<parallel::DDPGradSync>(ctx_->dp(), model_->grads(), n, bucket_bytes,
-                                                   opt.overlap, opt.algo);
-    owned.push_back({0, n, 0});
-  }
-  // Cut the owned pieces at parameter boundaries (alignment gaps between
-  // parameters are updated without decay; their gradient is always zero).
-  for (const auto& seg : owned) {
-    size_t pos = seg.offset;
-    const size_t end = seg.offset + seg.len;
-    while (pos < end) {
-      bool decay = false, replicated = true;
-      size_t stop = end;
-      for (const auto& p : model_->param_table()) {
-        if (pos >= p.offset && pos < p.offset + p.numel) {
-          decay = p.weight_decay;
-          replicated = p.tp_dim < 0;
-          stop = std::min(end, p.offset + p.numel);
-          break;
-        }
-        if (p.offset > pos) {
-          stop = std::min(end, p.offset);
-          break;
-        }
-      }
-      update_segments_.push_back({pos, stop - pos, seg.shard + (pos - seg.offset), decay, replicated,
-                                  pp_size_ > 1 && pp_rank_ == pp_size_ - 1 && pos < model_->unit_end(0)});
-      pos = stop;
-    }
-  }
-  // Which ranks count their gradients in the global norm: each element once in
-  // the world. DP replicas (DDP, or ZeRO stage 0 in half precision) hold the
-  // same averaged gradient, so only DP rank 0 counts; HSDP replicas likewise.
-  if (engine_) {
-    norm_counts_ = engine_->config().stage == 0 ? dp_rank_ == 0
-                                                  : (!ctx_->replicate() || ctx_->replicate()->rank() == 0);
-  } else if (!zero_) {
-    norm_counts_ = ps_ ? world_.rank() == 0 : dp_rank_ == 0;
-  }
-  size_t state = 0;
-  for (const auto& u : update_segments_) state = std::max(state, u.state + u.len);
-  if (engine_) state = engine_->state_elems();
-  m_ = Buffer(state * sizeof(float), MemCategory::optimizer, &ledger_);
-  v_ = Buffer(state * sizeof(float), MemCategory::optimizer, &ledger_);
+  optimizer_ = std::make_unique<AdamW>(AdamWSettings{opt.beta1, opt.beta2, opt.eps, opt.weight_decay}, *sync_,
+                                       *model_, pp_size_ > 1 && pp_rank_ == pp_size_ - 1, &ledger_);
   const size_t bt = static_cast<size_t>(opt.micro_batch * opt.seq_len);
   tokens_ = Buffer(bt * sizeof(int32_t), MemCategory::activations, &ledger_);
   targets_ = Buffer(bt * sizeof(int32_t), MemCategory::activations, &ledger_);
   sampler_ = std::make_unique<DistributedSampler>(train.size(), opt.seq_len, opt.global_batch,
                                                   opt.seed, std::max(dp_rank_, 0), dp_size_);
   sched_ = LrSchedule{opt.lr, opt.min_lr, opt.warmup_steps, opt.steps};
-  if (engine_) {
-    engine_->init_weights(*model_, opt.seed);
+  if (auto* sharded = dynamic_cast<parallel::ShardedSync*>(sync_.get())) {
+    sharded->engine().init_weights(*model_, opt.seed);
   } else {
     model_->init_weights(opt.seed);
   }
@@ -192,90 +135,15 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
 
 Trainer::~Trainer() = default;
 
-uint64_t Trainer::param_hash() {
-  if (engine_) return engine_->hash_compute_params();
-  const auto* p = reinterpret_cast<const unsigned char*>(model_->params());
-  const size_t n = model_->num_params() * sizeof(float);
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-namespace {
-// Sum over the world of one double per rank, added in rank order: the same
-// value on every rank (raw doubles travel as f32 pairs, copied bit for bit).
-double world_sum(comm::Communicator& world, double x) {
-  if (world.size() == 1) return x;
-  std::vector<double> all(static_cast<size_t>(world.size()));
-  world.all_gather(&x, all.data(), 2, DType::f32);
-  double s = 0;
-  for (double v : all) s += v;
-  return s;
-}
-}  // namespace
-
-double Trainer::grad_sumsq(float mult) {
-  // Each gradient element is counted on exactly one rank of the world: its
-  // owner under sharding (DP rank 0 when DP replicas are equal), and TP rank 0
-  // for tensors replicated over TP.
-  double ss = 0;
-  if (norm_counts_) {
-    for (const auto& u : update_segments_) {
-      if ((u.tp_replicated && tp_rank_ != 0) || u.pp_copy) continue;
-      const int64_t n = static_cast<int64_t>(u.len);
-      double part = 0;
-      if (engine_) {
-        const void* g = engine_->grad({u.offset, u.len, u.state});
-        const DType t = engine_->grad_dtype();
-#pragma omp parallel for reduction(+ : part) schedule(static)
-        for (int64_t i = 0; i < n; ++i) {
-          const double v = static_cast<double>(load_as_f32(g, static_cast<size_t>(i), t) * mult);
-          part += v * v;
-        }
-      } else {
-        const float* p = model_->grads() + u.offset;
-#pragma omp parallel for reduction(+ : part) schedule(static)
-        for (int64_t i = 0; i < n; ++i) part += static_cast<double>(p[i]) * p[i];
-      }
-      ss += part;
-    }
-  }
-  // Under a parameter server only the server holds (and clips) the gradient.
-  return ps_ ? ss : world_sum(world_, ss);
-}
+uint64_t Trainer::param_hash() { return sync_->hash_params(); }
 
 float Trainer::clip_coef(float norm) const {
   return opt_.grad_clip > 0 && norm > opt_.grad_clip ? opt_.grad_clip / (norm + 1e-6f) : 1.0f;
 }
 
-float Trainer::clip_and_norm() {
-  float* g = model_->grads();
-  const float norm = static_cast<float>(std::sqrt(grad_sumsq(1.0f)));
-  if (opt_.grad_clip > 0 && norm > opt_.grad_clip) {
-    const float s = clip_coef(norm);
-    for (const auto& u : update_segments_) {
-      float* p = g + u.offset;
-#pragma omp parallel for schedule(static)
-      for (size_t i = 0; i < u.len; ++i) p[i] *= s;
-    }
-  }
-  return norm;
-}
-
-void Trainer::adamw(float lr, int64_t t) {
-  for (const auto& u : update_segments_) {
-    kernels::adamw_update(model_->params() + u.offset, model_->grads() + u.offset,
-                          m_.as<float>() + u.state, v_.as<float>() + u.state, u.len, lr, opt_.beta1,
-                          opt_.beta2, opt_.eps, u.decay ? opt_.weight_decay : 0.f, t);
-  }
-  if (zero_) zero_->gather_params();
-}
-
-double Trainer::forward_backward(int64_t step, bool release_buckets) {
+double Trainer::forward_backward(int64_t step) {
   const int64_t B = opt_.micro_batch, T = opt_.seq_len;
   const std::vector<size_t> offsets = sampler_->rank_offsets(step);
-  model_->zero_grad();
-  if (engine_) engine_->begin_step();
   double loss_sum = 0;
   const float scale = 1.0f / static_cast<float>(accum_steps_);
   for (int64_t micro = 0; micro < accum_steps_; ++micro) {
@@ -284,27 +152,12 @@ double Trainer::forward_backward(int64_t step, bool release_buckets) {
     // Dropout masks keyed by the step and the global token row of the batch.
     const int64_t seq0 = std::max(dp_rank_, 0) * sampler_->local_batch() + micro * B;
     model_->set_dropout_key(opt_.seed, static_cast<uint64_t>(step) + 1, seq0 * T);
-    model_->set_tp_grad_sync(micro + 1 == accum_steps_);
+    const bool last = micro + 1 == accum_steps_;
+    model_->set_tp_grad_sync(last);
     loss_sum += model_->forward(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
-    if (engine_) {
-      // The engine reduces every micro-batch (stages 2/3) or the last one (0/1).
-      const bool last = micro + 1 == accum_steps_;
-      engine_->set_sync(last);
-      if (last && opt_.inject_inf_rank == world_.rank() && opt_.inject_inf_step == step)
-        engine_->inject_inf_once();
-      model_->backward(scale * scaler_->scale());
-    } else if (micro + 1 == accum_steps_ && release_buckets) {
-      // Only the last micro-batch's backward releases buckets: one sync per step.
-      if (zero_) {
-        zero_->begin_sync();
-        model_->backward(scale, [this](size_t lo, size_t hi) { zero_->on_ready(lo, hi); });
-      } else {
-        ddp_->begin_sync();
-        model_->backward(scale, [this](size_t lo, size_t hi) { ddp_->on_ready(lo, hi); });
-      }
-    } else {
-      model_->backward(scale);
-    }
+    if (last && opt_.inject_inf_rank == world_.rank() && opt_.inject_inf_step == step) sync_->inject_inf_once();
+    // The gradient sync reduces in the last backward (DDP, ZeRO-1) or in every one (ZeRO-2/3).
+    model_->backward(scale * scaler_->scale(), sync_->backward_hook(last));
   }
   return loss_sum / static_cast<double>(accum_steps_);
 }
@@ -393,98 +246,55 @@ void Trainer::finish_record(StepRecord& r, double seconds, uint64_t sent0, uint6
                     " of the group differs from rank ", g.rank());
       }
     };
-    compare(ps_ ? world_ : ctx_->dp(), r.param_hash, "DP replicas");
+    compare(ctx_->dp(), r.param_hash, "DP replicas");
     if (tp_size_ > 1 && model_->params()) {
-      uint64_t h = 1469598103934665603ull;
-      for (const auto& p : model_->param_table()) {
-        if (p.tp_dim >= 0) continue;
-        const auto* b = reinterpret_cast<const unsigned char*>(model_->params() + p.offset);
-        for (size_t i = 0; i < p.numel * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
-      }
+      uint64_t h = kFnvBasis;
+      for (const auto& p : model_->param_table())
+        if (p.tp_dim < 0) h = fnv1a(model_->params() + p.offset, p.numel * sizeof(float), h);
       compare(*ctx_->tp(), h, "TP-replicated parameters");
     }
     if (pp_size_ > 1 && (pp_rank_ == 0 || pp_rank_ == pp_size_ - 1)) {
       // The tied embedding's copies on the first and the last stage.
-      uint64_t h = 1469598103934665603ull;
-      const float* p0 = engine_ ? engine_->acquire_params(0) : model_->params();
-      const auto* b = reinterpret_cast<const unsigned char*>(p0);
-      for (size_t i = 0; i < model_->unit_end(0) * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
-      if (engine_) engine_->release_params(0);
+      const uint64_t h = fnv1a(sync_->acquire_unit_params(0), model_->unit_end(0) * sizeof(float));
+      sync_->release_unit_params(0);
       compare(*ctx_->emb(), h, "tied embedding copies");
     }
   }
 }
 
-StepRecord Trainer::engine_step(int64_t step) {
+void Trainer::update(StepRecord& r) {
+  r.lr = sched_.at(r.step);
+  // fp16: found-inf is reduced over every rank before any rank touches its
+  // scale, so all ranks skip the same steps and keep the same scale.
+  if (scaler_->enabled()) r.skipped = scaler_->update(found_inf_all_ranks(world_, sync_->local_grads_nonfinite()));
+  if (r.skipped) {
+    r.grad_norm = std::numeric_limits<float>::infinity();
+  } else {
+    // One global norm over the owned gradients (each element once), identical on all ranks.
+    const float unscale = 1.0f / r.loss_scale;
+    r.grad_norm = static_cast<float>(std::sqrt(optimizer_->global_grad_sumsq(*sync_, unscale, tp_rank_)));
+    optimizer_->step(*sync_, r.lr, clip_coef(r.grad_norm) * unscale, r.step + 1);
+    parallel::StepScalars sc{r.step, r.loss, r.grad_norm, r.lr};
+    sync_->after_update(sc);
+    r.loss = sc.loss, r.grad_norm = sc.grad_norm, r.lr = sc.lr;
+  }
+  // Same value on every rank, so every rank stops together.
+  BRAID_CONFIG_CHECK(std::isfinite(r.loss), "the loss became ", r.loss, " at step ", r.step,
+                     "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
+}
+
+StepRecord Trainer::train_step(int64_t step) {
+  if (pp_size_ > 1) return pipeline_step(step);
   const auto t0 = Clock::now();
   const uint64_t sent0 = bytes_sent(), recv0 = bytes_received();
   maybe_inject_failure(step);
   StepRecord r;
   r.step = step;
   r.loss_scale = scaler_->scale();
-  float loss = static_cast<float>(forward_backward(step, true));
-  engine_->finish_grads();
-  if (dp_size_ > 1) ctx_->dp().all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
-  BRAID_CONFIG_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
-                     "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
-  r.loss = loss;
-  engine_update(r);
-  finish_record(r, seconds_since(t0), sent0, recv0);
-  return r;
-}
-
-void Trainer::engine_update(StepRecord& r) {
-  const int64_t step = r.step;
-  r.lr = sched_.at(step);
-  // fp16: found-inf is reduced over every rank before any rank touches its
-  // scale, so all ranks skip the same steps and keep the same scale.
-  if (scaler_->enabled()) {
-    const bool found = found_inf_all_ranks(world_, engine_->local_grads_nonfinite());
-    r.skipped = scaler_->update(found);
-  }
-  const float unscale = 1.0f / r.loss_scale;
-  if (!r.skipped) {
-    // One global norm over the shards (each element once), identical on all ranks.
-    r.grad_norm = static_cast<float>(std::sqrt(grad_sumsq(unscale)));
-    const float coef = clip_coef(r.grad_norm);
-    for (const auto& u : update_segments_) {
-      const parallel::ShardedEngine::Segment seg{u.offset, u.len, u.state};
-      kernels::adamw_update_mixed(engine_->master(seg), engine_->grad(seg), engine_->grad_dtype(),
-                                  coef * unscale, m_.as<float>() + u.state, v_.as<float>() + u.state,
-                                  u.len, r.lr, opt_.beta1, opt_.beta2, opt_.eps,
-                                  u.decay ? opt_.weight_decay : 0.f, step + 1);
-    }
-    engine_->after_update();
-  } else {
-    r.grad_norm = std::numeric_limits<float>::infinity();
-  }
-}
-
-StepRecord Trainer::train_step(int64_t step) {
-  if (ps_) return ps_sync_step(step);
-  if (pp_size_ > 1) return pipeline_step(step);
-  if (engine_) return engine_step(step);
-  const auto t0 = Clock::now();
-  const uint64_t sent0 = bytes_sent(), recv0 = bytes_received();
-  maybe_inject_failure(step);
-  float loss = static_cast<float>(forward_backward(step, true));
-  if (zero_) {
-    zero_->finish_sync();
-  } else {
-    ddp_->finish_sync();
-  }
-  if (dp_size_ > 1) {
-    ctx_->dp().all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
-  }
-  // Same value on every rank after the all-reduce, so every rank stops together.
-  BRAID_CONFIG_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
-                     "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
-  StepRecord r;
-  r.step = step;
-  r.loss = loss;
-  r.grad_norm = clip_and_norm();
-  r.lr = sched_.at(step);
-  adamw(r.lr, step + 1);
+  sync_->begin_step(step);
+  const float local = sync_->computes() ? static_cast<float>(forward_backward(step)) : 0.f;
+  r.loss = sync_->finish(local);
+  update(r);
   finish_record(r, seconds_since(t0), sent0, recv0);
   return r;
 }
@@ -601,35 +411,12 @@ void Trainer::save(const std::string& path, int64_t next_step) {
   // can resume any other. Under ZeRO the shards are assembled by a sum in
   // which every element has exactly one non-zero contributor (exact).
   const size_t n = model_->num_params();
-  std::vector<float> m, v;
-  const float* mp = m_.as<float>();
-  const float* vp = v_.as<float>();
-  std::vector<float> full;
-  const float* params = model_->params();
-  if (engine_) {
-    full.assign(n, 0.f);
-    m.assign(n, 0.f);
-    v.assign(n, 0.f);
-    engine_->gather_master(full.data());
-    engine_->assemble(m_.as<float>(), m.data());
-    engine_->assemble(v_.as<float>(), v.data());
-    params = full.data();
-    mp = m.data();
-    vp = v.data();
-  } else if (zero_) {
-    m.assign(n, 0.f);
-    v.assign(n, 0.f);
-    for (const auto& u : update_segments_) {
-      std::copy_n(m_.as<float>() + u.state, u.len, m.data() + u.offset);
-      std::copy_n(v_.as<float>() + u.state, u.len, v.data() + u.offset);
-    }
-    if (dp_size_ > 1) {
-      ctx_->dp().all_reduce(m.data(), m.data(), n, DType::f32, comm::ReduceOp::sum);
-      ctx_->dp().all_reduce(v.data(), v.data(), n, DType::f32, comm::ReduceOp::sum);
-    }
-    mp = m.data();
-    vp = v.data();
-  }
+  std::vector<float> full, m(n), v(n);
+  const float* params = sync_->full_params(full);
+  sync_->assemble_state(optimizer_->m(), m.data());
+  sync_->assemble_state(optimizer_->v(), v.data());
+  const float* mp = m.data();
+  const float* vp = v.data();
   // Tensor and pipeline parallelism: assemble the whole model (the TP = PP = 1
   // layout), so the checkpoint does not depend on those degrees either.
   std::vector<float> pf, mf, vf;
@@ -662,9 +449,8 @@ void Trainer::save(const std::string& path, int64_t next_step) {
 
 int64_t Trainer::load(const std::string& path) {
   const size_t n = model_->num_params();
-  std::vector<float> m(n), v(n), full;
-  if (engine_) full.resize(n);
-  float* params = engine_ ? full.data() : model_->params();
+  std::vector<float> m(n), v(n), full(n);
+  float* params = full.data();
   nlohmann::json hdr;
   if (tp_size_ > 1 || pp_size_ > 1) {
     // The file holds the whole model: take this stage's tensors, this TP rank's slices.
@@ -694,11 +480,8 @@ int64_t Trainer::load(const std::string& path) {
   const int64_t step = hdr.at("step").get<int64_t>();
   BRAID_CONFIG_CHECK(step < opt_.steps, "checkpoint ", path, " is at step ", step, " and --steps ",
                      opt_.steps, " leaves nothing to train; pass a larger --steps");
-  for (const auto& u : update_segments_) {
-    std::copy_n(m.data() + u.offset, u.len, m_.as<float>() + u.state);
-    std::copy_n(v.data() + u.offset, u.len, v_.as<float>() + u.state);
-  }
-  if (engine_) engine_->load_master(full.data());
+  optimizer_->load_state(m.data(), v.data());
+  sync_->load_params(full.data());
   if (scaler_->enabled() && hdr.contains("loss_scale")) {
     const auto& ls = hdr["loss_scale"];
     scaler_->set_state({ls.at("scale").get<float>(), ls.at("growth_tracker").get<int64_t>(),
@@ -709,15 +492,7 @@ int64_t Trainer::load(const std::string& path) {
 
 std::vector<StepRecord> Trainer::run() {
   const bool log = opt_.verbose && world_.rank() == 0;
-  if (!opt_.trace_out.empty() && world_.size() > 1) {
-    // Ranks may run on different hosts, whose steady clocks share no epoch:
-    // each rank's spans go onto rank 0's clock by an offset measured here.
-    trace_clock_ = measure_clock_offset(world_);
-    float err = static_cast<float>(trace_clock_.error_us);
-    world_.all_reduce(&err, &err, 1, DType::f32, comm::ReduceOp::max);
-    if (log) std::printf("trace: clocks aligned to rank 0, max error %.0f us over %d ranks\n", err, world_.size());
-  }
-  trace_origin_ = std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
+  tracer_.start(world_, log);
   if (log && pp_size_ > 1) {
     // The schedule's simulated bubble (F = 1, B = 2 per stage) next to theory.
     const auto kind = parallel::parse_schedule(opt_.schedule);
@@ -799,10 +574,10 @@ std::vector<StepRecord> Trainer::run() {
     return out;
   }
   for (int64_t step = start_step_; step < opt_.steps; ++step) {
-    const double t_step = std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
+    const double t_step = TraceRecorder::now_us();
     StepRecord r = train_step(step);
     trace("step ", step + 1, "step", t_step,
-          std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count());
+          TraceRecorder::now_us());
     out.push_back(r);
     log_step(r);
     // A stop signal on any rank ends the run here on every rank, after the
@@ -826,7 +601,7 @@ std::vector<StepRecord> Trainer::run() {
       save(opt_.save_path, step + 1);
     }
   }
-  write_trace();
+  tracer_.write(world_);
   if (stopped_at_ >= 0) finish_stopped_run();
   return out;
 }

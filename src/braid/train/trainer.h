@@ -11,16 +11,15 @@
 #include "braid/comm/communicator.h"
 #include "braid/core/memory.h"
 #include "braid/model/gpt.h"
-#include "braid/parallel/ddp.h"
-#include "braid/parallel/zero.h"
-#include "braid/parallel/sharded.h"
+#include "braid/parallel/data_parallel/grad_sync.h"
 #include "braid/parallel/pipeline.h"
 #include "braid/parallel/topology.h"
-#include "braid/train/clock_sync.h"
+#include "braid/train/trace.h"
 #include "braid/train/loss_scaler.h"
 #include "braid/train/options.h"
 #include "braid/train/parallel_plan.h"
 #include "braid/train/lr_schedule.h"
+#include "braid/train/optimizer.h"
 #include "braid/train/sampler.h"
 
 namespace braid::train {
@@ -61,7 +60,7 @@ class Trainer {
   /// True when forward is collective (parameters sharded, ZeRO-3/FSDP): every
   /// rank must then call sample() and evaluate() together.
   bool forward_is_collective() const {
-    return tp_size_ > 1 || pp_size_ > 1 || (engine_ && engine_->config().stage == 3);
+    return tp_size_ > 1 || pp_size_ > 1 || sync_->params_sharded();
   }
   /// The options in force (model-dependent defaults resolved).
   const TrainOptions& options() const { return opt_; }
@@ -84,13 +83,14 @@ class Trainer {
   /// Global-norm clipping factor: grad_clip / (norm + 1e-6) when the norm
   /// exceeds --grad-clip, else 1.
   float clip_coef(float norm) const;
-  float clip_and_norm();
-  /// Global sum of squared gradients (times mult^2), identical on all ranks.
-  double grad_sumsq(float mult);
-  void adamw(float lr, int64_t t);
-  /// Forward and backward over this rank's micro-batches of `step`; returns the
-  /// mean loss. release_buckets: report finished gradient ranges to DDP/ZeRO.
-  double forward_backward(int64_t step, bool release_buckets);
+  /// Forward and backward over this rank's micro-batches of `step` (the
+  /// gradient sync hooks into the last or every backward); returns the mean loss.
+  double forward_backward(int64_t step);
+  /// After the gradients are final: loss-scale update (found-inf over the
+  /// world), global norm, clipping, AdamW over the owned pieces and the
+  /// parameters' refresh; sets r.lr, r.grad_norm, r.skipped (a parameter
+  /// server's workers take them from the server) and checks the loss.
+  void update(StepRecord& r);
   void maybe_inject_failure(int64_t step) const;
   /// Payload bytes over the world and every sub-communicator of this rank.
   uint64_t bytes_sent() const;
@@ -98,7 +98,6 @@ class Trainer {
   /// Fills timing, throughput, MFU, memory and traffic; checks replicas if asked.
   void finish_record(StepRecord& r, double seconds, uint64_t sent0, uint64_t recv0);
   // Parameter server (trainer_ps.cpp): rank 0 serves, ranks 1..N-1 work.
-  StepRecord ps_sync_step(int64_t step);
   std::vector<StepRecord> run_ps_async();
   void ps_apply(float lr, int64_t t, StepRecord& r);
 
@@ -108,27 +107,19 @@ class Trainer {
   const std::vector<uint16_t>* val_;
   MemoryLedger ledger_;
   std::unique_ptr<model::GPT> model_;
-  Buffer m_, v_;                 // AdamW moments: (n_params), or (shard) under ZeRO-1
   Buffer tokens_, targets_;      // (micro_batch, T) int32
-  std::unique_ptr<parallel::DDPGradSync> ddp_;   // zero == 0
-  std::unique_ptr<parallel::ZeroStage1> zero_;   // zero == 1 in fp32
+  std::unique_ptr<parallel::GradSync> sync_;  // the data-parallel strand
+  std::unique_ptr<AdamW> optimizer_;
   ParallelPlan plan_;                     // the resolved layout
   std::unique_ptr<ParallelContext> ctx_;  // this rank's groups
   // Degrees and coordinates of this rank (from plan_ and ctx_).
   int tp_size_ = 1, tp_rank_ = 0;
-  bool norm_counts_ = true;  // this rank's owned gradients are counted in the global norm
   /// Local (TP-sharded, one pipeline stage's) flat arrays <-> the whole model's
   /// TP = PP = 1 layout (checkpoints). tp_to_full is collective over TP and PP.
   void tp_to_full(const float* local, std::vector<float>& full);
   void full_to_tp(const float* full, float* local) const;
-  std::unique_ptr<parallel::ShardedEngine> engine_;
   std::unique_ptr<DynamicLossScaler> scaler_;
   DType compute_ = DType::f32;
-  StepRecord engine_step(int64_t step);
-  /// After the engine's gradients are final: loss-scale update (found-inf over
-  /// the world), global norm, clipping and the mixed-precision AdamW; sets
-  /// r.lr, r.grad_norm, r.skipped.
-  void engine_update(StepRecord& r);
   // Pipeline parallelism (trainer_pp.cpp).
   int pp_size_ = 1, pp_rank_ = 0;
   std::vector<parallel::StageProgram> programs_;
@@ -141,37 +132,13 @@ class Trainer {
   /// the mean loss on the last stage when targets are given, else 0.
   float pipeline_forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, int micro,
                          int64_t micros);
-  /// Sums the tied embedding's gradient over the first and last stage (the
-  /// owned gradients, or the engine's after its DP reduction).
-  void sync_tied_embedding();
-  // --trace-out: spans of this rank (microseconds since this rank's run()
-  // started, on its own steady clock).
-  struct TraceEvent {
-    std::string name, cat;
-    double ts, dur;
-  };
-  std::vector<TraceEvent> trace_;
-  double trace_origin_ = 0;
-  ClockOffset trace_clock_;  // this rank's clock to rank 0's (measured when tracing)
+  TraceRecorder tracer_;  // --trace-out
   /// Records span `what` (+ index when >= 0) if --trace-out is set.
   /// chunk >= 0: the span belongs to that model chunk (named ".c<chunk>" when a rank holds several).
   void trace(const char* what, int64_t index, const char* cat, double t0, double t1, int chunk = -1);
-  /// Gathers every rank's spans on rank 0, puts them on rank 0's clock and
-  /// writes the Chrome trace (atomic) with the clock offsets in its metadata.
-  void write_trace();
-  /// The pieces of the flat buffer this rank updates (everything without ZeRO),
-  /// split at parameter boundaries so each piece has one weight-decay setting.
-  struct UpdateSegment {
-    size_t offset, len, state;  // flat offset, elements, offset in m_/v_
-    bool decay;
-    bool tp_replicated;  // the same tensor on every TP rank (count it once in the norm)
-    bool pp_copy = false;  // the last stage's copy of the tied embedding (counted on the first)
-  };
-  std::vector<UpdateSegment> update_segments_;
   std::unique_ptr<DistributedSampler> sampler_;
   LrSchedule sched_;
   bool ps_ = false;              // --dp-mode ps
-  Buffer ps_recv_;               // server: (n_params) receive buffer for pushed gradients
   int dp_size_, dp_rank_;        // under ps: the workers (rank - 1); the server has -1
   int64_t accum_steps_;
   int64_t start_step_ = 0;

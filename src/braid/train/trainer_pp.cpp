@@ -10,9 +10,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "braid/core/error.h"
 #include "braid/train/trainer.h"
@@ -37,20 +34,6 @@ std::string span_name(const char* what, int64_t micro) {
 }
 }  // namespace
 
-void Trainer::sync_tied_embedding() {
-  // wte is used by the embedding on the first stage and by the head on the
-  // last; each stage holds a copy, and the copies get the sum of both
-  // gradients, so they stay bitwise equal (Shoeybi et al. 2019, sec. 3).
-  // Under mixed precision the engine holds the (DP-reduced) half gradients.
-  if (pp_size_ == 1 || !(pp_rank_ == 0 || pp_rank_ == pp_size_ - 1)) return;
-  if (engine_) {
-    engine_->sum_unit_grads(0, *ctx_->emb());
-    return;
-  }
-  const size_t n0 = model_->unit_end(0);
-  ctx_->emb()->all_reduce(model_->grads(), model_->grads(), n0, DType::f32, comm::ReduceOp::sum);
-}
-
 StepRecord Trainer::pipeline_step(int64_t step) {
   const auto t0 = Clock::now();
   const uint64_t sent0 = bytes_sent(), recv0 = bytes_received();
@@ -64,14 +47,8 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       static_cast<size_t>(model_->boundary_rows(B, T) * model_->config().n_embd) * sizeof(float);
   const std::vector<size_t> offsets = sampler_->rank_offsets(step);
   const auto& prog = programs_[static_cast<size_t>(pp_rank_)];
-  if (engine_) {
-    // Mixed precision: the engine accumulates the half gradients and reduces
-    // them once, after this stage's last backward.
-    engine_->begin_step();
-    engine_->set_sync(false);
-  } else {
-    model_->zero_grad();
-  }
+  // Every backward accumulates; the DP reduction runs once, after this stage's last backward.
+  sync_->begin_step(step);
   StepRecord r;
   r.step = step;
   r.loss_scale = scaler_->scale();
@@ -154,9 +131,9 @@ StepRecord Trainer::pipeline_step(int64_t step) {
       const double b0 = now_us();
       if (!last_v) trace("recv gradient ", j, "comm", w0, b0, c);
       // Test hook (fp16): this rank's last backward reports an inf gradient.
-      if (engine_ && i == last_b[static_cast<size_t>(c)] && opt_.inject_inf_rank == world_.rank() &&
-          opt_.inject_inf_step == step)
-        engine_->inject_inf_once();
+      if (i == last_b[static_cast<size_t>(c)] && opt_.inject_inf_rank == world_.rank() && opt_.inject_inf_step == step)
+        sync_->inject_inf_once();
+      sync_->backward_hook(false);
       if (full) {
         model_->backward(scale);
       } else {
@@ -183,38 +160,17 @@ StepRecord Trainer::pipeline_step(int64_t step) {
 
   // After this stage's last backward: the tied embedding and the DP sync, once.
   const double s0 = now_us();
-  if (engine_) {
-    engine_->reduce_accumulated();
-    engine_->finish_grads();
-    sync_tied_embedding();
-  } else {
-    sync_tied_embedding();
-    if (zero_) {
-      zero_->begin_sync();
-      zero_->on_ready(0, model_->num_params());
-      zero_->finish_sync();
-    } else {
-      ddp_->begin_sync();
-      ddp_->on_ready(0, model_->num_params());
-      ddp_->finish_sync();
-    }
-  }
+  // The tied embedding's copies on the first and the last stage get the sum of
+  // both gradients, so they stay bitwise equal (Shoeybi et al. 2019, sec. 3).
+  const bool ends = pp_rank_ == 0 || pp_rank_ == pp_size_ - 1;
+  sync_->reduce_accumulated(ends ? ctx_->emb() : nullptr);
   // The loss lives on the last stage: broadcast it along the pipeline, average over DP.
   float loss = last ? static_cast<float>(loss_sum / static_cast<double>(m)) : 0.f;
   ctx_->pp()->broadcast(&loss, 1, DType::f32, pp_size_ - 1);
-  if (dp_size_ > 1) ctx_->dp().all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
-  BRAID_CONFIG_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
-                     "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
-  r.loss = loss;
+  r.loss = sync_->finish(loss);
   const double s1 = now_us();
   trace("gradient sync", -1, "comm", s0, s1);
-  if (engine_) {
-    engine_update(r);
-  } else {
-    r.grad_norm = clip_and_norm();
-    r.lr = sched_.at(step);
-    adamw(r.lr, step + 1);
-  }
+  update(r);
   trace("optimizer", -1, "compute", s1, now_us());
   const double wall = secs(t0, Clock::now());
   // Measured bubble: the part of the step a stage spends not computing,
@@ -227,74 +183,13 @@ StepRecord Trainer::pipeline_step(int64_t step) {
 }
 
 void Trainer::trace(const char* what, int64_t index, const char* cat, double t0, double t1, int chunk) {
-  if (opt_.trace_out.empty()) return;  // the name is built only when tracing
+  if (!tracer_.enabled()) return;  // the name is built only when tracing
   std::string name = index < 0 ? std::string(what) : span_name(what, index);
   if (chunk >= 0 && model_->num_chunks() > 1) {
     name += ".c";
     name += std::to_string(chunk);
   }
-  trace_.push_back({std::move(name), cat, t0 - trace_origin_, t1 - t0});
-}
-
-void Trainer::write_trace() {
-  if (opt_.trace_out.empty()) return;
-  // Every rank serialises its spans (pid = world rank, tid = 0) with its start
-  // on rank 0's clock; rank 0 receives them in rank order, shifts each rank's
-  // spans by its start and writes one file (rename: atomic).
-  nlohmann::json events = nlohmann::json::array();
-  for (const auto& e : trace_)
-    events.push_back({{"name", e.name}, {"cat", e.cat}, {"ph", "X"}, {"ts", e.ts}, {"dur", e.dur},
-                      {"pid", world_.rank()}, {"tid", 0}});
-  nlohmann::json mine = {{"start_us", trace_origin_ + trace_clock_.offset_us},
-                         {"offset_us", trace_clock_.offset_us},
-                         {"error_us", trace_clock_.error_us},
-                         {"events", std::move(events)}};
-  if (world_.rank() != 0) {
-    const std::string text = mine.dump();
-    const uint64_t len = text.size();
-    world_.send(&len, sizeof len, 0, 7001);
-    world_.send(text.data(), len, 0, 7002);
-    return;
-  }
-  std::vector<nlohmann::json> ranks{std::move(mine)};
-  for (int q = 1; q < world_.size(); ++q) {
-    uint64_t len = 0;
-    world_.recv(&len, sizeof len, q, 7001);
-    std::string buf(len, '\0');
-    world_.recv(buf.data(), len, q, 7002);
-    ranks.push_back(nlohmann::json::parse(buf));
-  }
-  // Time zero is the earliest start over the ranks, on rank 0's clock.
-  double base = ranks[0]["start_us"].get<double>();
-  for (const auto& r : ranks) base = std::min(base, r["start_us"].get<double>());
-  nlohmann::json all = nlohmann::json::array(), offsets = nlohmann::json::array(), errors = nlohmann::json::array();
-  double max_error = 0;
-  for (auto& r : ranks) {
-    const double shift = r["start_us"].get<double>() - base;
-    for (auto& e : r["events"]) {
-      e["ts"] = e["ts"].get<double>() + shift;
-      all.push_back(std::move(e));
-    }
-    offsets.push_back(r["offset_us"]);
-    errors.push_back(r["error_us"]);
-    max_error = std::max(max_error, r["error_us"].get<double>());
-  }
-  for (int q = 0; q < world_.size(); ++q) {
-    all.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", q},
-                   {"args", {{"name", span_name("rank ", q)}}}});
-  }
-  // otherData: the trace format's free-form metadata.
-  const nlohmann::json meta = {{"clock", "steady clock of rank 0"},
-                               {"clock_max_error_us", max_error},
-                               {"clock_offset_us", offsets},
-                               {"clock_error_us", errors}};
-  const std::string tmp = opt_.trace_out + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << nlohmann::json{{"traceEvents", all}, {"displayTimeUnit", "ms"}, {"otherData", meta}}.dump();
-    BRAID_CONFIG_CHECK(f.good(), "cannot write --trace-out ", opt_.trace_out);
-  }
-  std::filesystem::rename(tmp, opt_.trace_out);
+  tracer_.span(std::move(name), cat, t0, t1);
 }
 
 float Trainer::pipeline_forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, int micro,

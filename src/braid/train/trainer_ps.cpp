@@ -1,8 +1,6 @@
-// Classic parameter-server data parallelism (Li et al. 2014, "Scaling
-// Distributed Machine Learning with the Parameter Server"): rank 0 holds the
-// parameters and the AdamW state; workers (ranks 1..N-1) push gradients and pull
-// parameters. Synchronous mode sums the W pushes in worker order, divides once
-// and takes one step: the same run as DDP with W ranks. Asynchronous mode applies
+// The asynchronous parameter server (the synchronous one is a GradSync:
+// parallel/data_parallel/ps_sync.h): rank 0 holds the parameters and the AdamW
+// state; workers (ranks 1..N-1) push gradients and pull parameters. It applies
 // each push as it arrives under a stale-synchronous bound (Ho et al. 2013): a
 // worker may start iteration i only when every worker has finished iteration
 // i - k - 1, so a gradient misses at most 2k+1 updates of each other worker.
@@ -17,92 +15,21 @@
 
 #include "braid/core/error.h"
 #include "braid/train/preemption.h"
+#include "braid/parallel/data_parallel/ps_sync.h"
 #include "braid/train/trainer.h"
 
 namespace braid::train {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-constexpr int kTagPushHeader = 7101, kTagPushGrads = 7102, kTagPullHeader = 7103,
-              kTagPullParams = 7104;
-
-struct PushHeader {
-  int64_t version;  // server version of the weights the gradient was computed on
-  int64_t iteration;
-  float loss;
-  int32_t stop;  // async: the stop signal this worker received, or 0
-};
-struct PullHeader {
-  int64_t version;
-  float loss;       // mean loss of the step (sync) or of the last update (async)
-  float grad_norm;
-  float lr;
-  int32_t stop;  // async: the run ends by this signal; the worker's last reply
-};
+using parallel::kTagPullHeader, parallel::kTagPullParams, parallel::kTagPushGrads, parallel::kTagPushHeader;
+using parallel::PullHeader, parallel::PushHeader;
 }  // namespace
 
 void Trainer::ps_apply(float lr, int64_t t, StepRecord& r) {
-  r.grad_norm = clip_and_norm();
+  r.grad_norm = static_cast<float>(std::sqrt(optimizer_->global_grad_sumsq(*sync_, 1.0f, 0)));
   r.lr = lr;
-  adamw(lr, t);
-}
-
-StepRecord Trainer::ps_sync_step(int64_t step) {
-  const auto t0 = Clock::now();
-  const uint64_t sent0 = world_.bytes_sent(), recv0 = world_.bytes_received();
-  maybe_inject_failure(step);
-  const size_t n = model_->num_params();
-  const size_t bytes = n * sizeof(float);
-  StepRecord r;
-  r.step = step;
-  PullHeader pull{};
-  if (world_.rank() == 0) {
-    // Sum the pushes in worker order (deterministic), then divide once, as the
-    // ring's average does.
-    float* acc = model_->grads();
-    float loss_sum = 0;
-    for (int w = 1; w < world_.size(); ++w) {
-      PushHeader h{};
-      world_.recv(&h, sizeof h, w, kTagPushHeader);
-      float* dst = w == 1 ? acc : ps_recv_.as<float>();
-      world_.recv(dst, bytes, w, kTagPushGrads);
-      if (w > 1) {
-        const float* g = ps_recv_.as<float>();
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; ++i) acc[i] += g[i];
-      }
-      loss_sum += h.loss;
-    }
-    // Divide (not multiply by 1/W) exactly as the collectives' average does.
-    const float W = static_cast<float>(dp_size_);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; ++i) acc[i] /= W;
-    const float loss = static_cast<float>(loss_sum) / W;
-    BRAID_CONFIG_CHECK(std::isfinite(loss), "the loss became ", loss, " at step ", step,
-                       "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
-    r.loss = loss;
-    ps_apply(sched_.at(step), step + 1, r);
-    pull = {step + 1, r.loss, r.grad_norm, r.lr, 0};
-    for (int w = 1; w < world_.size(); ++w) {
-      world_.send(&pull, sizeof pull, w, kTagPullHeader);
-      world_.send(model_->params(), bytes, w, kTagPullParams);
-    }
-  } else {
-    // Workers average the loss over ranks like DDP does: the server sums in order.
-    const float loss = static_cast<float>(forward_backward(step, false));
-    PushHeader h{step, step, loss, 0};
-    world_.send(&h, sizeof h, 0, kTagPushHeader);
-    world_.send(model_->grads(), bytes, 0, kTagPushGrads);
-    world_.recv(&pull, sizeof pull, 0, kTagPullHeader);
-    world_.recv(model_->params(), bytes, 0, kTagPullParams);
-    BRAID_CONFIG_CHECK(std::isfinite(pull.loss), "the loss became ", pull.loss, " at step ", step,
-                       "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
-    r.loss = pull.loss;
-    r.grad_norm = pull.grad_norm;
-    r.lr = pull.lr;
-  }
-  finish_record(r, std::chrono::duration<double>(Clock::now() - t0).count(), sent0, recv0);
-  return r;
+  optimizer_->step(*sync_, lr, clip_coef(r.grad_norm), t);
 }
 
 std::vector<StepRecord> Trainer::run_ps_async() {
@@ -119,7 +46,8 @@ std::vector<StepRecord> Trainer::run_ps_async() {
       const auto t0 = Clock::now();
       const uint64_t sent0 = world_.bytes_sent(), recv0 = world_.bytes_received();
       maybe_inject_failure(i);
-      const float loss = static_cast<float>(forward_backward(i, false));
+      sync_->begin_step(i);
+      const float loss = static_cast<float>(forward_backward(i));
       PushHeader h{pull.version, i, loss, stop_signal()};
       world_.send(&h, sizeof h, 0, kTagPushHeader);
       world_.send(model_->grads(), bytes, 0, kTagPushGrads);
