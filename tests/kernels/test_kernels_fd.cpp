@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -249,4 +250,31 @@ TEST(Kernels, AdamWMatchesClosedForm) {
   EXPECT_THROW(k::adamw_update(p.data(), g0.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f,
                                1e-8f, 0.0f, 0),
                braid::Error);
+}
+
+// The scaled update (clipping / loss-scale factor folded in) equals the plain
+// update on gradients scaled beforehand, bit for bit, for f32 gradients; half
+// gradients are widened exactly first.
+TEST(Kernels, AdamWScaledEqualsPrescaledGradients) {
+  const size_t n = 203;
+  const auto p0 = randvec(n, 3), g = randvec(n, 4);
+  for (const braid::DType t : {braid::DType::f32, braid::DType::bf16, braid::DType::f16}) {
+    std::vector<uint16_t> half(n);
+    std::vector<float> widened(g);
+    if (t != braid::DType::f32) {
+      for (size_t i = 0; i < n; ++i) braid::store_from_f32(half.data(), i, t, g[i]);
+      for (size_t i = 0; i < n; ++i) widened[i] = braid::load_as_f32(half.data(), i, t);
+    }
+    const void* src = t == braid::DType::f32 ? static_cast<const void*>(g.data()) : half.data();
+    for (const float mult : {1.0f, 0.37f, 1.0f / 1024}) {
+      std::vector<float> pa(p0), pb(p0), ma(n, 0.f), va(n, 0.f), mb(n, 0.f), vb(n, 0.f), scaled(n);
+      for (size_t i = 0; i < n; ++i) scaled[i] = widened[i] * mult;
+      for (int64_t step = 1; step <= 2; ++step) {
+        k::adamw_update_mixed(pa.data(), src, t, mult, ma.data(), va.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+        k::adamw_update(pb.data(), scaled.data(), mb.data(), vb.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+      }
+      EXPECT_EQ(0, std::memcmp(pa.data(), pb.data(), n * sizeof(float))) << braid::dtype_name(t) << " x" << mult;
+      EXPECT_EQ(0, std::memcmp(va.data(), vb.data(), n * sizeof(float))) << braid::dtype_name(t) << " x" << mult;
+    }
+  }
 }

@@ -42,6 +42,13 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
 void adamw_update_mixed(float* params, const void* grads, DType gdt, float grad_mult, float* m,
                         float* v, size_t n, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int64_t t) {
+  if (gdt == DType::f32) {
+    // f32 gradients: a plain multiply, which the loop vectorises.
+    const float* g = static_cast<const float*>(grads);
+    adamw_loop(params, [=](int64_t i) { return g[i] * grad_mult; }, m, v, n, lr, beta1, beta2, eps,
+               weight_decay, t);
+    return;
+  }
   adamw_loop(params, [=](int64_t i) { return load_as_f32(grads, size_t(i), gdt) * grad_mult; }, m, v,
              n, lr, beta1, beta2, eps, weight_decay, t);
 }
