@@ -281,7 +281,8 @@ ParallelPlan resolve_plan(TrainOptions& o, int world_size, const model::GPTConfi
   p.tp = {o.tp, o.sequence_parallel};
   p.pp.stages = o.pp;
   p.pp.virtual_stages = o.virtual_stages;
-  p.pp.schedule = parallel::parse_schedule(o.schedule);
+  // Without a pipeline the step is the one-stage program (1F1B with P = 1).
+  p.pp.schedule = o.pp > 1 ? parallel::parse_schedule(o.schedule) : parallel::ScheduleKind::one_f_one_b;
   p.pp.micro_batches = static_cast<int>(o.global_batch / (static_cast<int64_t>(p.dp.degree) * o.micro_batch));
   p.pp.layers = o.pp > 1 ? stage_layers(o, cfg) : std::vector<int64_t>{cfg.n_layer};
   p.compute = o.precision == "bf16" ? DType::bf16 : o.precision == "fp16" ? DType::f16 : DType::f32;
@@ -349,9 +350,9 @@ std::string ParallelPlan::describe() const {
   return s;
 }
 
-size_t pipeline_grad_send_bytes(const ParallelPlan& p, const model::GPTConfig& cfg) {
+size_t boundary_bytes(const ParallelPlan& p, const model::GPTConfig& cfg) {
   const int64_t rows = p.micro_batch * p.seq_len / (p.tp.sequence_parallel ? p.tp.degree : 1);
-  return static_cast<size_t>(parallel::kGradSendBuffers) * static_cast<size_t>(rows * cfg.n_embd) * sizeof(float);
+  return static_cast<size_t>(rows * cfg.n_embd) * sizeof(float);
 }
 
 parallel::ShardedConfig sharded_config(const ParallelPlan& p, const model::PipelineStage& stage,

@@ -103,9 +103,10 @@ void validate_options(const TrainOptions& opt, int world_size, const model::GPTC
 /// and returns the plan. Throws ConfigError naming the values and the fix.
 ParallelPlan resolve_plan(TrainOptions& opt, int world_size, const model::GPTConfig& cfg);
 
-/// Bytes of the executor's gradient send ring on a pipeline rank that sends
-/// gradients: parallel::kGradSendBuffers x (boundary rows, n_embd) f32.
-size_t pipeline_grad_send_bytes(const ParallelPlan& plan, const model::GPTConfig& cfg);
+/// Bytes of one activation (or its gradient) crossing a pipeline stage
+/// boundary: (rows, n_embd) f32, rows = micro_batch x seq_len (/ TP under
+/// sequence parallelism).
+size_t boundary_bytes(const ParallelPlan& plan, const model::GPTConfig& cfg);
 
 /// The sharding engine's settings for this plan on a rank holding `stage`.
 parallel::ShardedConfig sharded_config(const ParallelPlan& plan, const model::PipelineStage& stage,

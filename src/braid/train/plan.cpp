@@ -5,6 +5,7 @@
 
 #include "braid/core/error.h"
 #include "braid/parallel/pipeline.h"
+#include "braid/parallel/pipeline_executor.h"
 #include "braid/parallel/sharded.h"
 #include "braid/parallel/zero.h"
 
@@ -52,8 +53,8 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   for (size_t i = 0; i < kNumMemCategories; ++i)
     add(static_cast<MemCategory>(i), g.bytes(static_cast<MemCategory>(i)));
   // Pipeline: every rank that sends gradients upstream has the executor's ring.
-  if (pl.pp.stages > 1 && (pp_rank > 0 || pl.pp.virtual_stages > 1))
-    add(MemCategory::comm, pipeline_grad_send_bytes(pl, p.config));
+  add(MemCategory::comm, parallel::PipelineExecutor::grad_ring_bytes(pl.pp.stages, pl.pp.virtual_stages, pp_rank,
+                                                                      boundary_bytes(pl, p.config)));
 
   // Gradient sync: DDP allocates nothing in the ledger; ZeRO-1 owns a shard
   // and may stage the lowest bucket (same bucket size expression as Trainer).

@@ -25,10 +25,6 @@
 namespace braid::train {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 // Fails early (before any training) when a checkpoint could not be written.
 void check_writable(const std::string& path) {
   namespace fs = std::filesystem;
@@ -44,24 +40,6 @@ void check_writable(const std::string& path) {
   fs::remove(probe, ec);
   BRAID_CONFIG_CHECK(ok, "--save ", path, ": cannot write in ", parent.string(),
                      "; choose a writable location");
-}
-
-// On resume, drop the metrics rows the interrupted run wrote after its last
-// checkpoint, so the file reads as one uninterrupted run.
-void truncate_metrics(const std::string& path, int64_t start_step) {
-  std::ifstream in(path);
-  if (!in.good()) return;
-  std::string line, kept;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() > start_step) continue;
-    kept += line + "\n";
-  }
-  in.close();
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::ofstream(tmp) << kept;
-  std::filesystem::rename(tmp, path);
 }
 
 }  // namespace
@@ -100,13 +78,11 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   // backend's threads share and processes on different hosts may repeat.
   if (!opt.save_path.empty() && world.rank() == 0) check_writable(opt.save_path);
   compute_ = plan_.compute;
-  model::PipelineStage stage;
-  if (pp_size_ > 1) {
-    parallel::ScheduleStats st;
-    programs_ = plan_.pp.programs(&st);
-    simulated_bubble_ = st.bubble;
-    stage = plan_.pp.stage(pp_rank_);
-  }
+  // The schedule (one stage: each micro-batch's forward then backward) and this rank's layers.
+  parallel::ScheduleStats st;
+  auto programs = plan_.pp.programs(&st);
+  simulated_bubble_ = st.bubble;
+  const model::PipelineStage stage = plan_.pp.stage(pp_rank_);
   sync_ = make_grad_sync(plan_, *ctx_, cfg, stage, opt, &ledger_);
   model::TensorParallel tpc;
   tpc.comm = ctx_->tp();
@@ -115,8 +91,9 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                                         tpc, opt.dropout, stage, plan_.recompute);
   model_->set_compute_dtype(compute_);
   sync_->attach(*model_);
-  if (pp_size_ > 1 && (pp_rank_ > 0 || opt.virtual_stages > 1))
-    grad_send_buf_ = Buffer(pipeline_grad_send_bytes(plan_, cfg), MemCategory::comm, &ledger_);
+  executor_ = std::make_unique<parallel::PipelineExecutor>(
+      std::move(programs[static_cast<size_t>(pp_rank_)]), pp_size_, static_cast<int>(accum_steps_),
+      plan_.pp.virtual_stages, ctx_->pp(), boundary_bytes(plan_, cfg), &ledger_);
   scaler_ = std::make_unique<DynamicLossScaler>(opt.loss_scale, compute_ == DType::f16);
   optimizer_ = std::make_unique<AdamW>(AdamWSettings{opt.beta1, opt.beta2, opt.eps, opt.weight_decay}, *sync_,
                                        *model_, pp_size_ > 1 && pp_rank_ == pp_size_ - 1, &ledger_);
@@ -139,27 +116,6 @@ uint64_t Trainer::param_hash() { return sync_->hash_params(); }
 
 float Trainer::clip_coef(float norm) const {
   return opt_.grad_clip > 0 && norm > opt_.grad_clip ? opt_.grad_clip / (norm + 1e-6f) : 1.0f;
-}
-
-double Trainer::forward_backward(int64_t step) {
-  const int64_t B = opt_.micro_batch, T = opt_.seq_len;
-  const std::vector<size_t> offsets = sampler_->rank_offsets(step);
-  double loss_sum = 0;
-  const float scale = 1.0f / static_cast<float>(accum_steps_);
-  for (int64_t micro = 0; micro < accum_steps_; ++micro) {
-    gather_batch(train_.data(), offsets.data() + micro * B, B, T, tokens_.as<int32_t>(),
-                 targets_.as<int32_t>());
-    // Dropout masks keyed by the step and the global token row of the batch.
-    const int64_t seq0 = std::max(dp_rank_, 0) * sampler_->local_batch() + micro * B;
-    model_->set_dropout_key(opt_.seed, static_cast<uint64_t>(step) + 1, seq0 * T);
-    const bool last = micro + 1 == accum_steps_;
-    model_->set_tp_grad_sync(last);
-    loss_sum += model_->forward(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
-    if (last && opt_.inject_inf_rank == world_.rank() && opt_.inject_inf_step == step) sync_->inject_inf_once();
-    // The gradient sync reduces in the last backward (DDP, ZeRO-1) or in every one (ZeRO-2/3).
-    model_->backward(scale * scaler_->scale(), sync_->backward_hook(last));
-  }
-  return loss_sum / static_cast<double>(accum_steps_);
 }
 
 void Trainer::tp_to_full(const float* local, std::vector<float>& full) {
@@ -281,22 +237,6 @@ void Trainer::update(StepRecord& r) {
   // Same value on every rank, so every rank stops together.
   BRAID_CONFIG_CHECK(std::isfinite(r.loss), "the loss became ", r.loss, " at step ", r.step,
                      "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
-}
-
-StepRecord Trainer::train_step(int64_t step) {
-  if (pp_size_ > 1) return pipeline_step(step);
-  const auto t0 = Clock::now();
-  const uint64_t sent0 = bytes_sent(), recv0 = bytes_received();
-  maybe_inject_failure(step);
-  StepRecord r;
-  r.step = step;
-  r.loss_scale = scaler_->scale();
-  sync_->begin_step(step);
-  const float local = sync_->computes() ? static_cast<float>(forward_backward(step)) : 0.f;
-  r.loss = sync_->finish(local);
-  update(r);
-  finish_record(r, seconds_since(t0), sent0, recv0);
-  return r;
 }
 
 float Trainer::evaluate() {
@@ -491,95 +431,43 @@ int64_t Trainer::load(const std::string& path) {
 }
 
 std::vector<StepRecord> Trainer::run() {
-  const bool log = opt_.verbose && world_.rank() == 0;
-  tracer_.start(world_, log);
-  if (log && pp_size_ > 1) {
-    // The schedule's simulated bubble (F = 1, B = 2 per stage) next to theory.
-    const auto kind = parallel::parse_schedule(opt_.schedule);
-    const int m = static_cast<int>(accum_steps_), v = opt_.virtual_stages;
-    const std::string caveat = parallel::theory_assumption(kind, pp_size_, m);
-    std::printf("pipeline: %s, P=%d, m=%d, v=%d (stages, micro-batches, chunks per stage): simulated bubble "
-                "%.1f%% (theory %.1f%%%s)",
-                opt_.schedule.c_str(), pp_size_, m, v, 100 * simulated_bubble_,
-                100 * parallel::theoretical_bubble(kind, pp_size_, m, v), caveat.empty() ? "" : ("; " + caveat).c_str());
-    if (m < pp_size_)
-      std::printf("; fewer micro-batches than stages leave most stages idle: raise --batch or use --micro-batches");
-    if (kind == parallel::ScheduleKind::interleaved && m % pp_size_ != 0) {
-      const auto f = parallel::check_schedule(parallel::build_schedule(parallel::ScheduleKind::one_f_one_b, pp_size_, m),
-                                              pp_size_, m);
-      std::printf("; the last group of micro-batches is short (1f1b: %.1f%%)", 100 * f.bubble);
-    }
-    std::printf("\n");
-  }
+  const bool print = opt_.verbose && world_.rank() == 0;
+  RunLog log(opt_, plan_, print, world_.rank() == 0);
+  tracer_.start(world_, print);
+  log.pipeline_summary(simulated_bubble_);
   if (!opt_.resume_path.empty()) {
     start_step_ = load(opt_.resume_path);
-    if (log) std::printf("resumed from %s at step %lld\n", opt_.resume_path.c_str(), static_cast<long long>(start_step_));
+    if (print) std::printf("resumed from %s at step %lld\n", opt_.resume_path.c_str(), static_cast<long long>(start_step_));
   }
-  std::ofstream metrics;
-  if (!opt_.metrics_out.empty() && world_.rank() == 0) {
-    if (start_step_ > 0) truncate_metrics(opt_.metrics_out, start_step_);
-    metrics.open(opt_.metrics_out, start_step_ > 0 ? std::ios::app : std::ios::trunc);
-    BRAID_CONFIG_CHECK(metrics.good(), "cannot open --metrics-out ", opt_.metrics_out);
-  }
-  std::vector<StepRecord> out;
+  log.open(start_step_);
   const bool validate = val_ && !val_->empty() && opt_.val_every > 0;
-  auto run_validation = [&](int64_t step) {
-    if (ps_ && world_.rank() != 0) return;  // the server evaluates alone
-    const float vl = evaluate();
-    if (log) {
-      std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step), vl);
-      std::fflush(stdout);
-    }
-    if (metrics.is_open()) metrics << nlohmann::json{{"step", step}, {"val_loss", vl}}.dump() << "\n" << std::flush;
-  };
-  auto log_step = [&](const StepRecord& r) {
-    if (log) {
-      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | %7.1f ms | MFU %5.1f%% | mem %s",
-                  static_cast<long long>(r.step + 1), static_cast<long long>(opt_.steps), r.loss, r.lr,
-                  r.grad_norm, r.tokens_per_sec, r.ms, r.mfu * 100, format_bytes(static_cast<double>(r.peak_mem_bytes)).c_str());
-      if (ps_) {
-        std::printf(" | server sent %s recv %s", format_bytes(static_cast<double>(r.comm_bytes_sent)).c_str(),
-                    format_bytes(static_cast<double>(r.comm_bytes_received)).c_str());
-      }
-      if (ps_ && opt_.ps_async) std::printf(" | staleness <= %lld", static_cast<long long>(r.staleness_max));
-      if (scaler_->enabled()) std::printf(" | scale %g%s", r.loss_scale, r.skipped ? " (overflow: step skipped)" : "");
-      if (pp_size_ > 1) std::printf(" | bubble %.1f%%", 100 * r.bubble);
-      std::printf("\n");
-      std::fflush(stdout);
-    }
-    if (metrics.is_open()) {
-      nlohmann::json j = {{"step", r.step + 1},       {"loss", r.loss},     {"lr", r.lr},
-                          {"grad_norm", r.grad_norm}, {"tokens_per_sec", r.tokens_per_sec},
-                          {"ms", r.ms},               {"mfu", r.mfu},      {"peak_mem_bytes", r.peak_mem_bytes},
-                          {"comm_bytes_sent", r.comm_bytes_sent}, {"comm_bytes_received", r.comm_bytes_received}};
-      if (ps_ && opt_.ps_async) j["staleness_max"] = r.staleness_max;
-      if (pp_size_ > 1) j["bubble"] = r.bubble;
-      if (scaler_->enabled()) {
-        j["loss_scale"] = r.loss_scale;
-        j["skipped"] = r.skipped;
-      }
-      metrics << j.dump() << "\n" << std::flush;
-    }
-  };
-  if (validate && start_step_ == 0) run_validation(0);  // the starting point of the curve
+  if (validate && start_step_ == 0) validate_now(log, 0);  // the starting point of the curve
+  std::vector<StepRecord> out = run_steps(log, validate);
+  tracer_.write(world_);
+  if (stopped_at_ >= 0) finish_stopped_run();
+  return out;
+}
+
+void Trainer::validate_now(RunLog& log, int64_t step) {
+  if (ps_ && world_.rank() != 0) return;  // the server evaluates alone
+  log.validation(step, evaluate());
+}
+
+std::vector<StepRecord> Trainer::run_steps(RunLog& log, bool validate) {
+  std::vector<StepRecord> out;
   if (ps_ && opt_.ps_async) {
     out = run_ps_async();
-    for (const auto& r : out) log_step(r);
-    if (stopped_at_ >= 0) {
-      finish_stopped_run();
-      return out;
-    }
-    if (validate) run_validation(opt_.steps);
+    for (const auto& r : out) log.step(r);
+    if (stopped_at_ >= 0) return out;
+    if (validate) validate_now(log, opt_.steps);
     if (!opt_.save_path.empty()) save(opt_.save_path, opt_.steps);
     return out;
   }
   for (int64_t step = start_step_; step < opt_.steps; ++step) {
     const double t_step = TraceRecorder::now_us();
-    StepRecord r = train_step(step);
-    trace("step ", step + 1, "step", t_step,
-          TraceRecorder::now_us());
-    out.push_back(r);
-    log_step(r);
+    out.push_back(train_step(step));
+    trace("step ", step + 1, "step", t_step, TraceRecorder::now_us());
+    log.step(out.back());
     // A stop signal on any rank ends the run here on every rank, after the
     // same step; validation and the periodic save are skipped.
     if (stop_agreed()) {
@@ -588,7 +476,7 @@ std::vector<StepRecord> Trainer::run() {
     }
     const bool last = step + 1 == opt_.steps;
     if (validate && ((step + 1) % opt_.val_every == 0 || last)) {
-      run_validation(step + 1);
+      validate_now(log, step + 1);
       if (opt_.peak_flops_per_rank > 0 && !last) {
         // A start-up measurement on a busy machine reads low; refresh the
         // ceiling now and then and keep the best, so MFU stays honest.
@@ -597,12 +485,9 @@ std::vector<StepRecord> Trainer::run() {
         opt_.peak_flops_per_rank = std::max(opt_.peak_flops_per_rank, static_cast<double>(peak));
       }
     }
-    if (!opt_.save_path.empty() && ((opt_.save_every > 0 && (step + 1) % opt_.save_every == 0) || last)) {
+    if (!opt_.save_path.empty() && ((opt_.save_every > 0 && (step + 1) % opt_.save_every == 0) || last))
       save(opt_.save_path, step + 1);
-    }
   }
-  tracer_.write(world_);
-  if (stopped_at_ >= 0) finish_stopped_run();
   return out;
 }
 

@@ -13,30 +13,18 @@
 #include "braid/model/gpt.h"
 #include "braid/parallel/data_parallel/grad_sync.h"
 #include "braid/parallel/pipeline.h"
+#include "braid/parallel/pipeline_executor.h"
 #include "braid/parallel/topology.h"
 #include "braid/train/trace.h"
 #include "braid/train/loss_scaler.h"
 #include "braid/train/options.h"
 #include "braid/train/parallel_plan.h"
+#include "braid/train/run_log.h"
 #include "braid/train/lr_schedule.h"
 #include "braid/train/optimizer.h"
 #include "braid/train/sampler.h"
 
 namespace braid::train {
-
-struct StepRecord {
-  int64_t step = 0;
-  float loss = 0, lr = 0, grad_norm = 0;
-  double ms = 0, tokens_per_sec = 0, mfu = 0;
-  size_t peak_mem_bytes = 0;
-  uint64_t comm_bytes_sent = 0;      // payload this rank sent during the step (all collectives)
-  uint64_t comm_bytes_received = 0;  // payload this rank received during the step
-  int64_t staleness_max = 0;         // ps async: most updates a gradient missed
-  float loss_scale = 1;              // fp16: the scale this step's backward used
-  bool skipped = false;              // fp16: gradients overflowed, no update
-  double bubble = 0;                 // pipeline: idle fraction of the step, mean over stages
-  uint64_t param_hash = 0;
-};
 
 /// One rank's trainer. `world` is the communicator of all ranks; the DP group
 /// is derived from it. Token streams must outlive the trainer.
@@ -83,9 +71,11 @@ class Trainer {
   /// Global-norm clipping factor: grad_clip / (norm + 1e-6) when the norm
   /// exceeds --grad-clip, else 1.
   float clip_coef(float norm) const;
-  /// Forward and backward over this rank's micro-batches of `step` (the
-  /// gradient sync hooks into the last or every backward); returns the mean loss.
-  double forward_backward(int64_t step);
+  /// Forward and backward over this rank's micro-batches of `step` through
+  /// the executor (the gradient sync hooks into the last or every backward);
+  /// returns the mean loss (the last pipeline stage's; 0 on the others) and
+  /// adds the seconds spent computing to *compute_s when given.
+  double forward_backward(int64_t step, double* compute_s = nullptr);
   /// After the gradients are final: loss-scale update (found-inf over the
   /// world), global norm, clipping, AdamW over the owned pieces and the
   /// parameters' refresh; sets r.lr, r.grad_norm, r.skipped (a parameter
@@ -122,10 +112,9 @@ class Trainer {
   DType compute_ = DType::f32;
   // Pipeline parallelism (trainer_pp.cpp).
   int pp_size_ = 1, pp_rank_ = 0;
-  std::vector<parallel::StageProgram> programs_;
-  Buffer grad_send_buf_;  // parallel::kGradSendBuffers x (boundary rows, C) f32
+  std::unique_ptr<parallel::PipelineExecutor> executor_;  // runs every step's program
+  class TrainStage;  // the model and this step's data, as the executor sees them
   double simulated_bubble_ = 0;  // the schedule's bubble with unit costs (printed at start)
-  StepRecord pipeline_step(int64_t step);
   float pipeline_evaluate_batch(const size_t* offsets, int64_t micro_count, const uint16_t* stream);
   /// Forward of one (B, T) micro-batch (number `micro` of `micros`, for the
   /// tags) through every virtual stage; every pipeline rank calls it. Returns
@@ -145,6 +134,10 @@ class Trainer {
   /// Graceful stop (preemption.h): whether any rank received a stop signal, as
   /// a max over the world at a step boundary (collective); sets stop_signal_.
   bool stop_agreed();
+  /// The steps of a run from start_step_ (or the asynchronous server's loop),
+  /// with validation and checkpoints on their schedule.
+  std::vector<StepRecord> run_steps(RunLog& log, bool validate);
+  void validate_now(RunLog& log, int64_t step);
   /// Saves (with --save) and prints where the run stopped; every rank calls it.
   void finish_stopped_run();
   int stop_signal_ = 0;

@@ -1,0 +1,143 @@
+#include "braid/parallel/pipeline_executor.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "braid/core/error.h"
+
+namespace braid::parallel {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double now_us() {
+  return std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
+}
+// Tags name the receiving virtual stage q and the micro-batch, so every
+// message between two ranks is distinct.
+int act_tag(int q, int micro, int m) { return 2 * (q * m + micro); }
+int grad_tag(int q, int micro, int m) { return 2 * (q * m + micro) + 1; }
+}  // namespace
+
+// Per (chunk, micro-batch): its activation slot and the send of its output;
+// per chunk the free slots; the gradient sends in flight.
+struct PipelineExecutor::Pass {
+  StageModel& model;
+  const SpanFn& span;
+  std::vector<int64_t> slot_of;
+  std::vector<comm::WorkPtr> act_send;
+  std::vector<std::vector<int64_t>> free_slots;
+  std::vector<comm::WorkPtr> grad_send;
+  size_t grad_sends = 0;
+  Result result;
+  size_t id(int chunk, int micro, int m) const { return static_cast<size_t>(chunk * m + micro); }
+  void trace(const char* what, int64_t index, const char* cat, double t0, double t1, int chunk) const {
+    if (span) span(what, index, cat, t0, t1, chunk);
+  }
+};
+
+PipelineExecutor::PipelineExecutor(StageProgram program, int P, int m, int v, comm::Communicator* pp,
+                                   size_t boundary_bytes, MemoryLedger* ledger)
+    : program_(std::move(program)), P_(P), m_(m), v_(v), rank_(pp ? pp->rank() : 0), pp_(pp), bytes_(boundary_bytes) {
+  BRAID_CHECK(P == 1 || pp, "a pipeline of ", P, " stages needs its group");
+  const size_t ring = grad_ring_bytes(P, v, rank_, boundary_bytes);
+  if (ring) ring_ = Buffer(ring, MemCategory::comm, ledger);
+  // Sums over a group (TP's sequence-parallel gradients) run once per chunk:
+  // in its last input-gradient pass and its last weight pass.
+  last_b_.assign(static_cast<size_t>(v), SIZE_MAX);
+  last_w_.assign(static_cast<size_t>(v), SIZE_MAX);
+  for (size_t i = 0; i < program_.size(); ++i) {
+    const auto op = program_[i].op;
+    const size_t c = static_cast<size_t>(program_[i].chunk);
+    if (op == PipeOp::backward_weight) {
+      last_w_[c] = i;
+    } else if (op != PipeOp::forward) {
+      last_b_[c] = i;
+      if (op == PipeOp::backward) last_w_[c] = i;
+    }
+  }
+}
+
+size_t PipelineExecutor::grad_ring_bytes(int P, int v, int stage, size_t boundary_bytes) {
+  return P > 1 && (stage > 0 || v > 1) ? static_cast<size_t>(kGradSendBuffers) * boundary_bytes : 0;
+}
+
+PipelineExecutor::Result PipelineExecutor::run(StageModel& model, const SpanFn& span) {
+  Pass s{model, span, {}, {}, {}, {}, 0, {}};
+  s.slot_of.assign(static_cast<size_t>(v_ * m_), -1);
+  s.act_send.resize(static_cast<size_t>(v_ * m_));
+  s.free_slots.resize(static_cast<size_t>(v_));
+  for (int c = 0; c < v_; ++c)
+    for (int64_t k = model.chunk_slots(c) - 1; k >= 0; --k) s.free_slots[static_cast<size_t>(c)].push_back(k);
+  // Gradients leave from a ring of send buffers (the checker proved this ring
+  // cannot deadlock the tables even when every send waits for its receive).
+  s.grad_send.resize(static_cast<size_t>(kGradSendBuffers));
+  for (size_t i = 0; i < program_.size(); ++i) {
+    if (program_[i].op == PipeOp::forward) {
+      run_forward(s, program_[i]);
+    } else {
+      run_backward(s, program_[i], i);
+    }
+  }
+  for (auto& w : s.grad_send)
+    if (w) w->wait();
+  return s.result;
+}
+
+void PipelineExecutor::run_forward(Pass& s, const PipeAction& a) {
+  const int j = a.micro, c = a.chunk, q = c * P_ + rank_, Q = P_ * v_;
+  auto& fs = s.free_slots[static_cast<size_t>(c)];
+  BRAID_CHECK(!fs.empty(), "pipeline: no free activation slot for micro-batch ", j, " on chunk ", c);
+  const int64_t slot = fs.back();
+  fs.pop_back();
+  s.slot_of[s.id(c, j, m_)] = slot;
+  s.model.set_slot(slot, c);
+  const double w0 = now_us();
+  if (q > 0) pp_->recv(s.model.stage_input(), bytes_, (rank_ + P_ - 1) % P_, act_tag(q, j, m_));
+  const double f0 = now_us();
+  if (q > 0) s.trace("recv activation ", j, "comm", w0, f0, c);
+  const float loss = s.model.forward(j, q == 0, q == Q - 1);
+  const double f1 = now_us();
+  s.result.compute_s += (f1 - f0) * 1e-6;
+  s.trace("F", j, "compute", f0, f1, c);
+  if (q == Q - 1) s.result.loss_sum += loss;
+  if (q < Q - 1)
+    s.act_send[s.id(c, j, m_)] = pp_->isend(s.model.stage_output(), bytes_, (rank_ + 1) % P_, act_tag(q + 1, j, m_));
+}
+
+void PipelineExecutor::run_backward(Pass& s, const PipeAction& a, size_t i) {
+  const int j = a.micro, c = a.chunk, q = c * P_ + rank_, Q = P_ * v_;
+  const size_t id = s.id(c, j, m_);
+  s.model.set_slot(s.slot_of[id], c);
+  if (a.op == PipeOp::backward_weight) {
+    const double w0 = now_us();
+    s.model.backward(j, a.op, i == last_w_[static_cast<size_t>(c)]);
+    const double w1 = now_us();
+    s.result.compute_s += (w1 - w0) * 1e-6;
+    s.trace("W", j, "compute", w0, w1, c);
+    s.free_slots[static_cast<size_t>(c)].push_back(s.slot_of[id]);
+    return;
+  }
+  const bool full = a.op == PipeOp::backward;
+  const double w0 = now_us();
+  if (q < Q - 1) pp_->recv(s.model.boundary_grad(), bytes_, (rank_ + 1) % P_, grad_tag(q, j, m_));
+  const double b0 = now_us();
+  if (q < Q - 1) s.trace("recv gradient ", j, "comm", w0, b0, c);
+  s.model.backward(j, a.op, i == last_b_[static_cast<size_t>(c)]);
+  const double b1 = now_us();
+  s.result.compute_s += (b1 - b0) * 1e-6;
+  s.trace(full ? "B" : "Bi", j, "compute", b0, b1, c);
+  if (q > 0) {
+    // d(input) leaves from the next ring buffer once its previous send is done.
+    const size_t k = s.grad_sends++ % s.grad_send.size();
+    if (s.grad_send[k]) s.grad_send[k]->wait();
+    char* buf = ring_.as<char>() + k * bytes_;
+    std::memcpy(buf, s.model.boundary_grad(), bytes_);
+    s.grad_send[k] = pp_->isend(buf, bytes_, (rank_ + P_ - 1) % P_, grad_tag(q - 1, j, m_));
+  }
+  // The next stage returned this gradient, so it has the activation: the send is done.
+  if (s.act_send[id]) s.act_send[id]->wait();
+  s.act_send[id].reset();
+  if (full) s.free_slots[static_cast<size_t>(c)].push_back(s.slot_of[id]);
+}
+
+}  // namespace braid::parallel

@@ -1,0 +1,48 @@
+// What a run reports as it goes: one line per step and per validation on
+// stdout (rank 0 with --verbose) and one JSON line each in --metrics-out.
+#pragma once
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include "braid/train/options.h"
+#include "braid/train/parallel_plan.h"
+
+namespace braid::train {
+
+struct StepRecord {
+  int64_t step = 0;
+  float loss = 0, lr = 0, grad_norm = 0;
+  double ms = 0, tokens_per_sec = 0, mfu = 0;
+  size_t peak_mem_bytes = 0;
+  uint64_t comm_bytes_sent = 0;      // payload this rank sent during the step (all collectives)
+  uint64_t comm_bytes_received = 0;  // payload this rank received during the step
+  int64_t staleness_max = 0;         // ps async: most updates a gradient missed
+  float loss_scale = 1;              // fp16: the scale this step's backward used
+  bool skipped = false;              // fp16: gradients overflowed, no update
+  double bubble = 0;                 // pipeline: idle fraction of the step, mean over stages
+  uint64_t param_hash = 0;
+};
+
+class RunLog {
+ public:
+  /// print: write the lines to stdout; metrics: this rank writes --metrics-out.
+  RunLog(const TrainOptions& opt, const ParallelPlan& plan, bool print, bool metrics);
+  /// Opens --metrics-out: truncated for a new run; for a run resumed at
+  /// start_step > 0, the rows the interrupted run wrote after its last
+  /// checkpoint are dropped (the file reads as one run) and it is appended to.
+  /// Throws ConfigError when the file cannot be opened.
+  void open(int64_t start_step);
+  void step(const StepRecord& r);
+  void validation(int64_t step, float loss);
+  /// The schedule's simulated bubble (F = 1, B = 2 per stage) next to theory.
+  void pipeline_summary(double simulated_bubble);
+
+ private:
+  const TrainOptions& opt_;
+  const ParallelPlan& plan_;
+  bool print_, write_;
+  std::ofstream metrics_;
+};
+
+}  // namespace braid::train
