@@ -91,8 +91,6 @@ void validate_degrees(const TrainOptions& o, int world_size) {
 void validate_tensor_parallel(const TrainOptions& o, const model::GPTConfig& cfg) {
   BRAID_CONFIG_CHECK(!o.sequence_parallel || o.tp > 1, "--sequence-parallel shards over the TP "
                      "group and needs --tp > 1");
-  BRAID_CONFIG_CHECK(o.tp == 1 || (!o.fsdp && o.zero <= 2), "--tp ", o.tp, " combines with DDP and "
-                     "ZeRO-1/2 over the DP group; --zero 3 / --fsdp with TP is not supported, use --zero 2");
   model::GPT::validate_tp(cfg, o.tp);
 }
 
