@@ -303,7 +303,9 @@ void ShardedEngine::complete(Slot& s) {
 }
 
 void ShardedEngine::prefetch_after(int u) {
-  if (sc_.stage != 3 || N_ == 1) return;
+  // The guess follows one model's unit order (UnitStorage); a pipeline stage
+  // interleaves micro-batches and holds other units, so it gathers on demand.
+  if (sc_.stage != 3 || N_ == 1 || !sc_.pipeline.chunks.empty()) return;
   const int L = static_cast<int>(cfg_.n_layer);
   int next = -1;
   if (in_backward_) {
@@ -443,8 +445,14 @@ void ShardedEngine::reduce_accumulated() {
 }
 
 void ShardedEngine::sum_unit_grads(int u, comm::Communicator& group) {
-  BRAID_CHECK(sc_.stage <= 1, "sum_unit_grads: ZeRO stage ", sc_.stage, " shards gradients");
   const Unit& U = units_[static_cast<size_t>(u)];
+  if (sc_.stage >= 2) {
+    // The unit's block of the gradient shard: the same slice of the unit on
+    // every rank of `group` (same unit, same shard group size and rank).
+    char* g = grad_shard_.as<char>() + U.shard_off * b_;
+    group.all_reduce(g, g, U.block, sc_.compute, comm::ReduceOp::sum, sc_.algo);
+    return;
+  }
   for (const auto& s : owned_) {
     if (s.offset + s.len <= U.begin || s.offset >= U.end) continue;
     char* g = grad_full_.as<char>() + s.offset * b_;

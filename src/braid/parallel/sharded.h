@@ -92,10 +92,10 @@ class ShardedEngine final : public model::UnitStorage {
   /// gradient now (once per step, after the stage's last backward; run the
   /// backwards with set_sync(false)). Throws braid::Error at stages 2/3.
   void reduce_accumulated();
-  /// Stages 0/1, after finish_grads(): sums unit u's gradient (this rank's
-  /// owned elements at stage 1) over `group`, whose ranks hold the same unit in
-  /// the same layout (the tied embedding's copies on the first and last
-  /// pipeline stage). Collective over `group`; throws braid::Error at stages 2/3.
+  /// After finish_grads(): sums unit u's gradient (this rank's owned elements
+  /// at stage 1, its shard block at stages 2/3) over `group`, whose ranks hold
+  /// the same unit in the same layout and shard position (the tied
+  /// embedding's copies on the first and last pipeline stage). Collective over `group`.
   void sum_unit_grads(int u, comm::Communicator& group);
   /// Waits for outstanding reductions; afterwards the owned gradient elements
   /// hold the average over all data-parallel ranks (HSDP: also over replicas).

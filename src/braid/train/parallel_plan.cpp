@@ -141,12 +141,6 @@ void validate_pipeline(const TrainOptions& o, const model::GPTConfig& cfg) {
   model::parse_recompute(o.recompute);
   if (o.pp == 1) return;
   BRAID_CONFIG_CHECK(!is_ps(o), "--pp ", o.pp, " runs with DDP or ZeRO-1 over the DP group; drop --dp-mode ps");
-  // Gradient sharding reduces every micro-batch's backward, which a pipeline
-  // runs many of per step (DeepSpeed's pipeline engine refuses ZeRO-2/3 too).
-  BRAID_CONFIG_CHECK(o.zero <= 1 && !o.fsdp, "--pp ", o.pp, " shards at most the optimizer states: ",
-                     o.fsdp ? std::string("--fsdp") : "--zero " + std::to_string(o.zero),
-                     " shards gradients per backward, and a pipeline runs one backward per "
-                     "micro-batch; use --zero 1");
   BRAID_CONFIG_CHECK(o.virtual_stages >= 1, "--virtual-stages ", o.virtual_stages, " must be >= 1");
   BRAID_CONFIG_CHECK(o.virtual_stages == 1 || kind == parallel::ScheduleKind::interleaved,
                      "--virtual-stages ", o.virtual_stages, " needs --schedule interleaved (now ",

@@ -26,8 +26,9 @@ GradReadyHook ShardedSync::backward_hook(bool last) {
 }
 
 void ShardedSync::reduce_accumulated(comm::Communicator* tied) {
-  // The DP reduction first; the tied embedding's copies then sum the reduced gradients.
-  engine_.reduce_accumulated();
+  // The DP reduction first (stages 2/3 reduced in every backward already); the
+  // tied embedding's copies then sum the reduced gradients.
+  if (engine_.config().stage <= 1) engine_.reduce_accumulated();
   engine_.finish_grads();
   reduced_ = true;
   if (tied) engine_.sum_unit_grads(0, *tied);
