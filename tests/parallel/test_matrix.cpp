@@ -1,0 +1,239 @@
+// The composability matrix: every combination of
+//   data parallelism {DDP, ZeRO-1, ZeRO-2, ZeRO-3, FSDP, HSDP}
+//   x tensor parallelism {1, 2, 2 + sequence parallelism}
+//   x pipeline {none, 2 stages with 1F1B, interleaved (v = 2), ZB-H1}
+//   x precision {fp32, bf16, fp16} x recompute {none, full}
+// (432 cells) either trains the single-rank run in its precision or is refused
+// with its reason. DP is 2 (HSDP: 4, in shard groups of 2), so a cell runs on
+// DP x TP x PP ranks, up to 16 threads.
+//
+// CI runs every cell's construction (braid plan equals each rank's ledger) and
+// the training of a fixed set of cells that covers every pair of values;
+// scripts/matrix.sh trains every cell (Matrix.DISABLED_EveryCellTrains).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "braid/core/error.h"
+#include "parallel/harness.h"
+
+using namespace braid;
+
+namespace {
+
+constexpr std::array<const char*, 6> kDp = {"ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp"};
+constexpr std::array<const char*, 3> kTp = {"tp1", "tp2", "tp2+sp"};
+constexpr std::array<const char*, 4> kPp = {"pp1", "1f1b", "interleaved", "zb-h1"};
+constexpr std::array<const char*, 3> kPrec = {"fp32", "bf16", "fp16"};
+constexpr std::array<const char*, 2> kRec = {"none", "full"};
+
+// One cell: an index into each axis.
+struct Cell {
+  std::array<int, 5> v;  // dp, tp, pp, precision, recompute
+  std::string name() const {
+    return std::string(kDp[size_t(v[0])]) + " " + kTp[size_t(v[1])] + " " + kPp[size_t(v[2])] + " " +
+           kPrec[size_t(v[3])] + " recompute=" + kRec[size_t(v[4])];
+  }
+};
+constexpr std::array<int, 5> kAxis = {6, 3, 4, 3, 2};
+
+std::vector<Cell> all_cells() {
+  std::vector<Cell> out;
+  for (int a = 0; a < 6; ++a)
+    for (int b = 0; b < 3; ++b)
+      for (int c = 0; c < 4; ++c)
+        for (int d = 0; d < 3; ++d)
+          for (int e = 0; e < 2; ++e) out.push_back({{a, b, c, d, e}});
+  return out;
+}
+
+// A covering set of every pair of values of two axes, chosen greedily (the cell
+// covering most uncovered pairs first, ties to the first in enumeration order):
+// deterministic, and far smaller than the product.
+std::vector<Cell> pairwise_cells() {
+  std::set<std::array<int, 4>> uncovered;  // (axis i, value, axis j, value)
+  for (int i = 0; i < 5; ++i)
+    for (int j = i + 1; j < 5; ++j)
+      for (int x = 0; x < kAxis[size_t(i)]; ++x)
+        for (int y = 0; y < kAxis[size_t(j)]; ++y) uncovered.insert({i, x, j, y});
+  const auto cells = all_cells();
+  std::vector<Cell> out;
+  while (!uncovered.empty()) {
+    size_t best = 0, best_n = 0;
+    for (size_t k = 0; k < cells.size(); ++k) {
+      size_t n = 0;
+      for (int i = 0; i < 5; ++i)
+        for (int j = i + 1; j < 5; ++j) n += uncovered.count({i, cells[k].v[size_t(i)], j, cells[k].v[size_t(j)]});
+      if (n > best_n) best = k, best_n = n;
+    }
+    for (int i = 0; i < 5; ++i)
+      for (int j = i + 1; j < 5; ++j) uncovered.erase({i, cells[best].v[size_t(i)], j, cells[best].v[size_t(j)]});
+    out.push_back(cells[best]);
+  }
+  return out;
+}
+
+// tiny with 4 layers (2 stages x 2 chunks interleaved), a small vocabulary and
+// clipping that fires; the options of cell c.
+train::TrainOptions base_options() {
+  auto o = testing_harness::tiny_options(41);
+  o.n_layer = 4;
+  o.vocab_size = 1001;
+  o.global_batch = 8;
+  o.micro_batch = 1;
+  o.steps = 3;
+  return o;
+}
+
+train::TrainOptions cell_options(const Cell& c, int* ranks) {
+  auto o = base_options();
+  const int dpm = c.v[0], tpm = c.v[1], ppm = c.v[2];
+  o.zero = dpm >= 1 && dpm <= 3 ? dpm : 0;
+  o.fsdp = dpm >= 4;
+  o.fsdp_shard_size = dpm == 5 ? 2 : 0;
+  o.tp = tpm == 0 ? 1 : 2;
+  o.sequence_parallel = tpm == 2;
+  o.pp = ppm == 0 ? 1 : 2;
+  o.schedule = ppm == 2 ? "interleaved" : ppm == 3 ? "zb-h1" : "1f1b";
+  o.virtual_stages = ppm == 2 ? 2 : 1;
+  o.precision = kPrec[size_t(c.v[3])];
+  o.recompute = kRec[size_t(c.v[4])];
+  const int dp = dpm == 5 ? 4 : 2;
+  *ranks = dp * o.tp * o.pp;
+  return o;
+}
+
+// The reason a cell is refused, or "" when it must train.
+std::string expected_refusal(const Cell& c) {
+  // ZB-H1 defers each weight gradient past the input gradient's pass, which
+  // needs the block's matmul inputs that full recomputation drops.
+  if (c.v[2] == 3 && c.v[4] == 1) return "zb-h1 keeps the matmul inputs";
+  return "";
+}
+
+// Tolerances against one rank in the same precision (test_mixed_precision.cpp
+// derives them): fp32 1e-5; half precision rounds each gradient element once
+// more per reduction order.
+struct Tol {
+  double loss, norm;
+};
+Tol tolerance(const std::string& prec) {
+  if (prec == "bf16") return {1e-3, 1e-2};
+  if (prec == "fp16") return {1.2e-4, 1.2e-3};
+  return {1e-5, 1e-5};
+}
+
+std::vector<uint16_t> tokens() {
+  auto t = testing_harness::synthetic_tokens(20000, 91);
+  for (auto& x : t) x = static_cast<uint16_t>(x % 1001);
+  return t;
+}
+
+struct Outcome {
+  bool refused = false, equal = false;
+  std::string reason;
+};
+
+// Trains cell c, compares with `ref` (one rank, same precision) and checks
+// braid plan against every rank's ledger.
+Outcome train_cell(const Cell& c, const std::vector<uint16_t>& data,
+                   std::map<std::string, std::vector<train::StepRecord>>& refs) {
+  int ranks = 0;
+  const auto o = cell_options(c, &ranks);
+  const std::string want = expected_refusal(c);
+  Outcome out;
+  if (!want.empty()) {
+    const std::string msg = testing_harness::config_error(o, ranks, data);
+    EXPECT_NE(msg.find(want), std::string::npos) << c.name() << ": " << msg;
+    out.refused = true;
+    out.reason = msg;
+    return out;
+  }
+  if (!refs.count(o.precision)) {
+    auto one = base_options();
+    one.precision = o.precision;
+    refs[o.precision] = testing_harness::run(one, 1, data).steps[0];
+  }
+  const auto& ref = refs[o.precision];
+  const Tol tol = tolerance(o.precision);
+  const auto got = testing_harness::run(o, ranks, data, [&](train::Trainer& t, int r) {
+    testing_harness::expect_plan_is_ledger(o, ranks, r, t, c.name());
+  });
+  const auto& s = got.steps[0];
+  EXPECT_EQ(s.size(), ref.size()) << c.name();
+  out.equal = s.size() == ref.size();
+  for (size_t i = 0; i < s.size() && i < ref.size(); ++i) {
+    const bool ok = std::fabs(s[i].loss - ref[i].loss) <= tol.loss * ref[i].loss &&
+                    std::fabs(s[i].grad_norm - ref[i].grad_norm) <= tol.norm * ref[i].grad_norm + 1e-7;
+    EXPECT_TRUE(ok) << c.name() << " step " << i << ": loss " << s[i].loss << " vs " << ref[i].loss << ", norm "
+                    << s[i].grad_norm << " vs " << ref[i].grad_norm;
+    out.equal = out.equal && ok;
+  }
+  return out;
+}
+
+void train_cells(const std::vector<Cell>& cells) {
+  const auto data = tokens();
+  std::map<std::string, std::vector<train::StepRecord>> refs;
+  size_t equal = 0, refused = 0;
+  std::map<std::string, size_t> reasons;
+  for (const auto& c : cells) {
+    const Outcome r = train_cell(c, data, refs);
+    equal += r.equal;
+    refused += r.refused;
+    if (r.refused) ++reasons[expected_refusal(c)];
+  }
+  std::printf("matrix: %zu cells run, %zu train the single-rank run, %zu refused", cells.size(), equal, refused);
+  for (const auto& [why, n] : reasons) std::printf(" (%zu: %s)", n, why.c_str());
+  std::printf("\n");
+  EXPECT_EQ(equal + refused, cells.size());
+}
+
+}  // namespace
+
+TEST(Matrix, PairwiseCoverIsSmallAndCoversEveryPair) {
+  const auto cells = pairwise_cells();
+  EXPECT_LE(cells.size(), 40u);
+  std::set<std::array<int, 4>> seen;
+  for (const auto& c : cells)
+    for (int i = 0; i < 5; ++i)
+      for (int j = i + 1; j < 5; ++j) seen.insert({i, c.v[size_t(i)], j, c.v[size_t(j)]});
+  size_t pairs = 0;
+  for (int i = 0; i < 5; ++i)
+    for (int j = i + 1; j < 5; ++j) pairs += size_t(kAxis[size_t(i)] * kAxis[size_t(j)]);
+  EXPECT_EQ(seen.size(), pairs);
+}
+
+// Construction only: on every cell, braid plan's prediction equals each rank's
+// ledger (so `braid plan` and `braid train` resolve the same layout), and the
+// refused cells fail with their reason.
+TEST(Matrix, PlanEqualsTheLedgerOnEveryCell) {
+  const auto data = tokens();
+  size_t built = 0;
+  for (const auto& c : all_cells()) {
+    int ranks = 0;
+    const auto o = cell_options(c, &ranks);
+    if (!expected_refusal(c).empty()) {
+      EXPECT_THROW(train::plan_memory(o, ranks, 0), ConfigError) << c.name();
+      continue;
+    }
+    std::mutex mu;
+    comm::run_local(ranks, [&](comm::Communicator& w) {
+      train::Trainer t(o, w, data, nullptr);
+      std::lock_guard<std::mutex> lk(mu);
+      testing_harness::expect_plan_is_ledger(o, ranks, w.rank(), t, c.name());
+    });
+    ++built;
+  }
+  EXPECT_GT(built, 0u);
+}
+
+TEST(Matrix, PairwiseCellsTrainTheSingleRankRun) { train_cells(pairwise_cells()); }
+
+// scripts/matrix.sh: every cell.
+TEST(Matrix, DISABLED_EveryCellTrains) { train_cells(all_cells()); }
