@@ -16,6 +16,7 @@
 #include "braid/parallel/pipeline_executor.h"
 #include "braid/parallel/topology.h"
 #include "braid/train/trace.h"
+#include "braid/train/training_checkpoint.h"
 #include "braid/train/loss_scaler.h"
 #include "braid/train/options.h"
 #include "braid/train/parallel_plan.h"
@@ -100,14 +101,11 @@ class Trainer {
   Buffer tokens_, targets_;      // (micro_batch, T) int32
   std::unique_ptr<parallel::GradSync> sync_;  // the data-parallel strand
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<TrainingCheckpoint> checkpoint_;
   ParallelPlan plan_;                     // the resolved layout
   std::unique_ptr<ParallelContext> ctx_;  // this rank's groups
   // Degrees and coordinates of this rank (from plan_ and ctx_).
   int tp_size_ = 1, tp_rank_ = 0;
-  /// Local (TP-sharded, one pipeline stage's) flat arrays <-> the whole model's
-  /// TP = PP = 1 layout (checkpoints). tp_to_full is collective over TP and PP.
-  void tp_to_full(const float* local, std::vector<float>& full);
-  void full_to_tp(const float* full, float* local) const;
   std::unique_ptr<DynamicLossScaler> scaler_;
   DType compute_ = DType::f32;
   // Pipeline parallelism (trainer_pp.cpp).

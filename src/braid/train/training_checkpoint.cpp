@@ -1,0 +1,141 @@
+#include "braid/train/training_checkpoint.h"
+
+#include <algorithm>
+
+#include "braid/core/error.h"
+#include "braid/train/checkpoint.h"
+
+namespace braid::train {
+
+TrainingCheckpoint::TrainingCheckpoint(const TrainOptions& opt, ParallelContext& ctx, model::GPT& model,
+                                       parallel::GradSync& sync, AdamW& optimizer, DynamicLossScaler& scaler)
+    : opt_(opt),
+      ctx_(ctx),
+      model_(model),
+      sync_(sync),
+      optimizer_(optimizer),
+      scaler_(scaler),
+      tp_(ctx.tp() ? ctx.tp()->size() : 1),
+      pp_(ctx.pp() ? ctx.pp()->size() : 1) {}
+
+void TrainingCheckpoint::to_full(const float* local, std::vector<float>& full) {
+  const auto& lt = model_.param_table();
+  const auto ft = model::GPT::param_table(model_.config(), 1);
+  const size_t nl = model_.num_params();
+  std::vector<float> all;
+  const float* ranks_data = local;
+  if (tp_ > 1) {
+    all.resize(nl * static_cast<size_t>(tp_));
+    ctx_.tp()->all_gather(local, all.data(), nl, DType::f32);
+    ranks_data = all.data();
+  }
+  full.assign(model::GPT::unit_bounds(model_.config(), 1).back(), 0.f);
+  for (int q = 0; q < tp_; ++q) {
+    const float* src = ranks_data + static_cast<size_t>(q) * nl;
+    for (const auto& p : lt) {
+      // The last stage's copy of the tied embedding unit (wte, wpe) equals the first stage's.
+      if (pp_ > 1 && ctx_.pp_rank() > 0 && p.global_index < 2) continue;
+      const size_t o = ft[p.global_index].offset;
+      for (size_t i = 0; i < p.numel; ++i) full[o + model::GPT::full_index(p, i, q, tp_)] = src[p.offset + i];
+    }
+  }
+  // Pipeline: each stage filled its own tensors; the sum has one non-zero term per element (exact).
+  if (pp_ > 1) ctx_.pp()->all_reduce(full.data(), full.data(), full.size(), DType::f32, comm::ReduceOp::sum);
+}
+
+void TrainingCheckpoint::from_full(const float* full, float* local) const {
+  const auto& lt = model_.param_table();
+  const auto ft = model::GPT::param_table(model_.config(), 1);
+  std::fill(local, local + model_.num_params(), 0.f);
+  for (const auto& p : lt) {
+    const size_t o = ft[p.global_index].offset;
+    for (size_t i = 0; i < p.numel; ++i)
+      local[p.offset + i] = full[o + model::GPT::full_index(p, i, ctx_.tp_rank(), tp_)];
+  }
+}
+
+void TrainingCheckpoint::save(const std::string& path, int64_t next_step) {
+  // Checkpoints hold the full AdamW state whatever the sharding, so any layout
+  // can resume any other. Under ZeRO the shards are assembled by a sum in
+  // which every element has exactly one non-zero contributor (exact).
+  const size_t n = model_.num_params();
+  std::vector<float> full, m(n), v(n);
+  const float* params = sync_.full_params(full);
+  sync_.assemble_state(optimizer_.m(), m.data());
+  sync_.assemble_state(optimizer_.v(), v.data());
+  const float* mp = m.data();
+  const float* vp = v.data();
+  // Tensor and pipeline parallelism: assemble the whole model (the TP = PP = 1
+  // layout), so the checkpoint does not depend on those degrees either.
+  std::vector<float> pf, mf, vf;
+  size_t n_out = n;
+  if (tp_ > 1 || pp_ > 1) {
+    to_full(params, pf);
+    to_full(mp, mf);
+    to_full(vp, vf);
+    params = pf.data(), mp = mf.data(), vp = vf.data();
+    n_out = pf.size();
+  }
+  if (ctx_.world().rank() != 0) return;  // DP replicas hold identical parameters; rank 0 writes
+  CheckpointView ck;
+  ck.header = {{"format", "braid-checkpoint"}, {"model", opt_.model},
+               {"step", next_step},            {"n_params", n_out},
+               {"seed", opt_.seed},            {"global_batch", opt_.global_batch},
+               {"seq_len", opt_.seq_len},      {"n_layer", model_.config().n_layer},
+               {"n_head", model_.config().n_head}, {"n_embd", model_.config().n_embd},
+               {"vocab_size", model_.config().vocab_size}};
+  if (scaler_.enabled()) {
+    const LossScalerState st = scaler_.state();
+    ck.header["loss_scale"] = {{"scale", st.scale}, {"growth_tracker", st.growth_tracker},
+                               {"hysteresis_left", st.hysteresis_left}};
+  }
+  ck.params = params;
+  ck.m = mp;
+  ck.v = vp;
+  save_checkpoint(path, ck);
+}
+
+int64_t TrainingCheckpoint::load(const std::string& path) {
+  const size_t n = model_.num_params();
+  std::vector<float> m(n), v(n), full(n);
+  float* params = full.data();
+  nlohmann::json hdr;
+  if (tp_ > 1 || pp_ > 1) {
+    // The file holds the whole model: take this stage's tensors, this TP rank's slices.
+    const size_t nf = model::GPT::unit_bounds(model_.config(), 1).back();
+    std::vector<float> pf(nf), mf(nf), vf(nf);
+    hdr = load_checkpoint(path, nf, pf.data(), mf.data(), vf.data());
+    from_full(pf.data(), params);
+    from_full(mf.data(), m.data());
+    from_full(vf.data(), v.data());
+  } else {
+    hdr = load_checkpoint(path, n, params, m.data(), v.data());
+  }
+  // The data order depends on (seed, global batch, seq len): a resumed run only
+  // continues the saved one if they match.
+  auto same = [&](const char* key, int64_t now, const char* flag) {
+    const int64_t then = hdr.value(key, now);
+    BRAID_CONFIG_CHECK(then == now, "checkpoint ", path, " was saved with ", flag, " ", then,
+                       " but this run has ", flag, " ", now, "; resume with the same value");
+  };
+  same("seed", static_cast<int64_t>(opt_.seed), "--seed");
+  same("n_layer", model_.config().n_layer, "--n-layer");
+  same("n_head", model_.config().n_head, "--n-head");
+  same("n_embd", model_.config().n_embd, "--n-embd");
+  same("vocab_size", model_.config().vocab_size, "--vocab-size");
+  same("global_batch", opt_.global_batch, "--batch");
+  same("seq_len", opt_.seq_len, "--seq-len");
+  const int64_t step = hdr.at("step").get<int64_t>();
+  BRAID_CONFIG_CHECK(step < opt_.steps, "checkpoint ", path, " is at step ", step, " and --steps ",
+                     opt_.steps, " leaves nothing to train; pass a larger --steps");
+  optimizer_.load_state(m.data(), v.data());
+  sync_.load_params(full.data());
+  if (scaler_.enabled() && hdr.contains("loss_scale")) {
+    const auto& ls = hdr["loss_scale"];
+    scaler_.set_state({ls.at("scale").get<float>(), ls.at("growth_tracker").get<int64_t>(),
+                        ls.at("hysteresis_left").get<int64_t>()});
+  }
+  return step;
+}
+
+}  // namespace braid::train

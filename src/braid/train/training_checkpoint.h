@@ -1,0 +1,49 @@
+// The training state a checkpoint holds — parameters, AdamW moments, the fp16
+// loss scale, the step — in the whole model's layout (TP = PP = 1, nothing
+// sharded), whatever the layout of the run that saves or loads it, so any
+// layout resumes any other. Saving gathers the DP shards (GradSync), the TP
+// slices and the pipeline stages; loading takes this rank's part.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "braid/model/gpt.h"
+#include "braid/parallel/data_parallel/grad_sync.h"
+#include "braid/train/loss_scaler.h"
+#include "braid/train/optimizer.h"
+#include "braid/train/options.h"
+#include "braid/train/parallel_plan.h"
+
+namespace braid::train {
+
+class TrainingCheckpoint {
+ public:
+  /// Everything must outlive this object.
+  TrainingCheckpoint(const TrainOptions& opt, ParallelContext& ctx, model::GPT& model, parallel::GradSync& sync,
+                     AdamW& optimizer, DynamicLossScaler& scaler);
+
+  /// Writes `path` atomically on rank 0 with next_step as the step to resume
+  /// at. Collective over the world (every rank calls it).
+  void save(const std::string& path, int64_t next_step);
+  /// Loads this rank's part of `path`; returns the step to resume at. Throws
+  /// ConfigError when the file was saved with another seed, model size, batch
+  /// or sequence length, or leaves no step to train.
+  int64_t load(const std::string& path);
+
+  /// This rank's flat array (its TP slices of its stage's tensors) -> the
+  /// whole model's (collective over TP and PP); and back.
+  void to_full(const float* local, std::vector<float>& full);
+  void from_full(const float* full, float* local) const;
+
+ private:
+  const TrainOptions& opt_;
+  ParallelContext& ctx_;
+  model::GPT& model_;
+  parallel::GradSync& sync_;
+  AdamW& optimizer_;
+  DynamicLossScaler& scaler_;
+  int tp_, pp_;
+};
+
+}  // namespace braid::train
