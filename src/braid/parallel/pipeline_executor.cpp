@@ -83,6 +83,21 @@ PipelineExecutor::Result PipelineExecutor::run(StageModel& model, const SpanFn& 
   return s.result;
 }
 
+float PipelineExecutor::forward_only(StageModel& model, int micro, int micros) {
+  const size_t bytes = model.boundary_bytes();
+  const int Q = P_ * v_;
+  float loss = 0;
+  for (int c = 0; c < v_; ++c) {
+    const int q = c * P_ + rank_;
+    model.set_slot(0, c);
+    if (q > 0) pp_->recv(model.stage_input(), bytes, (rank_ + P_ - 1) % P_, act_tag(q, micro, micros));
+    const float l = model.forward(micro, q == 0, q == Q - 1);
+    if (q == Q - 1) loss = l;
+    if (q < Q - 1) pp_->send(model.stage_output(), bytes, (rank_ + 1) % P_, act_tag(q + 1, micro, micros));
+  }
+  return loss;
+}
+
 void PipelineExecutor::run_forward(Pass& s, const PipeAction& a) {
   const int j = a.micro, c = a.chunk, q = c * P_ + rank_, Q = P_ * v_;
   auto& fs = s.free_slots[static_cast<size_t>(c)];

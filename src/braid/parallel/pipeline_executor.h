@@ -70,6 +70,12 @@ class PipelineExecutor {
   /// slot that is not free (a schedule that keeps too many micro-batches alive).
   Result run(StageModel& model, const SpanFn& span = {});
 
+  /// Forward only (evaluation, sampling): micro-batch `micro` of `micros`
+  /// through every chunk of this rank, slot 0 of each, activations of
+  /// model.boundary_bytes() passed on with blocking sends. Returns the loss on
+  /// the last virtual stage, else 0.
+  float forward_only(StageModel& model, int micro, int micros);
+
   /// Bytes of the gradient send ring on stage `stage` (0 when it sends no gradient).
   static size_t grad_ring_bytes(int P, int v, int stage, size_t boundary_bytes);
 

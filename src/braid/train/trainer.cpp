@@ -21,6 +21,7 @@
 #include "braid/train/checkpoint.h"
 #include "braid/train/mfu.h"
 #include "braid/train/preemption.h"
+#include "braid/train/sampling.h"
 
 namespace braid::train {
 
@@ -228,12 +229,12 @@ float Trainer::evaluate() {
         const int64_t j = vb * opt_.global_batch + eval_rank * per_rank + micro * B + b;
         offs[static_cast<size_t>(b)] = static_cast<size_t>(j * T) % windows;
       }
-      if (pp_size_ > 1) {
-        sum += pipeline_evaluate_batch(offs.data(), 1, val_->data());
-      } else {
+      if (model_->is_first_stage() || model_->is_last_stage())
         gather_batch(val_->data(), offs.data(), B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
-        sum += model_->forward(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
-      }
+      float l = forward_pass(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
+      // The loss lives on the last stage.
+      if (pp_size_ > 1) ctx_->pp()->broadcast(&l, 1, DType::f32, pp_size_ - 1);
+      sum += l;
       ++count;
     }
   }
@@ -247,9 +248,9 @@ std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t
   const int64_t Vp = model_->config().padded_vocab_size, V = model_->config().vocab_size;
   std::vector<int32_t> seq = prompt;
   Rng rng(seed);
-  std::vector<std::pair<float, int32_t>> cand(static_cast<size_t>(V));
-  // Under TP each rank holds a slice of the vocabulary's logits: gather the
-  // last position's row, so every rank sees the full row and picks the same token.
+  // Under TP each rank holds a slice of the vocabulary's logits: the last
+  // stage's TP ranks gather the last position's row and send it back along the
+  // pipeline, so every rank sees the full row and picks the same token.
   const int64_t P = tp_size_, Vpl = Vp / P;
   std::vector<float> row(static_cast<size_t>(Vp));
   // Sequence parallelism splits the token rows over TP: round the context up
@@ -262,50 +263,17 @@ std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t
     ctx_buf.assign(seq.end() - len, seq.end());
     const int64_t T = opt_.sequence_parallel ? (len + P - 1) / P * P : len;
     ctx_buf.resize(static_cast<size_t>(T), ctx_buf.back());
-    const float* logits = nullptr;
-    if (pp_size_ > 1) {
-      // Through the stages; the last one's TP ranks assemble the row and send
-      // it back along the pipeline, so every rank picks the same token.
-      pipeline_forward(ctx_buf.data(), nullptr, 1, T, 0, 1);
-      if (model_->is_last_stage()) {
-        const float* mine = model_->logits() + (len - 1) * Vpl;
-        if (P > 1) {
-          ctx_->tp()->all_gather(mine, row.data(), static_cast<size_t>(Vpl), DType::f32);
-        } else {
-          std::copy_n(mine, Vp, row.data());
-        }
-      }
-      ctx_->pp()->broadcast(row.data(), static_cast<size_t>(Vp), DType::f32, pp_size_ - 1);
-      logits = row.data();
-    } else {
-      model_->forward(ctx_buf.data(), nullptr, 1, T);
-      logits = model_->logits() + (len - 1) * Vpl;
+    forward_pass(ctx_buf.data(), nullptr, 1, T);
+    if (model_->is_last_stage()) {
+      const float* mine = model_->logits() + (len - 1) * Vpl;
       if (P > 1) {
-        ctx_->tp()->all_gather(logits, row.data(), static_cast<size_t>(Vpl), DType::f32);
-        logits = row.data();
+        ctx_->tp()->all_gather(mine, row.data(), static_cast<size_t>(Vpl), DType::f32);
+      } else {
+        std::copy_n(mine, Vp, row.data());
       }
     }
-    for (int64_t v = 0; v < V; ++v) cand[static_cast<size_t>(v)] = {logits[v], static_cast<int32_t>(v)};
-    const int64_t k = std::clamp<int64_t>(opt_.sample_top_k, 1, V);
-    std::partial_sort(cand.begin(), cand.begin() + k, cand.end(),
-                      [](auto& a, auto& b) { return a.first > b.first; });
-    const float temp = std::max(opt_.sample_temperature, 1e-4f);
-    double total = 0;
-    std::vector<double> p(static_cast<size_t>(k));
-    for (int64_t j = 0; j < k; ++j) {
-      p[static_cast<size_t>(j)] = std::exp((cand[static_cast<size_t>(j)].first - cand[0].first) / temp);
-      total += p[static_cast<size_t>(j)];
-    }
-    double u = rng.uniform() * total;
-    int64_t pick = k - 1;
-    for (int64_t j = 0; j < k; ++j) {
-      u -= p[static_cast<size_t>(j)];
-      if (u <= 0) {
-        pick = j;
-        break;
-      }
-    }
-    seq.push_back(cand[static_cast<size_t>(pick)].second);
+    if (pp_size_ > 1) ctx_->pp()->broadcast(row.data(), static_cast<size_t>(Vp), DType::f32, pp_size_ - 1);
+    seq.push_back(sample_token(row.data(), V, opt_.sample_top_k, opt_.sample_temperature, rng));
   }
   model_->set_training(true);
   return seq;

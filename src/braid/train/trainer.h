@@ -113,12 +113,11 @@ class Trainer {
   std::unique_ptr<parallel::PipelineExecutor> executor_;  // runs every step's program
   class TrainStage;  // the model and this step's data, as the executor sees them
   double simulated_bubble_ = 0;  // the schedule's bubble with unit costs (printed at start)
-  float pipeline_evaluate_batch(const size_t* offsets, int64_t micro_count, const uint16_t* stream);
-  /// Forward of one (B, T) micro-batch (number `micro` of `micros`, for the
-  /// tags) through every virtual stage; every pipeline rank calls it. Returns
-  /// the mean loss on the last stage when targets are given, else 0.
-  float pipeline_forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, int micro,
-                         int64_t micros);
+  /// Forward of one (B, T) micro-batch through every pipeline stage (every
+  /// pipeline rank calls it); the loss on the last stage when targets are
+  /// given, else 0. Leaves the logits on the last stage.
+  float forward_pass(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T);
+  class ForwardStage;
   TraceRecorder tracer_;  // --trace-out
   /// Records span `what` (+ index when >= 0) if --trace-out is set.
   /// chunk >= 0: the span belongs to that model chunk (named ".c<chunk>" when a rank holds several).

@@ -15,8 +15,6 @@ namespace braid::train {
 namespace {
 using Clock = std::chrono::steady_clock;
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-// Tags name the receiving virtual stage q and the micro-batch (as the executor's).
-int act_tag(int q, int micro, int64_t m) { return static_cast<int>(2 * (q * m + micro)); }
 // "<what><micro>", built by appending (GCC 12 warns falsely on literal + to_string).
 std::string span_name(const char* what, int64_t micro) {
   std::string s(what);
@@ -138,38 +136,34 @@ void Trainer::trace(const char* what, int64_t index, const char* cat, double t0,
   tracer_.span(std::move(name), cat, t0, t1);
 }
 
-float Trainer::pipeline_forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T, int micro,
-                                int64_t micros) {
-  // One micro-batch through the virtual stages, slot 0 of each chunk; the
-  // loss (targets given) is the last stage's, 0 elsewhere.
-  const int P = pp_size_, v = model_->num_chunks(), Q = P * v;
-  const int prev = (pp_rank_ + P - 1) % P, next = (pp_rank_ + 1) % P;
-  const size_t bytes = static_cast<size_t>(model_->boundary_rows(B, T) * model_->config().n_embd) * sizeof(float);
-  float loss = 0;
-  for (int c = 0; c < v; ++c) {
-    const int q = c * P + pp_rank_;
-    model_->set_slot(0, c);
-    if (q > 0) ctx_->pp()->recv(model_->stage_input(), bytes, prev, act_tag(q, micro, micros));
-    const float l = model_->forward(q == 0 ? tokens : nullptr, q == Q - 1 ? targets : nullptr, B, T);
-    if (q == Q - 1) loss = l;
-    if (q < Q - 1) ctx_->pp()->send(model_->stage_output(), bytes, next, act_tag(q + 1, micro, micros));
+// Forward only over given tokens (evaluation, sampling).
+class Trainer::ForwardStage final : public parallel::StageModel {
+ public:
+  ForwardStage(model::GPT& m, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T)
+      : m_(m), tokens_(tokens), targets_(targets), B_(B), T_(T) {}
+  int num_chunks() const override { return m_.num_chunks(); }
+  int64_t chunk_slots(int c) const override { return m_.chunk_slots(c); }
+  void set_slot(int64_t slot, int c) override { m_.set_slot(slot, c); }
+  void* stage_input() override { return m_.stage_input(); }
+  const void* stage_output() override { return m_.stage_output(); }
+  void* boundary_grad() override { return m_.boundary_grad(); }
+  size_t boundary_bytes() const override {
+    return static_cast<size_t>(m_.boundary_rows(B_, T_) * m_.config().n_embd) * sizeof(float);
   }
-  return loss;
-}
+  float forward(int, bool first, bool last) override {
+    return m_.forward(first ? tokens_ : nullptr, last ? targets_ : nullptr, B_, T_);
+  }
+  void backward(int, parallel::PipeOp, bool) override { BRAID_CHECK(false, "a forward-only pass has no backward"); }
 
-float Trainer::pipeline_evaluate_batch(const size_t* offsets, int64_t micro_count, const uint16_t* stream) {
-  // Forward only, one micro-batch after another through the (virtual) stages.
-  const int64_t B = opt_.micro_batch, T = opt_.seq_len;
-  const bool first = model_->is_first_stage(), last = model_->is_last_stage();
-  double sum = 0;
-  for (int64_t j = 0; j < micro_count; ++j) {
-    if (first || last)
-      gather_batch(stream, offsets + j * B, B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
-    sum += pipeline_forward(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T, static_cast<int>(j), micro_count);
-  }
-  float loss = last ? static_cast<float>(sum) : 0.f;
-  ctx_->pp()->broadcast(&loss, 1, DType::f32, pp_size_ - 1);
-  return loss;
+ private:
+  model::GPT& m_;
+  const int32_t *tokens_, *targets_;
+  int64_t B_, T_;
+};
+
+float Trainer::forward_pass(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
+  ForwardStage stage(*model_, tokens, targets, B, T);
+  return executor_->forward_only(stage, 0, 1);
 }
 
 }  // namespace braid::train
