@@ -19,7 +19,14 @@ rc=0
 if [ "$which" != tsan ]; then
   if san_time "asan+ubsan build (all)" san_build build-asan address,undefined; then
     for suite in unit kernels dist parallel mpi e2e; do
-      san_time "asan+ubsan $suite" san_ctest build-asan -L "^$suite\$" "${extra[@]+"${extra[@]}"}" || rc=1
+      # Under mpirun every rank leaks ~117 KB in ~3350 allocations made by
+      # OpenMPI's and UCX's plugins, which are unloaded before LeakSanitizer
+      # runs, so no frame can be named or suppressed (none is braid's). Leak
+      # checking stays on for the suites whose ranks are threads (the same
+      # code); ASan and UBSan errors stay fatal everywhere.
+      opts="$ASAN_OPTIONS"
+      case "$suite" in mpi | e2e) opts+=":detect_leaks=0" ;; esac
+      ASAN_OPTIONS="$opts" san_time "asan+ubsan $suite" san_ctest build-asan -L "^$suite\$" "${extra[@]+"${extra[@]}"}" || rc=1
     done
   else
     rc=1
