@@ -108,7 +108,7 @@ class Trainer {
   int tp_size_ = 1, tp_rank_ = 0;
   std::unique_ptr<DynamicLossScaler> scaler_;
   DType compute_ = DType::f32;
-  // Pipeline parallelism (trainer_pp.cpp).
+  // The step (trainer_pp.cpp): the executor and the pipeline layout.
   int pp_size_ = 1, pp_rank_ = 0;
   std::unique_ptr<parallel::PipelineExecutor> executor_;  // runs every step's program
   class TrainStage;  // the model and this step's data, as the executor sees them
