@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Generates src/braid/train/unicode_tables.h: the code-point classes used by the
+// Generates src/braid/data/unicode_tables.h: the code-point classes used by the
 // GPT-2 pre-tokenizer regex, computed with the very regexes the JS oracle
 // (gpt-3-encoder) runs, so the C++ port classifies every code point exactly as
 // this node version does. Usage: node tools/gen_unicode_tables.js [out.h]
@@ -8,7 +8,7 @@ const fs = require('fs');
 const path = require('path');
 
 const out = process.argv[2] ||
-    path.join(__dirname, '..', 'src', 'braid', 'train', 'unicode_tables.h');
+    path.join(__dirname, '..', 'src', 'braid', 'data', 'unicode_tables.h');
 
 const classes = [
   ['kLetterRanges', /^\p{L}$/u, '\\p{L}'],

@@ -16,9 +16,9 @@
 
 #include "braid/commands.h"
 #include "braid/core/error.h"
-#include "braid/train/corpus.h"
-#include "braid/train/token_file.h"
-#include "braid/train/tokenizer.h"
+#include "braid/data/corpus.h"
+#include "braid/data/token_file.h"
+#include "braid/data/tokenizer.h"
 
 namespace braid::cli {
 namespace {

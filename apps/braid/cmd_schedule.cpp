@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "braid/core/error.h"
-#include "braid/parallel/pipeline.h"
+#include "braid/parallel/pipeline/schedule.h"
 #include "braid/train/parallel_plan.h"
 #include "commands.h"
 

@@ -11,7 +11,7 @@
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
-#include "braid/train/sampler.h"
+#include "braid/data/sampler.h"
 #include "braid/train/trainer.h"
 #include "parallel/harness.h"
 

@@ -10,7 +10,7 @@
 
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
-#include "braid/parallel/sharded.h"
+#include "braid/parallel/data_parallel/sharded.h"
 #include "braid/train/plan.h"
 #include "braid/train/trainer.h"
 #include "parallel/harness.h"

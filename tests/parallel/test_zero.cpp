@@ -10,7 +10,7 @@
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
-#include "braid/parallel/zero.h"
+#include "braid/parallel/data_parallel/zero.h"
 #include "braid/train/trainer.h"
 #include "parallel/harness.h"
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "braid/core/error.h"
-#include "braid/train/corpus.h"
+#include "braid/data/corpus.h"
 
 namespace braid::data {
 namespace {

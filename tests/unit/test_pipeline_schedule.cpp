@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "braid/core/error.h"
-#include "braid/parallel/pipeline.h"
+#include "braid/parallel/pipeline/schedule.h"
 
 using namespace braid;
 using parallel::PipeOp;

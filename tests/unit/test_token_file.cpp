@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "braid/core/error.h"
-#include "braid/train/token_file.h"
+#include "braid/data/token_file.h"
 
 namespace braid::data {
 namespace {

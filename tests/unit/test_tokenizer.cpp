@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "braid/core/error.h"
-#include "braid/train/corpus.h"
-#include "braid/train/tokenizer.h"
+#include "braid/data/corpus.h"
+#include "braid/data/tokenizer.h"
 
 namespace braid::data {
 namespace {

@@ -12,9 +12,9 @@
 #include "braid/comm/communicator.h"
 #include "braid/core/dtype.h"
 #include "braid/model/gpt.h"
-#include "braid/parallel/pipeline.h"
+#include "braid/parallel/pipeline/schedule.h"
 #include "braid/parallel/data_parallel/grad_sync.h"
-#include "braid/parallel/sharded.h"
+#include "braid/parallel/data_parallel/sharded.h"
 #include "braid/parallel/topology.h"
 #include "braid/train/options.h"
 

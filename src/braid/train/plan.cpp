@@ -4,10 +4,10 @@
 #include <sstream>
 
 #include "braid/core/error.h"
-#include "braid/parallel/pipeline.h"
-#include "braid/parallel/pipeline_executor.h"
-#include "braid/parallel/sharded.h"
-#include "braid/parallel/zero.h"
+#include "braid/parallel/pipeline/schedule.h"
+#include "braid/parallel/pipeline/executor.h"
+#include "braid/parallel/data_parallel/sharded.h"
+#include "braid/parallel/data_parallel/zero.h"
 
 namespace braid::train {
 

@@ -12,8 +12,8 @@
 #include "braid/core/memory.h"
 #include "braid/model/gpt.h"
 #include "braid/parallel/data_parallel/grad_sync.h"
-#include "braid/parallel/pipeline.h"
-#include "braid/parallel/pipeline_executor.h"
+#include "braid/parallel/pipeline/schedule.h"
+#include "braid/parallel/pipeline/executor.h"
 #include "braid/parallel/topology.h"
 #include "braid/train/trace.h"
 #include "braid/train/training_checkpoint.h"
@@ -23,7 +23,7 @@
 #include "braid/train/run_log.h"
 #include "braid/train/lr_schedule.h"
 #include "braid/train/optimizer.h"
-#include "braid/train/sampler.h"
+#include "braid/data/sampler.h"
 
 namespace braid::train {
 

@@ -7,8 +7,8 @@
 
 #include "braid/core/memory.h"
 #include "braid/parallel/data_parallel/grad_sync.h"
-#include "braid/parallel/ddp.h"
-#include "braid/parallel/zero.h"
+#include "braid/parallel/data_parallel/ddp.h"
+#include "braid/parallel/data_parallel/zero.h"
 
 namespace braid::parallel {
 

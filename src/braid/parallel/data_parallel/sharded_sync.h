@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "braid/parallel/data_parallel/grad_sync.h"
-#include "braid/parallel/sharded.h"
+#include "braid/parallel/data_parallel/sharded.h"
 
 namespace braid::parallel {
 

@@ -1,4 +1,4 @@
-#include "braid/parallel/pipeline.h"
+#include "braid/parallel/pipeline/schedule.h"
 
 #include <algorithm>
 #include <cmath>

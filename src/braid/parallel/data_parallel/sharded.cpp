@@ -1,4 +1,4 @@
-#include "braid/parallel/sharded.h"
+#include "braid/parallel/data_parallel/sharded.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "braid/parallel/zero.h"
+#include "braid/parallel/data_parallel/zero.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "braid/parallel/ddp.h"
+#include "braid/parallel/data_parallel/ddp.h"
 
 #include <algorithm>
 

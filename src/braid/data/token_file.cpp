@@ -1,4 +1,4 @@
-#include "braid/train/token_file.h"
+#include "braid/data/token_file.h"
 
 #include <cerrno>
 #include <cstdio>

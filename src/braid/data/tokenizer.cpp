@@ -1,5 +1,5 @@
 // GPT-2 byte-level BPE, ported to match the gpt-3-encoder JS package id for id.
-#include "braid/train/tokenizer.h"
+#include "braid/data/tokenizer.h"
 
 #include <algorithm>
 #include <array>
@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "braid/core/error.h"
-#include "braid/train/unicode_tables.h"
+#include "braid/data/unicode_tables.h"
 
 namespace braid::data {
 namespace {

@@ -1,4 +1,4 @@
-#include "braid/parallel/pipeline_executor.h"
+#include "braid/parallel/pipeline/executor.h"
 
 #include <chrono>
 #include <cstring>

@@ -1,7 +1,7 @@
 // Pipeline schedules as data (docs/ARCHITECTURE.md): a builder returns each
 // rank's list of actions, a checker verifies the tables alone (every action
 // once, forward before backward, no deadlock) and measures the bubble by
-// simulating the executor on them, and PipelineExecutor (pipeline_executor.h) runs them.
+// simulating the executor on them, and PipelineExecutor (executor.h) runs them.
 // Activations move to the next virtual stage after a forward and gradients to
 // the previous one after a backward (point-to-point, tagged by micro-batch and
 // chunk), so the tables hold compute actions only and their order fixes the

@@ -1,4 +1,4 @@
-#include "braid/train/corpus.h"
+#include "braid/data/corpus.h"
 
 #include <algorithm>
 #include <cctype>
@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "braid/core/error.h"
-#include "braid/train/tokenizer.h"
+#include "braid/data/tokenizer.h"
 
 namespace braid::data {
 namespace {

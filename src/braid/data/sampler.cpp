@@ -1,4 +1,4 @@
-#include "braid/train/sampler.h"
+#include "braid/data/sampler.h"
 
 #include "braid/core/error.h"
 #include "braid/core/rng.h"

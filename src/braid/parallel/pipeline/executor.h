@@ -19,7 +19,7 @@
 
 #include "braid/comm/communicator.h"
 #include "braid/core/memory.h"
-#include "braid/parallel/pipeline.h"
+#include "braid/parallel/pipeline/schedule.h"
 
 namespace braid::parallel {
 
