@@ -23,12 +23,12 @@ std::string span_name(const char* what, int64_t micro) {
 }
 }  // namespace
 
-class Trainer::TrainStage final : public parallel::StageModel {
+namespace {
+// The model's chunks, slots and boundary buffers as the executor sees them,
+// for (B, T) micro-batches.
+class GptStage : public parallel::StageModel {
  public:
-  TrainStage(Trainer& t, int64_t step)
-      : t_(t), m_(*t.model_), step_(step), offsets_(t.sampler_->rank_offsets(step)),
-        scale_(t.scaler_->scale() / static_cast<float>(t.accum_steps_)) {}
-
+  GptStage(model::GPT& m, int64_t B, int64_t T) : m_(m), B_(B), T_(T) {}
   int num_chunks() const override { return m_.num_chunks(); }
   int64_t chunk_slots(int c) const override { return m_.chunk_slots(c); }
   void set_slot(int64_t slot, int c) override { m_.set_slot(slot, c); }
@@ -36,9 +36,22 @@ class Trainer::TrainStage final : public parallel::StageModel {
   const void* stage_output() override { return m_.stage_output(); }
   void* boundary_grad() override { return m_.boundary_grad(); }
   size_t boundary_bytes() const override {
-    return static_cast<size_t>(m_.boundary_rows(t_.opt_.micro_batch, t_.opt_.seq_len) * m_.config().n_embd) *
-           sizeof(float);
+    return static_cast<size_t>(m_.boundary_rows(B_, T_) * m_.config().n_embd) * sizeof(float);
   }
+
+ protected:
+  model::GPT& m_;
+  int64_t B_, T_;
+};
+}  // namespace
+
+class Trainer::TrainStage final : public GptStage {
+ public:
+  TrainStage(Trainer& t, int64_t step)
+      : GptStage(*t.model_, t.opt_.micro_batch, t.opt_.seq_len), t_(t), step_(step),
+        offsets_(t.sampler_->rank_offsets(step)),
+        scale_(t.scaler_->scale() / static_cast<float>(t.accum_steps_)) {}
+
 
   float forward(int j, bool first, bool last) override {
     const int64_t B = t_.opt_.micro_batch, T = t_.opt_.seq_len;
@@ -76,7 +89,6 @@ class Trainer::TrainStage final : public parallel::StageModel {
   }
 
   Trainer& t_;
-  model::GPT& m_;
   int64_t step_;
   std::vector<size_t> offsets_;
   float scale_;
@@ -137,28 +149,17 @@ void Trainer::trace(const char* what, int64_t index, const char* cat, double t0,
 }
 
 // Forward only over given tokens (evaluation, sampling).
-class Trainer::ForwardStage final : public parallel::StageModel {
+class Trainer::ForwardStage final : public GptStage {
  public:
   ForwardStage(model::GPT& m, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T)
-      : m_(m), tokens_(tokens), targets_(targets), B_(B), T_(T) {}
-  int num_chunks() const override { return m_.num_chunks(); }
-  int64_t chunk_slots(int c) const override { return m_.chunk_slots(c); }
-  void set_slot(int64_t slot, int c) override { m_.set_slot(slot, c); }
-  void* stage_input() override { return m_.stage_input(); }
-  const void* stage_output() override { return m_.stage_output(); }
-  void* boundary_grad() override { return m_.boundary_grad(); }
-  size_t boundary_bytes() const override {
-    return static_cast<size_t>(m_.boundary_rows(B_, T_) * m_.config().n_embd) * sizeof(float);
-  }
+      : GptStage(m, B, T), tokens_(tokens), targets_(targets) {}
   float forward(int, bool first, bool last) override {
     return m_.forward(first ? tokens_ : nullptr, last ? targets_ : nullptr, B_, T_);
   }
   void backward(int, parallel::PipeOp, bool) override { BRAID_CHECK(false, "a forward-only pass has no backward"); }
 
  private:
-  model::GPT& m_;
   const int32_t *tokens_, *targets_;
-  int64_t B_, T_;
 };
 
 float Trainer::forward_pass(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {

@@ -5,17 +5,26 @@
 #include <cstring>
 
 #include "braid/core/hash.h"
+#include "braid/kernels/cpu/convert.h"
 #include "braid/model/gpt.h"
 
 namespace braid::parallel {
 
+namespace {
+// f32 through the vectorised kernel; half formats by their all-ones exponent (inf or NaN).
+bool nonfinite(const void* x, DType t, size_t n) {
+  if (t == DType::f32) return kernels::has_nonfinite(static_cast<const float*>(x), n);
+  const uint16_t* h = static_cast<const uint16_t*>(x);
+  const uint16_t mask = t == DType::bf16 ? 0x7f80u : 0x7c00u;
+  for (size_t i = 0; i < n; ++i)
+    if ((h[i] & mask) == mask) return true;
+  return false;
+}
+}  // namespace
+
 bool GradSync::local_grads_nonfinite() const {
-  const DType t = grad_dtype();
-  for (const auto& r : owned()) {
-    const void* g = grad(r);
-    for (size_t i = 0; i < r.len; ++i)
-      if (!std::isfinite(load_as_f32(g, i, t))) return true;
-  }
+  for (const auto& r : owned())
+    if (nonfinite(grad(r), grad_dtype(), r.len)) return true;
   return false;
 }
 

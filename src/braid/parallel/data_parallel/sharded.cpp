@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "braid/core/error.h"
+#include "braid/core/hash.h"
 #include "braid/kernels/cpu/convert.h"
 
 namespace braid::parallel {
@@ -41,23 +42,6 @@ void accumulate(void* dst, DType dt, const void* src, DType st, size_t n) {
     store_from_f32(dst, k, dt, load_as_f32(dst, k, dt) + load_as_f32(src, k, st));
   }
 }
-
-bool nonfinite(const void* x, DType t, size_t n) {
-  if (t == DType::f32) return kernels::has_nonfinite(static_cast<const float*>(x), n);
-  const uint16_t* h = static_cast<const uint16_t*>(x);
-  const uint16_t mask = t == DType::bf16 ? 0x7f80u : 0x7c00u;  // all-ones exponent: inf or NaN
-  for (size_t i = 0; i < n; ++i)
-    if ((h[i] & mask) == mask) return true;
-  return false;
-}
-
-uint64_t fnv(uint64_t h, const void* data, size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-constexpr uint64_t kFnvBasis = 1469598103934665603ull;
 
 }  // namespace
 
@@ -514,12 +498,6 @@ const void* ShardedEngine::grad(const Segment& s) const {
   return grad_full_.as<char>() + s.offset * b_;
 }
 
-bool ShardedEngine::local_grads_nonfinite() const {
-  for (const auto& s : owned_)
-    if (nonfinite(grad(s), sc_.compute, s.len)) return true;
-  return false;
-}
-
 void ShardedEngine::gather_compute_full() {
   // Stages 1/2: every rank's updated block travels once (all-gather per unit).
   if (N_ == 1) return;
@@ -601,11 +579,11 @@ void ShardedEngine::load_master(const float* full) {
 
 uint64_t ShardedEngine::hash_compute_params() {
   uint64_t h = kFnvBasis;
-  if (sc_.stage <= 2) return fnv(h, compute_full_.data(), n_ * b_);
+  if (sc_.stage <= 2) return fnv1a(compute_full_.data(), n_ * b_, h);
   for (size_t u = 0; u < units_.size(); ++u) {
     const int U = static_cast<int>(u);
     const float* p = acquire_params(U);
-    h = fnv(h, p, (units_[u].end - units_[u].begin) * sizeof(float));
+    h = fnv1a(p, (units_[u].end - units_[u].begin) * sizeof(float), h);
     release_params(U);
   }
   // Forget what the hash gathered, so checking does not change the next step's traffic.

@@ -112,8 +112,6 @@ class ShardedEngine final : public model::UnitStorage {
   /// Gradient of owned segment s in grad_dtype() (its len elements).
   const void* grad(const Segment& s) const;
   DType grad_dtype() const { return sc_.compute; }
-  /// True if any owned gradient element is inf or NaN (local; reduce it over all ranks).
-  bool local_grads_nonfinite() const;
 
   /// Full f32 master weights into out (num_params), identical on all ranks.
   /// Collective over the shard group.
