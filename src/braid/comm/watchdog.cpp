@@ -62,8 +62,119 @@ std::string fmt_t(double s) {
 
 std::string join_ranks(const std::vector<int>& v) {
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? " " : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ' ';
+    s += std::to_string(v[i]);
+  }
   return s;
+}
+
+// What the peers said about one timed-out operation (got[i]: targets[i] answered).
+struct PeerAnswers {
+  std::vector<int> targets;
+  std::vector<Reply> replies;
+  std::vector<bool> got;
+};
+
+// Sends q to every target over the control communicator and collects the
+// replies for answer_s seconds, serving the peers' own questions meanwhile.
+PeerAnswers ask_peers(Communicator& control, const Query& q, std::vector<int> targets, double answer_s,
+                      const std::function<void()>& serve, const std::function<double()>& now) {
+  PeerAnswers a;
+  a.targets = std::move(targets);
+  const size_t n = a.targets.size();
+  a.replies.resize(n);
+  a.got.assign(n, false);
+  std::vector<WorkPtr> rw(n), qw(n);
+  try {
+    for (size_t i = 0; i < n; ++i) {
+      rw[i] = control.irecv(&a.replies[i], sizeof(Reply), a.targets[i], kReplyTagBase + q.qid % kReplyTags);
+      qw[i] = control.isend(&q, sizeof q, a.targets[i], kQueryTag);
+    }
+    const double until = now() + answer_s;
+    for (size_t left = n; left > 0 && now() < until;) {
+      serve();  // peers asking us at the same time must get their answers
+      for (size_t i = 0; i < n; ++i)
+        if (!a.got[i] && rw[i]->test()) {
+          a.got[i] = true;
+          --left;
+        }
+      if (left) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } catch (const std::exception&) {
+    // The control communicator failed (the job is aborting): report what we have.
+  }
+  for (auto* v : {&rw, &qw})
+    for (auto& w : *v)
+      if (w) {
+        try {
+          w->cancel();
+        } catch (...) {
+        }
+      }
+  return a;
+}
+
+struct TimeoutFacts {
+  const OpRecord& op;
+  std::string group;
+  double timeout_s;
+  int me;
+  double waited, answer_s;
+  std::string record_dir;
+  PeerAnswers answers;
+};
+
+// " Never reached it: ranks 1, 3 (detail)." style clause; empty when no rank.
+std::string rank_clause(const char* lead, const std::vector<int>& ranks, const std::string& tail) {
+  if (ranks.empty()) return "";
+  std::string s(lead);
+  s += ranks.size() > 1 ? ": ranks " : ": rank ";
+  s += join_ranks(ranks);
+  s += tail;
+  s += '.';
+  return s;
+}
+
+// The job's one message for a timed-out operation, from the peers' answers;
+// *in_it gets the ranks waiting in it (this one first), *peer_blocked whether
+// a point-to-point peer is itself waiting in an operation.
+std::string timeout_message(const TimeoutFacts& f, std::vector<int>* in_it, bool* peer_blocked) {
+  const OpRecord& op = f.op;
+  std::string msg = detail::concat("comm timeout: ", op.describe(), " on ", f.group, " did not complete within ",
+                                   f.timeout_s, " s on rank ", f.me, ".");
+  std::vector<int> never, silent, passed;
+  std::string never_detail, waits = detail::concat("rank ", f.me, " ", fmt_s(f.waited));
+  in_it->assign(1, f.me);
+  for (size_t i = 0; i < f.answers.targets.size(); ++i) {
+    const int who = f.answers.targets[i];
+    if (!f.answers.got[i]) {
+      silent.push_back(who);
+      continue;
+    }
+    const Reply& r = f.answers.replies[i];
+    if (!op.collective()) {
+      *peer_blocked = r.blocked != 0;
+      msg += detail::concat(" Rank ", who, " is ", r.activity, ".");
+    } else if (r.reached == kInIt) {
+      in_it->push_back(who);
+      waits += detail::concat(", rank ", who, " ", fmt_s(r.waited_s));
+    } else if (r.reached == kPassed) {
+      passed.push_back(who);
+    } else {
+      never.push_back(who);
+      never_detail += detail::concat(never_detail.empty() ? "" : "; ", "rank ", who, ": ",
+                                     r.reached == kUnknownGroup ? "does not have this group"
+                                                                : detail::concat("called ", r.next_seq, " collectives on it"),
+                                     ", ", r.activity);
+    }
+  }
+  msg += rank_clause(" Never reached it", never, " (" + never_detail + ")");
+  msg += rank_clause((" No answer within " + fmt_s(f.answer_s) + " (stopped, or hung outside braid)").c_str(), silent, "");
+  msg += rank_clause(" Already past it (mismatched collectives? run with --debug-collectives)", passed, "");
+  if (op.collective()) msg += " Waited in it: " + waits + ".";
+  if (!f.record_dir.empty()) msg += " Flight records: " + f.record_dir + "/flight_record_rank<R>.json.";
+  return msg;
 }
 
 }  // namespace
@@ -326,87 +437,23 @@ void Monitor::handle_timeout(const std::shared_ptr<CommState>& st, const OpRecor
   }
   const int32_t qid = next_query_++ + world_rank_ * 1000;
   const Query q{st->uid_hash, op.seq, world_rank_, qid};
-  const double answer_s = std::clamp(opt_.timeout_s, 1.0, 5.0);
-  std::vector<Reply> replies(targets.size());
-  std::vector<WorkPtr> rw(targets.size()), qw(targets.size());
-  std::vector<bool> got(targets.size(), false);
-  try {
-    for (size_t i = 0; i < targets.size(); ++i) {
-      rw[i] = control_->irecv(&replies[i], sizeof(Reply), targets[i], kReplyTagBase + qid % kReplyTags);
-      qw[i] = control_->isend(&q, sizeof q, targets[i], kQueryTag);
-    }
-    const double until = now() + answer_s;
-    for (size_t left = targets.size(); left > 0 && now() < until;) {
-      serve();  // peers asking us at the same time must get their answers
-      for (size_t i = 0; i < targets.size(); ++i)
-        if (!got[i] && rw[i]->test()) {
-          got[i] = true;
-          --left;
-        }
-      if (left) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  } catch (const std::exception&) {
-    // The control communicator failed (the job is aborting): report what we have.
-  }
-  for (auto* v : {&rw, &qw})
-    for (auto& w : *v)
-      if (w) {
-        try {
-          w->cancel();
-        } catch (...) {
-        }
-      }
-
-  const double waited = now() - op.t_started;
-  std::string msg = detail::concat("comm timeout: ", op.describe(), " on ", st->group_text(),
-                                   " did not complete within ", opt_.timeout_s, " s on rank ",
-                                   world_rank_, ".");
-  std::vector<int> never, silent, in_it{world_rank_}, passed;
-  std::string never_detail, waits = detail::concat("rank ", world_rank_, " ", fmt_s(waited));
+  TimeoutFacts f{op, st->group_text(), opt_.timeout_s, world_rank_, 0.0,
+                 std::clamp(opt_.timeout_s, 1.0, 5.0), opt_.record_dir, {}};
+  f.answers = ask_peers(*control_, q, std::move(targets), f.answer_s, [this] { serve(); }, [this] { return now(); });
+  f.waited = now() - op.t_started;
+  std::vector<int> in_it;
   bool peer_blocked = false;
-  for (size_t i = 0; i < targets.size(); ++i) {
-    const int who = targets[i];
-    if (!got[i]) {
-      silent.push_back(who);
-      continue;
-    }
-    const Reply& r = replies[i];
-    if (!op.collective()) {
-      peer_blocked = r.blocked != 0;
-      msg += detail::concat(" Rank ", who, " is ", r.activity, ".");
-      continue;
-    }
-    if (r.reached == kInIt) {
-      in_it.push_back(who);
-      waits += detail::concat(", rank ", who, " ", fmt_s(r.waited_s));
-    } else if (r.reached == kPassed) {
-      passed.push_back(who);
-    } else {
-      never.push_back(who);
-      never_detail += detail::concat(never_detail.empty() ? "" : "; ", "rank ", who, ": ",
-                                     r.reached == kUnknownGroup ? "does not have this group"
-                                                                : detail::concat("called ", r.next_seq, " collectives on it"),
-                                     ", ", r.activity);
-    }
-  }
-  if (!never.empty())
-    msg += " Never reached it: rank" + std::string(never.size() > 1 ? "s " : " ") + join_ranks(never) +
-           " (" + never_detail + ").";
-  if (!silent.empty())
-    msg += " No answer within " + fmt_s(answer_s) + " (stopped, or hung outside braid): rank" +
-           std::string(silent.size() > 1 ? "s " : " ") + join_ranks(silent) + ".";
-  if (!passed.empty())
-    msg += " Already past it (mismatched collectives? run with --debug-collectives): rank" +
-           std::string(passed.size() > 1 ? "s " : " ") + join_ranks(passed) + ".";
-  if (op.collective()) msg += " Waited in it: " + waits + ".";
-  if (!opt_.record_dir.empty())
-    msg += " Flight records: " + opt_.record_dir + "/flight_record_rank<R>.json.";
-
+  const std::string msg = timeout_message(f, &in_it, &peer_blocked);
   // One message per job: for a collective the lowest rank waiting in it reports; for
   // point-to-point the rank whose peer is not itself waiting on someone else.
   const bool reporter = op.collective() ? *std::min_element(in_it.begin(), in_it.end()) == world_rank_
                                         : !peer_blocked;
   dump_record(msg, true);
+  deliver_timeout(st, op, sig, msg, reporter);
+}
+
+void Monitor::deliver_timeout(const std::shared_ptr<CommState>& st, const OpRecord& op,
+                              const std::shared_ptr<OpSignal>& sig, const std::string& msg, bool reporter) {
   auto p = std::make_unique<Pending>();
   p->state = st;
   p->id = op.id;

@@ -136,8 +136,14 @@ class Monitor {
   void loop();
   void serve();
   void check_deadlines();
+  /// Asks the group (or the peer) where they are, composes the job's message
+  /// naming the ranks that never reached the operation, and delivers it.
   void handle_timeout(const std::shared_ptr<CommState>& st, const OpRecord& op,
                       const std::shared_ptr<OpSignal>& sig);
+  /// Raises the timeout in its waiter now (the reporter) or after a grace
+  /// period (the others: the reporter's failure normally ends them first).
+  void deliver_timeout(const std::shared_ptr<CommState>& st, const OpRecord& op,
+                       const std::shared_ptr<OpSignal>& sig, const std::string& msg, bool reporter);
   std::vector<std::shared_ptr<CommState>> states() const;
   /// What this rank is doing, in a phrase; *waiting set when it is in an operation.
   std::string activity(bool* waiting = nullptr) const;

@@ -131,6 +131,33 @@ uint64_t pair_key(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
 
+// The merges of vocab.bpe as byte strings, rank = list index. Like the JS:
+// lines.slice(1, -1), i.e. the "#version" line and the last line (empty after
+// the final newline) are dropped.
+std::vector<std::pair<std::string, std::string>> parse_merges(const std::string& bpe_text, const std::string& bpe_path,
+                                                              const std::unordered_map<uint32_t, uint8_t>& u2b) {
+  std::vector<std::string> lines;
+  for (size_t pos = 0;;) {
+    size_t nl = bpe_text.find('\n', pos);
+    if (nl == std::string::npos) {
+      lines.push_back(bpe_text.substr(pos));
+      break;
+    }
+    lines.push_back(bpe_text.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  std::vector<std::pair<std::string, std::string>> merges;
+  for (size_t i = 1; i + 1 < lines.size(); ++i) {
+    std::istringstream ls(lines[i]);
+    std::string a, b, extra;
+    ls >> a >> b;
+    BRAID_CHECK(!a.empty() && !b.empty() && !(ls >> extra), bpe_path, ":", i + 1,
+                ": expected two tokens, got '", lines[i], "'");
+    merges.emplace_back(unicode_to_bytes(a, u2b, bpe_path), unicode_to_bytes(b, u2b, bpe_path));
+  }
+  return merges;
+}
+
 }  // namespace
 
 // ---- cache -------------------------------------------------------------------
@@ -167,12 +194,17 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {
   const std::string bpe_path = dir + "/vocab.bpe";
   const std::string enc_text = read_file_or_throw(enc_path);
   const std::string bpe_text = read_file_or_throw(bpe_path);
-
   const auto b2u = bytes_to_unicode();
   std::unordered_map<uint32_t, uint8_t> u2b;
   for (int b = 0; b < 256; ++b) u2b[b2u[b]] = static_cast<uint8_t>(b);
-
   Gpt2Tokenizer t;
+  t.load_vocab(enc_text, enc_path, u2b);
+  t.load_merges(parse_merges(bpe_text, bpe_path, u2b));
+  return t;
+}
+
+void Gpt2Tokenizer::load_vocab(const std::string& enc_text, const std::string& enc_path,
+                               const std::unordered_map<uint32_t, uint8_t>& u2b) {
   nlohmann::json enc;
   try {
     enc = nlohmann::json::parse(enc_text);
@@ -181,49 +213,29 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {
                                      "); run scripts/setup.sh to reinstall it"));
   }
   BRAID_CHECK(enc.is_object(), enc_path, " must hold a JSON object");
-  t.vocab_.assign(enc.size(), std::string());
+  vocab_.assign(enc.size(), std::string());
   std::vector<bool> seen(enc.size(), false);
-  t.ids_.reserve(enc.size() * 2);
+  ids_.reserve(enc.size() * 2);
   for (auto it = enc.begin(); it != enc.end(); ++it) {
     const int64_t id = it.value().get<int64_t>();
     BRAID_CHECK(id >= 0 && id < static_cast<int64_t>(enc.size()) && !seen[id], enc_path,
                 ": ids must be a permutation of 0..", enc.size() - 1, ", got ", id);
     seen[id] = true;
     std::string bytes = unicode_to_bytes(it.key(), u2b, enc_path);
-    t.vocab_[id] = bytes;
-    t.ids_.emplace(std::move(bytes), static_cast<int32_t>(id));
+    vocab_[id] = bytes;
+    ids_.emplace(std::move(bytes), static_cast<int32_t>(id));
   }
   for (int b = 0; b < 256; ++b) {
-    auto it = t.ids_.find(std::string(1, static_cast<char>(b)));
-    BRAID_CHECK(it != t.ids_.end(), enc_path, ": byte ", b, " has no token");
-    t.byte_id_[b] = it->second;
+    auto it = ids_.find(std::string(1, static_cast<char>(b)));
+    BRAID_CHECK(it != ids_.end(), enc_path, ": byte ", b, " has no token");
+    byte_id_[b] = it->second;
   }
-  auto eot = t.ids_.find("<|endoftext|>");
-  BRAID_CHECK(eot != t.ids_.end(), enc_path, ": no <|endoftext|> token");
-  t.eot_ = eot->second;
+  auto eot = ids_.find("<|endoftext|>");
+  BRAID_CHECK(eot != ids_.end(), enc_path, ": no <|endoftext|> token");
+  eot_ = eot->second;
+}
 
-  // Merges. Like the JS: lines.slice(1, -1), i.e. the "#version" line and the
-  // last line (empty after the final newline) are dropped; rank = list index.
-  std::vector<std::string> lines;
-  for (size_t pos = 0;;) {
-    size_t nl = bpe_text.find('\n', pos);
-    if (nl == std::string::npos) {
-      lines.push_back(bpe_text.substr(pos));
-      break;
-    }
-    lines.push_back(bpe_text.substr(pos, nl - pos));
-    pos = nl + 1;
-  }
-  std::vector<std::pair<std::string, std::string>> merges;
-  for (size_t i = 1; i + 1 < lines.size(); ++i) {
-    std::istringstream ls(lines[i]);
-    std::string a, b, extra;
-    ls >> a >> b;
-    BRAID_CHECK(!a.empty() && !b.empty() && !(ls >> extra), bpe_path, ":", i + 1,
-                ": expected two tokens, got '", lines[i], "'");
-    merges.emplace_back(unicode_to_bytes(a, u2b, bpe_path), unicode_to_bytes(b, u2b, bpe_path));
-  }
-
+void Gpt2Tokenizer::load_merges(const std::vector<std::pair<std::string, std::string>>& merges) {
   // The JS looks ranks up in a plain object keyed by String([a, b]) = a + "," + b,
   // so a pair whose key coincides with a merge's key (possible when tokens hold
   // commas, e.g. ['",', '"'] vs ['"', ',"']) gets that merge's rank; a later
@@ -232,13 +244,13 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {
   key_rank.reserve(merges.size() * 2);
   for (size_t r = 0; r < merges.size(); ++r)
     key_rank[merges[r].first + "," + merges[r].second] = static_cast<int32_t>(r);
-  t.merges_.reserve(merges.size() * 2);
+  merges_.reserve(merges.size() * 2);
   auto add_pair = [&](const std::string& a, const std::string& b, int32_t rank) {
-    auto ia = t.ids_.find(a), ib = t.ids_.find(b), im = t.ids_.find(a + b);
+    auto ia = ids_.find(a), ib = ids_.find(b), im = ids_.find(a + b);
     // A pair made of non-tokens can never occur in a word; a merge result that
     // is not a token would give `undefined` in JS and is left out here.
-    if (ia == t.ids_.end() || ib == t.ids_.end() || im == t.ids_.end()) return;
-    t.merges_[pair_key(ia->second, ib->second)] = Merge{rank, im->second};
+    if (ia == ids_.end() || ib == ids_.end() || im == ids_.end()) return;
+    merges_[pair_key(ia->second, ib->second)] = Merge{rank, im->second};
   };
   for (const auto& [key, rank] : key_rank) {
     for (size_t p = key.find(','); p != std::string::npos; p = key.find(',', p + 1)) {
@@ -246,7 +258,6 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {
       add_pair(key.substr(0, p), key.substr(p + 1), rank);
     }
   }
-  return t;
 }
 
 // ---- BPE -----------------------------------------------------------------------

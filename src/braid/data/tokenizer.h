@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace braid::data {
@@ -63,6 +64,12 @@ class Gpt2Tokenizer {
   };
   struct Cache;
 
+  // encoder.json (token -> id, tokens in GPT-2's byte-to-unicode alphabet):
+  // fills vocab_, ids_, byte_id_ and eot_. Throws naming the file.
+  void load_vocab(const std::string& enc_text, const std::string& enc_path,
+                  const std::unordered_map<uint32_t, uint8_t>& u2b);
+  // The merge table from vocab.bpe's merges in rank order (byte strings).
+  void load_merges(const std::vector<std::pair<std::string, std::string>>& merges);
   // Appends the BPE ids of one pre-tokenized piece (raw bytes) to `out`.
   void bpe(std::string_view piece, std::vector<int32_t>& out) const;
   const Merge* find_merge(int32_t a, int32_t b) const;

@@ -1,49 +1,20 @@
 #include "braid/train/trainer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <csignal>
-#include <thread>
-#include <unistd.h>
-#include <nlohmann/json.hpp>
-
-#include "braid/core/error.h"
-#include "braid/core/hash.h"
-#include "braid/core/rng.h"
 #include <limits>
 
+#include "braid/core/error.h"
+#include "braid/core/rng.h"
 #include "braid/parallel/data_parallel/sharded_sync.h"
-#include "braid/train/checkpoint.h"
+#include "braid/train/input_checks.h"
 #include "braid/train/mfu.h"
 #include "braid/train/preemption.h"
+#include "braid/train/replica_check.h"
 #include "braid/train/sampling.h"
 
 namespace braid::train {
-
-namespace {
-// Fails early (before any training) when a checkpoint could not be written.
-void check_writable(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  BRAID_CONFIG_CHECK(!fs::is_directory(path, ec), "--save ", path,
-                     " is a directory; give a file name inside it");
-  const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
-  fs::create_directories(parent, ec);
-  const fs::path probe = parent / (".braid_write_probe_" + std::to_string(::getpid()));
-  std::ofstream f(probe);
-  const bool ok = f.good();
-  f.close();
-  fs::remove(probe, ec);
-  BRAID_CONFIG_CHECK(ok, "--save ", path, ": cannot write in ", parent.string(),
-                     "; choose a writable location");
-}
-
-}  // namespace
 
 Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                  const std::vector<uint16_t>& train, const std::vector<uint16_t>* val)
@@ -60,23 +31,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   dp_size_ = plan_.dp.degree;
   dp_rank_ = ctx_->dp_rank();
   accum_steps_ = plan_.pp.micro_batches;
-  auto check_ids = [&](const std::vector<uint16_t>& d, const char* what) {
-    const uint16_t mx = d.empty() ? uint16_t{0} : *std::max_element(d.begin(), d.end());
-    BRAID_CONFIG_CHECK(mx < cfg.vocab_size, what, " data holds token id ", mx,
-                       " outside the model's vocabulary of ", cfg.vocab_size,
-                       opt.vocab_size > 0 ? "; use --vocab-size " + std::to_string(int64_t(mx) + 1) +
-                                                " or more (or drop it)"
-                                          : std::string("; re-create it with `braid prepare-data`"));
-  };
-  check_ids(train, "training");
-  if (val && opt.val_every > 0) {
-    check_ids(*val, "validation");
-    BRAID_CONFIG_CHECK(val->size() > static_cast<size_t>(opt.seq_len) + 1, "validation data holds ",
-                       val->size(), " tokens, fewer than one sequence of --seq-len ", opt.seq_len,
-                       " + 1; use more validation data, a shorter --seq-len, or --val-every 0");
-  }
-  // Only rank 0 writes checkpoints, so only it probes: the probe is named by pid, which the local
-  // backend's threads share and processes on different hosts may repeat.
+  check_token_data(opt, cfg, train, val);
   if (!opt.save_path.empty() && world.rank() == 0) check_writable(opt.save_path);
   compute_ = plan_.compute;
   // The schedule (one stage: each micro-batch's forward then backward) and this rank's layers.
@@ -124,23 +79,6 @@ uint64_t Trainer::bytes_sent() const { return ctx_->bytes_sent(); }
 
 uint64_t Trainer::bytes_received() const { return ctx_->bytes_received(); }
 
-void Trainer::maybe_inject_failure(int64_t step) const {
-  if (opt_.inject_failure_rank != world_.rank() || opt_.inject_failure_step != step) return;
-  const std::string& kind = opt_.inject_failure_kind;
-  if (kind == "hang") {
-    std::fprintf(stderr, "braid: rank %d: injected hang at step %lld\n", world_.rank(), (long long)step);
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
-  if (kind == "stop" || kind == "kill") {
-    std::fprintf(stderr, "braid: rank %d (pid %d): injected %s at step %lld\n", world_.rank(),
-                 static_cast<int>(getpid()), kind == "stop" ? "SIGSTOP" : "SIGKILL", (long long)step);
-    std::fflush(stderr);
-    raise(kind == "stop" ? SIGSTOP : SIGKILL);
-    return;  // continued (SIGCONT): carry on like a process that was only frozen
-  }
-  throw Error(detail::concat("injected failure on rank ", world_.rank(), " at step ", step));
-}
-
 void Trainer::finish_record(StepRecord& r, double seconds, uint64_t sent0, uint64_t recv0) {
   const int64_t T = opt_.seq_len;
   r.ms = seconds * 1e3;
@@ -155,32 +93,7 @@ void Trainer::finish_record(StepRecord& r, double seconds, uint64_t sent0, uint6
   r.comm_bytes_sent = bytes_sent() - sent0;
   r.comm_bytes_received = bytes_received() - recv0;
   if (opt_.check_replicas && world_.size() > 1) {
-    // DP replicas (same TP rank) hold bitwise-equal parameters; under TP the
-    // tensors replicated over the TP group (LayerNorms, wpe, row-parallel
-    // biases) are bitwise equal across it too.
-    r.param_hash = param_hash();
-    auto compare = [&](comm::Communicator& g, uint64_t h, const char* what) {
-      std::vector<uint64_t> all(static_cast<size_t>(g.size()));
-      // Raw bytes travel as f32 pairs; all-gather copies bits without arithmetic.
-      g.all_gather(&h, all.data(), 2, DType::f32);
-      for (int q = 0; q < g.size(); ++q) {
-        BRAID_CHECK(all[static_cast<size_t>(q)] == h, what, " diverged at step ", r.step, ": rank ", q,
-                    " of the group differs from rank ", g.rank());
-      }
-    };
-    compare(ctx_->dp(), r.param_hash, "DP replicas");
-    if (tp_size_ > 1 && model_->params()) {
-      uint64_t h = kFnvBasis;
-      for (const auto& p : model_->param_table())
-        if (p.tp_dim < 0) h = fnv1a(model_->params() + p.offset, p.numel * sizeof(float), h);
-      compare(*ctx_->tp(), h, "TP-replicated parameters");
-    }
-    if (pp_size_ > 1 && (pp_rank_ == 0 || pp_rank_ == pp_size_ - 1)) {
-      // The tied embedding's copies on the first and the last stage.
-      const uint64_t h = fnv1a(sync_->acquire_unit_params(0), model_->unit_end(0) * sizeof(float));
-      sync_->release_unit_params(0);
-      compare(*ctx_->emb(), h, "tied embedding copies");
-    }
+    r.param_hash = check_replicas(*ctx_, *model_, *sync_, r.step);
   }
 }
 

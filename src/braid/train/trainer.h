@@ -1,6 +1,8 @@
-// The training loop: data-parallel GPT-2 training with DDP gradient sync,
-// gradient accumulation, AdamW, warm-up + cosine lr, global-norm clipping,
-// validation, metrics, checkpoints and sampling.
+// The training loop, one step path for every layout: the plan's gradient sync
+// (grad_sync.h), the pipeline executor (a single stage without a pipeline),
+// AdamW over the owned pieces, loss scaling, warm-up + cosine lr, global-norm
+// clipping; then validation, metrics, checkpoints, sampling and the stop at a
+// step boundary.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -15,6 +17,7 @@
 #include "braid/parallel/pipeline/schedule.h"
 #include "braid/parallel/pipeline/executor.h"
 #include "braid/parallel/topology.h"
+#include "braid/train/fault_injection.h"
 #include "braid/train/trace.h"
 #include "braid/train/training_checkpoint.h"
 #include "braid/train/loss_scaler.h"
@@ -82,7 +85,6 @@ class Trainer {
   /// parameters' refresh; sets r.lr, r.grad_norm, r.skipped (a parameter
   /// server's workers take them from the server) and checks the loss.
   void update(StepRecord& r);
-  void maybe_inject_failure(int64_t step) const;
   /// Payload bytes over the world and every sub-communicator of this rank.
   uint64_t bytes_sent() const;
   uint64_t bytes_received() const;
@@ -117,7 +119,6 @@ class Trainer {
   /// pipeline rank calls it); the loss on the last stage when targets are
   /// given, else 0. Leaves the logits on the last stage.
   float forward_pass(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T);
-  class ForwardStage;
   TraceRecorder tracer_;  // --trace-out
   /// Records span `what` (+ index when >= 0) if --trace-out is set.
   /// chunk >= 0: the span belongs to that model chunk (named ".c<chunk>" when a rank holds several).

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "braid/core/error.h"
+#include "braid/train/gpt_stage.h"
 #include "braid/train/trainer.h"
 
 namespace braid::train {
@@ -21,28 +22,6 @@ std::string span_name(const char* what, int64_t micro) {
   s += std::to_string(micro);
   return s;
 }
-}  // namespace
-
-namespace {
-// The model's chunks, slots and boundary buffers as the executor sees them,
-// for (B, T) micro-batches.
-class GptStage : public parallel::StageModel {
- public:
-  GptStage(model::GPT& m, int64_t B, int64_t T) : m_(m), B_(B), T_(T) {}
-  int num_chunks() const override { return m_.num_chunks(); }
-  int64_t chunk_slots(int c) const override { return m_.chunk_slots(c); }
-  void set_slot(int64_t slot, int c) override { m_.set_slot(slot, c); }
-  void* stage_input() override { return m_.stage_input(); }
-  const void* stage_output() override { return m_.stage_output(); }
-  void* boundary_grad() override { return m_.boundary_grad(); }
-  size_t boundary_bytes() const override {
-    return static_cast<size_t>(m_.boundary_rows(B_, T_) * m_.config().n_embd) * sizeof(float);
-  }
-
- protected:
-  model::GPT& m_;
-  int64_t B_, T_;
-};
 }  // namespace
 
 class Trainer::TrainStage final : public GptStage {
@@ -105,7 +84,7 @@ double Trainer::forward_backward(int64_t step, double* compute_s) {
 StepRecord Trainer::train_step(int64_t step) {
   const auto t0 = Clock::now();
   const uint64_t sent0 = bytes_sent(), recv0 = bytes_received();
-  maybe_inject_failure(step);
+  maybe_inject_failure(opt_, world_.rank(), step);
   StepRecord r;
   r.step = step;
   r.loss_scale = scaler_->scale();
@@ -147,20 +126,6 @@ void Trainer::trace(const char* what, int64_t index, const char* cat, double t0,
   }
   tracer_.span(std::move(name), cat, t0, t1);
 }
-
-// Forward only over given tokens (evaluation, sampling).
-class Trainer::ForwardStage final : public GptStage {
- public:
-  ForwardStage(model::GPT& m, const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T)
-      : GptStage(m, B, T), tokens_(tokens), targets_(targets) {}
-  float forward(int, bool first, bool last) override {
-    return m_.forward(first ? tokens_ : nullptr, last ? targets_ : nullptr, B_, T_);
-  }
-  void backward(int, parallel::PipeOp, bool) override { BRAID_CHECK(false, "a forward-only pass has no backward"); }
-
- private:
-  const int32_t *tokens_, *targets_;
-};
 
 float Trainer::forward_pass(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
   ForwardStage stage(*model_, tokens, targets, B, T);

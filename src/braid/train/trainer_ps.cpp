@@ -27,7 +27,7 @@ std::vector<StepRecord> Trainer::run_ps_async() {
     return r.grad_norm;
   };
   h.lr = [this](int64_t s) { return sched_.at(s); };
-  h.before_step = [this](int64_t s) { maybe_inject_failure(s); };
+  h.before_step = [this](int64_t s) { maybe_inject_failure(opt_, world_.rank(), s); };
   h.record = [this](StepRecord& r, double seconds, uint64_t sent0, uint64_t recv0) {
     const bool check = opt_.check_replicas;
     opt_.check_replicas = false;  // replicas differ while running asynchronously

@@ -133,14 +133,35 @@ void check_tables(const std::vector<StageProgram>& programs, int P, int m, int v
 // The executor of check_schedule's docstring, event by event. Every time is a
 // max over known times, so the result does not depend on the order in which
 // ranks are advanced; a rank that needs a time not known yet is blocked.
-ScheduleStats simulate(const std::vector<StageProgram>& programs, int P, int m, int v, double f_cost,
-                       double b_cost, int K) {
-  const int Q = P * v;
-  const auto at = [m](int q, int j) { return static_cast<size_t>(q) * static_cast<size_t>(m) + static_cast<size_t>(j); };
-  const size_t n = static_cast<size_t>(Q) * static_cast<size_t>(m);
-  // -1: not happened yet. f_end: forward done (= activation send posted);
-  // act_post / grad_post: receive posted; grad_issue: gradient send posted.
-  std::vector<double> f_end(n, -1), act_post(n, -1), grad_issue(n, -1), grad_post(n, -1);
+class Simulation {
+ public:
+  Simulation(const std::vector<StageProgram>& programs, int P, int m, int v, double f_cost, double b_cost, int K)
+      : programs_(programs), P_(P), m_(m), v_(v), Q_(P * v), K_(K), f_cost_(f_cost), b_cost_(b_cost) {
+    const size_t n = static_cast<size_t>(Q_) * static_cast<size_t>(m);
+    for (auto* t : {&f_end_, &act_post_, &grad_issue_, &grad_post_}) t->assign(n, -1);
+    R_.resize(static_cast<size_t>(P));
+    for (auto& r : R_) r.ring.assign(static_cast<size_t>(K), {-1, 0});
+    st_.virtual_stages = v;
+    st_.spans.resize(static_cast<size_t>(P));
+  }
+
+  // Advances every rank as far as it goes until all are done; throws Deadlock
+  // when none can move.
+  ScheduleStats run() {
+    for (;;) {
+      bool progressed = false, all_done = true;
+      for (int s = 0; s < P_; ++s) {
+        while (advance(s)) progressed = true;
+        all_done = all_done && R_[static_cast<size_t>(s)].done;
+      }
+      if (all_done) break;
+      if (!progressed) throw deadlock();
+    }
+    finish_stats();
+    return st_;
+  }
+
+ private:
   struct Rank {
     size_t pc = 0;
     int phase = 0;  // within a backward: 0 receive + compute, 1 gradient send, 2 activation-send wait
@@ -150,131 +171,131 @@ ScheduleStats simulate(const std::vector<StageProgram>& programs, int P, int m, 
     bool done = false;
     Wait wait;
   };
-  std::vector<Rank> R(static_cast<size_t>(P));
-  for (auto& r : R) r.ring.assign(static_cast<size_t>(K), {-1, 0});
-  ScheduleStats st;
-  st.virtual_stages = v;
-  st.spans.resize(static_cast<size_t>(P));
-  const auto cost = [&](PipeOp op) {
+
+  size_t at(int q, int j) const { return static_cast<size_t>(q) * static_cast<size_t>(m_) + static_cast<size_t>(j); }
+  double cost(PipeOp op) const {
     switch (op) {
-      case PipeOp::forward: return f_cost / v;
-      case PipeOp::backward: return b_cost / v;
-      default: return b_cost / (2.0 * v);
+      case PipeOp::forward: return f_cost_ / v_;
+      case PipeOp::backward: return b_cost_ / v_;
+      default: return b_cost_ / (2.0 * v_);
     }
-  };
-  const auto wait_until = [&](Rank& r, double t) {
-    if (t > r.t) st.send_wait += t - r.t, r.t = t;
-  };
+  }
+  void wait_until(Rank& r, double t) {
+    if (t > r.t) st_.send_wait += t - r.t, r.t = t;
+  }
+  void compute(Rank& r, int s, const PipeAction& a) {
+    const double end = r.t + cost(a.op);
+    st_.spans[static_cast<size_t>(s)].push_back({a, r.t, end});
+    r.t = end;
+  }
+  // Gradient buffer e is free once the receive of what it last sent is posted;
+  // false (with the wait recorded) when it is not yet.
+  bool buffer_free(Rank& r, std::pair<int, int>& e, int k) {
+    if (e.first < 0) return true;
+    const double post = grad_post_[at(e.first - 1, e.second)];
+    if (post < 0) {
+      r.wait = {Wait::send_buffer, (e.first - 1) % P_, e.first / P_, e.second, k};
+      return false;
+    }
+    wait_until(r, post);
+    return true;
+  }
 
   // Advances rank s by one step; false (with r.wait set) when it is blocked.
-  const auto advance = [&](int s) -> bool {
-    Rank& r = R[static_cast<size_t>(s)];
-    const auto& prog = programs[static_cast<size_t>(s)];
+  bool advance(int s) {
+    Rank& r = R_[static_cast<size_t>(s)];
+    const auto& prog = programs_[static_cast<size_t>(s)];
     if (r.done) return false;
     r.wait = {};
-    if (r.pc == prog.size()) {  // end of step: wait for the gradient sends still open
-      for (int k = 0; k < K; ++k) {
-        auto& e = r.ring[static_cast<size_t>(k)];
-        if (e.first < 0) continue;
-        const double post = grad_post[at(e.first - 1, e.second)];
-        if (post < 0) {
-          r.wait = {Wait::send_buffer, (e.first - 1) % P, e.first / P, e.second, k};
-          return false;
-        }
-        wait_until(r, post);
-        e.first = -1;
-      }
-      r.done = true;
-      return true;
-    }
+    if (r.pc == prog.size()) return end_of_step(r);
     const PipeAction a = prog[r.pc];
-    const int q = a.chunk * P + s, j = a.micro;
-    const auto compute = [&] {
-      const double end = r.t + cost(a.op);
-      st.spans[static_cast<size_t>(s)].push_back({a, r.t, end});
-      r.t = end;
-    };
-    if (r.phase == 0) {
-      if (a.op == PipeOp::forward) {
-        if (q > 0) {
-          if (act_post[at(q, j)] < 0) act_post[at(q, j)] = r.t;
-          const double sent = f_end[at(q - 1, j)];
-          if (sent < 0) {
-            r.wait = {Wait::recv_activation, (q - 1) % P, a.chunk, j, 0};
-            return false;
-          }
-          r.t = std::max(r.t, sent);
-        }
-        compute();
-        f_end[at(q, j)] = r.t;
-        ++r.pc;
-        return true;
-      }
-      if (a.op == PipeOp::backward_weight) {
-        compute();
-        ++r.pc;
-        return true;
-      }
-      if (q < Q - 1) {
-        if (grad_post[at(q, j)] < 0) grad_post[at(q, j)] = r.t;
-        const double sent = grad_issue[at(q + 1, j)];
-        if (sent < 0) {
-          r.wait = {Wait::recv_gradient, (q + 1) % P, a.chunk, j, 0};
-          return false;
-        }
-        r.t = std::max(r.t, sent);
-      }
-      compute();
-      r.phase = 1;
-      return true;
+    if (r.phase == 0) return a.op == PipeOp::forward ? forward(r, s, a) : backward_compute(r, s, a);
+    if (r.phase == 1) return gradient_send(r, a.chunk * P_ + s, a.micro);
+    return release_activation(r, a.chunk * P_ + s, a.micro);
+  }
+  // End of step: wait for the gradient sends still open.
+  bool end_of_step(Rank& r) {
+    for (int k = 0; k < K_; ++k) {
+      auto& e = r.ring[static_cast<size_t>(k)];
+      if (!buffer_free(r, e, k)) return false;
+      e.first = -1;
     }
-    if (r.phase == 1) {
-      if (q > 0) {  // the gradient goes out of buffer k once its previous send completed
-        const int k = static_cast<int>(r.sends % K);
-        auto& e = r.ring[static_cast<size_t>(k)];
-        if (e.first >= 0) {
-          const double post = grad_post[at(e.first - 1, e.second)];
-          if (post < 0) {
-            r.wait = {Wait::send_buffer, (e.first - 1) % P, e.first / P, e.second, k};
-            return false;
-          }
-          wait_until(r, post);
-        }
-        e = {q, j};
-        grad_issue[at(q, j)] = r.t;
-        ++r.sends;
-      }
-      r.phase = 2;
-      return true;
-    }
-    if (q < Q - 1) {  // the activations are free once their send to q+1 completed
-      const double post = act_post[at(q + 1, j)];
-      if (post < 0) {
-        r.wait = {Wait::activation_send, (q + 1) % P, a.chunk, j, 0};
+    r.done = true;
+    return true;
+  }
+  bool forward(Rank& r, int s, const PipeAction& a) {
+    const int q = a.chunk * P_ + s, j = a.micro;
+    if (q > 0) {
+      if (act_post_[at(q, j)] < 0) act_post_[at(q, j)] = r.t;
+      const double sent = f_end_[at(q - 1, j)];
+      if (sent < 0) {
+        r.wait = {Wait::recv_activation, (q - 1) % P_, a.chunk, j, 0};
         return false;
       }
-      wait_until(r, std::max(f_end[at(q, j)], post));
+      r.t = std::max(r.t, sent);
+    }
+    compute(r, s, a);
+    f_end_[at(q, j)] = r.t;
+    ++r.pc;
+    return true;
+  }
+  // A backward (or backward_input) receives its gradient and computes; W only computes.
+  bool backward_compute(Rank& r, int s, const PipeAction& a) {
+    if (a.op == PipeOp::backward_weight) {
+      compute(r, s, a);
+      ++r.pc;
+      return true;
+    }
+    const int q = a.chunk * P_ + s, j = a.micro;
+    if (q < Q_ - 1) {
+      if (grad_post_[at(q, j)] < 0) grad_post_[at(q, j)] = r.t;
+      const double sent = grad_issue_[at(q + 1, j)];
+      if (sent < 0) {
+        r.wait = {Wait::recv_gradient, (q + 1) % P_, a.chunk, j, 0};
+        return false;
+      }
+      r.t = std::max(r.t, sent);
+    }
+    compute(r, s, a);
+    r.phase = 1;
+    return true;
+  }
+  // The gradient goes out of buffer k once its previous send completed.
+  bool gradient_send(Rank& r, int q, int j) {
+    if (q > 0) {
+      const int k = static_cast<int>(r.sends % K_);
+      auto& e = r.ring[static_cast<size_t>(k)];
+      if (!buffer_free(r, e, k)) return false;
+      e = {q, j};
+      grad_issue_[at(q, j)] = r.t;
+      ++r.sends;
+    }
+    r.phase = 2;
+    return true;
+  }
+  // The activations are free once their send to q+1 completed.
+  bool release_activation(Rank& r, int q, int j) {
+    if (q < Q_ - 1) {
+      const double post = act_post_[at(q + 1, j)];
+      if (post < 0) {
+        r.wait = {Wait::activation_send, (q + 1) % P_, q / P_, j, 0};
+        return false;
+      }
+      wait_until(r, std::max(f_end_[at(q, j)], post));
     }
     r.phase = 0;
     ++r.pc;
     return true;
-  };
+  }
 
-  for (;;) {
-    bool progressed = false, all_done = true;
-    for (int s = 0; s < P; ++s) {
-      while (advance(s)) progressed = true;
-      all_done = all_done && R[static_cast<size_t>(s)].done;
-    }
-    if (all_done) break;
-    if (progressed) continue;
+  Deadlock deadlock() const {
     Deadlock d;
     std::ostringstream os;
     os << "schedule deadlocks:";
-    for (int s = 0; s < P; ++s) {
-      const Rank& r = R[static_cast<size_t>(s)];
+    for (int s = 0; s < P_; ++s) {
+      const Rank& r = R_[static_cast<size_t>(s)];
       if (r.done) continue;
-      const auto& prog = programs[static_cast<size_t>(s)];
+      const auto& prog = programs_[static_cast<size_t>(s)];
       os << " rank " << s << " waits";
       if (r.pc < prog.size()) {
         const auto a = prog[r.pc];
@@ -283,49 +304,65 @@ ScheduleStats simulate(const std::vector<StageProgram>& programs, int P, int m, 
       } else {
         os << " at the end of the step";
       }
-      const Wait& w = r.wait;
-      switch (w.kind) {
-        case Wait::recv_activation: os << " to receive the activation from rank " << w.peer; break;
-        case Wait::recv_gradient: os << " to receive the gradient from rank " << w.peer; break;
-        case Wait::send_buffer:
-          os << " for gradient send buffer " << w.buffer << " (its gradient of chunk " << w.chunk << ", micro "
-             << w.micro << " to rank " << w.peer << " has no receive posted)";
-          break;
-        case Wait::activation_send:
-          os << " for its activation send to rank " << w.peer << " to be received";
-          break;
-        case Wait::none: break;
-      }
+      describe(os, r.wait);
       os << ";";
     }
     d.message = os.str();
-    throw d;
+    return d;
   }
-
-  double busy = 0;
-  for (int s = 0; s < P; ++s) {
-    st.makespan = std::max(st.makespan, R[static_cast<size_t>(s)].t);
-    for (const auto& sp : st.spans[static_cast<size_t>(s)]) busy += sp.end - sp.start;
-  }
-  st.bubble = st.makespan > 0 ? 1.0 - busy / (static_cast<double>(P) * st.makespan) : 0.0;
-  // Alive micro-batches follow program order alone: from the forward to the
-  // backward that frees the activations (backward, or backward_weight if split).
-  st.peak_in_flight.assign(static_cast<size_t>(P), 0);
-  st.peak_in_flight_chunk.assign(static_cast<size_t>(P), std::vector<int>(static_cast<size_t>(v), 0));
-  for (int s = 0; s < P; ++s) {
-    std::vector<int> alive(static_cast<size_t>(v), 0);
-    int total = 0;
-    for (const auto& a : programs[static_cast<size_t>(s)]) {
-      const int d = a.op == PipeOp::forward ? 1 : a.op == PipeOp::backward || a.op == PipeOp::backward_weight ? -1 : 0;
-      int& c = alive[static_cast<size_t>(a.chunk)];
-      c += d;
-      total += d;
-      auto& pc = st.peak_in_flight_chunk[static_cast<size_t>(s)][static_cast<size_t>(a.chunk)];
-      pc = std::max(pc, c);
-      st.peak_in_flight[static_cast<size_t>(s)] = std::max(st.peak_in_flight[static_cast<size_t>(s)], total);
+  static void describe(std::ostringstream& os, const Wait& w) {
+    switch (w.kind) {
+      case Wait::recv_activation: os << " to receive the activation from rank " << w.peer; break;
+      case Wait::recv_gradient: os << " to receive the gradient from rank " << w.peer; break;
+      case Wait::send_buffer:
+        os << " for gradient send buffer " << w.buffer << " (its gradient of chunk " << w.chunk << ", micro "
+           << w.micro << " to rank " << w.peer << " has no receive posted)";
+        break;
+      case Wait::activation_send: os << " for its activation send to rank " << w.peer << " to be received"; break;
+      case Wait::none: break;
     }
   }
-  return st;
+
+  // Makespan, bubble and the peak number of micro-batches alive per rank and chunk.
+  void finish_stats() {
+    double busy = 0;
+    for (int s = 0; s < P_; ++s) {
+      st_.makespan = std::max(st_.makespan, R_[static_cast<size_t>(s)].t);
+      for (const auto& sp : st_.spans[static_cast<size_t>(s)]) busy += sp.end - sp.start;
+    }
+    st_.bubble = st_.makespan > 0 ? 1.0 - busy / (static_cast<double>(P_) * st_.makespan) : 0.0;
+    // Alive micro-batches follow program order alone: from the forward to the
+    // backward that frees the activations (backward, or backward_weight if split).
+    st_.peak_in_flight.assign(static_cast<size_t>(P_), 0);
+    st_.peak_in_flight_chunk.assign(static_cast<size_t>(P_), std::vector<int>(static_cast<size_t>(v_), 0));
+    for (int s = 0; s < P_; ++s) {
+      std::vector<int> alive(static_cast<size_t>(v_), 0);
+      int total = 0;
+      for (const auto& a : programs_[static_cast<size_t>(s)]) {
+        const int d = a.op == PipeOp::forward ? 1 : a.op == PipeOp::backward || a.op == PipeOp::backward_weight ? -1 : 0;
+        int& c = alive[static_cast<size_t>(a.chunk)];
+        c += d;
+        total += d;
+        auto& pc = st_.peak_in_flight_chunk[static_cast<size_t>(s)][static_cast<size_t>(a.chunk)];
+        pc = std::max(pc, c);
+        st_.peak_in_flight[static_cast<size_t>(s)] = std::max(st_.peak_in_flight[static_cast<size_t>(s)], total);
+      }
+    }
+  }
+
+  const std::vector<StageProgram>& programs_;
+  const int P_, m_, v_, Q_, K_;
+  const double f_cost_, b_cost_;
+  // Per (stage q, micro), -1 until it happens. f_end: forward done (= activation
+  // send posted); act_post / grad_post: receive posted; grad_issue: gradient send posted.
+  std::vector<double> f_end_, act_post_, grad_issue_, grad_post_;
+  std::vector<Rank> R_;
+  ScheduleStats st_;
+};
+
+ScheduleStats simulate(const std::vector<StageProgram>& programs, int P, int m, int v, double f_cost,
+                       double b_cost, int K) {
+  return Simulation(programs, P, m, v, f_cost, b_cost, K).run();
 }
 
 }  // namespace
