@@ -10,8 +10,8 @@ Reads the work folder the shell script filled (runs.tsv, <tag>.plan from
       GPT::backward (src/braid/model/gpt.cpp) and the trainer issue, with the
       algorithm each collective dispatches to (src/braid/comm/algorithms);
   (c) tokens/s.
-The parameter table mirrors GPT::build_param_table (tensors aligned to 16
-floats) and the activation / workspace sizes mirror GPT::memory_plan.
+The parameter table mirrors model::build_param_table (tensors aligned to 16
+floats) and the activation / workspace sizes mirror model::memory_plan.
 """
 import argparse
 import math
@@ -62,7 +62,7 @@ def parse_plan(text):
 # ---------------------------------------------------------------- model
 
 class Model:
-    """GPT-2 sizes and the TP parameter table (GPT::build_param_table)."""
+    """GPT-2 sizes and the TP parameter table (model::build_param_table)."""
 
     def __init__(self, plan1):
         self.L, self.H, self.C, self.V, self.Vp = plan1["L"], plan1["H"], plan1["C"], plan1["V"], plan1["Vp"]
@@ -97,7 +97,7 @@ class Model:
         return psi, split, repl
 
     def acts(self, P, sp, B, T):
-        """GPT::memory_plan activations (floats) split by what shards them, plus tokens (bytes)."""
+        """model::memory_plan activations (floats) split by what shards them, plus tokens (bytes)."""
         C, L, NH = self.C, self.L, self.H
         BT = B * T
         rows = BT // P if sp else BT
@@ -343,7 +343,7 @@ def main():
     print()
 
     # activations breakdown
-    print("#### activations per rank by what shards them (MiB, `GPT::memory_plan`)")
+    print("#### activations per rank by what shards them (MiB, `model::memory_plan`)")
     print()
     print("| layout | token-row tensors | head/column-split tensors | attention probabilities | logits | "
           "loss + tokens | activations |")

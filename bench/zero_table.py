@@ -10,7 +10,7 @@ Reads the work folder the shell script filled (runs.tsv, <tag>.plan from
   (c) tokens/s per layout.
 The shard layout (units, per-tensor or per-unit groups, ceil(len/N) slices) and
 the gather schedule mirror src/braid/parallel/data_parallel/sharded.cpp; the parameter table
-mirrors GPT::build_param_table (tensors aligned to 16 floats).
+mirrors model::build_param_table (tensors aligned to 16 floats).
 """
 import argparse
 import os

@@ -314,7 +314,7 @@ TEST(GPTPipeline, ChunksOnTwoRanksEqualTheWholeModel) {
     }
   }
   // Plan = allocation for chunked stages.
-  const auto plan = GPT::memory_plan(cfg, B, T, true, 1, false, 0.0f, s1);
+  const auto plan = braid::model::memory_plan(cfg, B, T, true, 1, false, 0.0f, s1);
   EXPECT_EQ(plan.num_params, r1.num_params());
   EXPECT_THROW(r0.set_slot(0, 2), braid::Error);
   EXPECT_THROW(r0.set_slot(m, 1), braid::Error);

@@ -65,7 +65,7 @@ TEST(Sharded, LayoutPartitionsEveryUnitForAnyWorldSize) {
   cfg.name = "micro";
   cfg.n_embd = 8, cfg.n_head = 2, cfg.n_layer = 1, cfg.block_size = 8, cfg.vocab_size = 60;
   cfg.padded_vocab_size = 64;
-  const size_t n = model::GPT::unit_bounds(cfg).back();
+  const size_t n = model::unit_bounds(cfg).back();
   for (bool fsdp : {false, true}) {
     for (int stage : {1, 2, 3}) {
       for (int N = 1; N <= 8; ++N) {

@@ -172,7 +172,7 @@ TEST(TensorParallel, GatheredParametersEqualTheSingleRankOnesAndResume) {
   auto o = odd_tiny(25);
   o.steps = 10;
   const auto data = tokens(20000, 69, o.vocab_size);
-  const size_t n = model::GPT::unit_bounds(train::model_config(o), 1).back();
+  const size_t n = model::unit_bounds(train::model_config(o), 1).back();
   // Checkpoint after k of 10 steps, then stop (an injected failure at step k).
   auto params_after = [&](train::TrainOptions t, int ranks, const std::string& path, int k) {
     t.save_path = path;

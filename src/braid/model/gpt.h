@@ -12,143 +12,18 @@
 
 #include "braid/core/dtype.h"
 #include "braid/core/memory.h"
-
-namespace braid::comm {
-class Communicator;
-}
+#include "braid/model/config.h"
+#include "braid/model/memory_plan.h"
+#include "braid/model/param_layout.h"
+#include "braid/model/unit_storage.h"
+#include "braid/parallel/tensor/layers.h"
 
 namespace braid::model {
 
-/// Tensor parallelism over a TP group (Shoeybi et al. 2019, "Megatron-LM",
-/// sec. 3): attention heads and MLP columns split over the ranks (QKV and c_fc
-/// column-parallel, the projections row-parallel), the vocabulary split for the
-/// embedding and the loss. With sequence_parallel (Korthikanti et al. 2022,
-/// sec. 4.2) LayerNorm, dropout and the residual stream hold 1/TP of the token
-/// rows: all-gather before each column-parallel matmul, reduce-scatter after
-/// each row-parallel one. comm == nullptr means TP = 1.
-struct TensorParallel {
-  comm::Communicator* comm = nullptr;
-  bool sequence_parallel = false;
-  int size() const;
-  int rank() const;
-};
-
-struct GPTConfig {
-  std::string name;
-  int64_t vocab_size = 50257;
-  int64_t padded_vocab_size = 50304;  // vocab_size rounded up to a multiple of 64
-  int64_t block_size = 1024;          // maximum sequence length T
-  int64_t n_layer = 12, n_head = 12, n_embd = 768;
-
-  /// "tiny" (2 layers, 4 heads, n_embd 64, block 64), "small" (4/4/256, block
-  /// 256), "gpt2" (12/12/768, block 1024, 124M parameters); all with the GPT-2
-  /// vocabulary (50257, padded to 50304). Throws ConfigError listing the names.
-  static GPTConfig preset(const std::string& name);
-  /// Throws ConfigError naming the offending values and the fix when a size is
-  /// non-positive, n_embd % n_head != 0, padded_vocab_size < vocab_size or
-  /// padded_vocab_size % 64 != 0.
-  void validate() const;
-  /// v rounded up to a multiple of `multiple` (64 keeps the head GEMM aligned).
-  static int64_t pad_vocab(int64_t v, int64_t multiple = 64);
-};
-
-/// One model chunk of a pipeline rank: blocks [first_layer, last_layer) with
-/// `slots` activation sets, so that many micro-batches can sit between their
-/// forward and their backward (or weight-gradient pass) on this chunk.
-struct PipelineChunk {
-  int64_t first_layer = 0;
-  int64_t last_layer = -1;  // exclusive; -1: n_layer
-  int64_t slots = 1;
-};
-
-/// The layers one pipeline rank holds (GPipe, Huang et al. 2019): blocks
-/// [first_layer, last_layer); the rank holding layer 0 also holds the
-/// embeddings, the one holding the last layer the final LayerNorm and the head,
-/// which is tied to wte, so that rank keeps its own copy of the embedding unit.
-/// `slots` activation sets let that many micro-batches sit between their
-/// forward and their backward. Interleaved schedules (Narayanan et al. 2021,
-/// sec. 2.2.2) give a rank several non-contiguous chunks instead: `chunks`, in
-/// increasing layer order, replaces first_layer/last_layer/slots when non-empty.
-struct PipelineStage {
-  int64_t first_layer = 0;
-  int64_t last_layer = -1;  // exclusive; -1: n_layer
-  int64_t slots = 1;
-  std::vector<PipelineChunk> chunks;
-  /// The chunks with -1 resolved (one chunk when `chunks` is empty).
-  std::vector<PipelineChunk> resolved(int64_t n_layer) const;
-};
-
-/// Activation checkpointing (Chen et al. 2016; Korthikanti et al. 2022, sec. 5):
-/// none keeps every block activation; selective keeps all but the attention
-/// internals (scores, head-major q/k/v, attention output) and the GELU output,
-/// recomputed in backward from the stored QKV and c_fc outputs; full keeps only
-/// each block's output (the next block's input) and recomputes the whole block
-/// in backward. Recomputation uses the same kernels, inputs and dropout keys,
-/// so the results are bitwise those of `none`.
-enum class Recompute : uint8_t { none, selective, full };
-/// "none" | "selective" | "full"; throws ConfigError naming the choices.
-Recompute parse_recompute(const std::string& s);
-
-/// One tensor of the flat parameter buffer (this TP rank's part of it).
-struct ParamInfo {
-  std::string name;            // Hugging Face GPT-2 name, e.g. "h.3.attn.c_attn.weight"
-  std::vector<int64_t> shape;  // local shape; weights (out, in) as nn.Linear (HF Conv1D stores the transpose)
-  std::vector<int64_t> full_shape;  // shape of the whole tensor (TP = 1)
-  int tp_dim = -1;             // -1 replicated over TP; 0 rows split; 1 columns split
-  int tp_blocks = 1;           // rows split inside each of this many row blocks (c_attn: q, k, v)
-  size_t offset;               // first element in params()/grads(); multiple of 16
-  size_t numel;                // product of shape
-  bool weight_decay;           // true for 2-D matrices (incl. wte, wpe), false for biases/LN
-  int layer;                   // -1 embeddings, 0..L-1 blocks, L final LayerNorm
-  size_t global_index = 0;     // index in the whole model's table (keys the initialisation)
-};
-
-/// What GPT(cfg, max_B, max_T) allocates, computed without allocating
-/// (GPT::memory_plan). The constructor allocates exactly these buffers, so the
-/// plan and the MemoryLedger agree by construction. Sizes in bytes unless named
-/// *_floats / num_params (elements).
-struct GPTMemoryPlan {
-  size_t num_params = 0;        // elements of the flat parameter buffer (incl. alignment gaps)
-  size_t layer_act_floats = 0;  // activation floats one transformer block keeps (per slot)
-  size_t shared_act_floats = 0; // recomputation workspace shared by all blocks (activations)
-  size_t act_floats = 0;        // floats of the activation buffer (all blocks + head)
-  size_t scratch_floats = 0;    // floats of the backward scratch buffer
-  size_t params_bytes = 0;      // compute_params: num_params f32
-  size_t grads_bytes = 0;       // grads: num_params f32
-  size_t acts_bytes = 0;        // activations: act_floats f32
-  size_t tokens_bytes = 0;      // activations: (max_B, max_T) x 2 int32 (tokens, targets)
-  size_t workspace_bytes = 0;   // workspace: scratch_floats f32
-
-  /// Bytes of category c (0 for categories GPT does not allocate).
-  size_t bytes(MemCategory c) const;
-  /// Sum over all categories, in bytes.
-  size_t total_bytes() const;
-};
-
-/// Where the parameters and gradients of one FSDP unit live while forward and
-/// backward use them; lets a sharding engine (ZeRO-2/3, FSDP) gather parameters
-/// just in time and take gradients away unit by unit. Units: 0 = embeddings
-/// (wte, wpe), 1..L = transformer blocks, L+1 = final LayerNorm; unit u covers
-/// the flat elements [GPT::unit_begin(u), GPT::unit_end(u)).
-///
-/// Access order of one training step (the engine may prefetch by it):
-/// forward 0, 1, ..., L, L+1, 0 (the tied head); backward 0 (head), L+1, L, ..., 1,
-/// then the encoder's gradient into unit 0 without its parameters (an embedding
-/// lookup's backward needs only the token ids).
-class UnitStorage {
- public:
-  virtual ~UnitStorage() = default;
-  /// f32 parameters of unit u: flat element o is at p[o - unit_begin(u)]. Valid
-  /// until release_params(u).
-  virtual const float* acquire_params(int u) = 0;
-  virtual void release_params(int u) = 0;
-  /// f32 gradient buffer of unit u (same indexing) that backward accumulates
-  /// into (+=); valid until grads_ready(u). Unit 0 stays acquired through the
-  /// whole backward (the tied head and the encoder both write wte's gradient).
-  virtual float* acquire_grads(int u) = 0;
-  /// Backward has finished unit u's gradient for this micro-batch.
-  virtual void grads_ready(int u) = 0;
-};
+/// The TP group (parallel/tensor/layers.h): attention heads and MLP columns
+/// split over its ranks, the vocabulary split for the embedding and the loss,
+/// optionally the residual stream's token rows (sequence parallelism).
+using TensorParallel = parallel::tensor::TensorParallel;
 
 /// GPT-2 language model on one rank.
 ///
@@ -179,27 +54,6 @@ class GPT {
       UnitStorage* storage = nullptr, const TensorParallel& tp = {}, float dropout = 0.0f,
       const PipelineStage& stage = {}, Recompute recompute = Recompute::none);
 
-  /// The buffers the constructor would allocate for (cfg, max_B, max_T), in
-  /// bytes per category, computed without allocating them (cheap even for
-  /// gpt2). Throws ConfigError in the same cases as the constructor.
-  /// owns_state=false: the plan of a model built with external UnitStorage
-  /// (no parameter or gradient buffers).
-  static GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T,
-                                   bool owns_state = true, int tp = 1, bool sequence_parallel = false,
-                                   float dropout = 0.0f, const PipelineStage& stage = {},
-                                   Recompute recompute = Recompute::none);
-
-  /// Unit boundaries of cfg's flat layout on a TP rank: L + 3 offsets
-  /// (elements), unit u is [b[u], b[u+1]). See UnitStorage for the numbering.
-  /// With a pipeline `stage`: the units that stage holds, in its own flat layout.
-  static std::vector<size_t> unit_bounds(const GPTConfig& cfg, int tp = 1, const PipelineStage& stage = {});
-  /// The parameter table of cfg (local shapes on a rank of a TP group of tp).
-  static std::vector<ParamInfo> param_table(const GPTConfig& cfg, int tp = 1, const PipelineStage& stage = {});
-  /// Throws ConfigError naming the fix when tp does not divide n_head or
-  /// padded_vocab_size.
-  static void validate_tp(const GPTConfig& cfg, int tp);
-  /// Index in the whole (TP = 1) tensor of element `local` of p on TP rank tp_rank of tp.
-  static size_t full_index(const ParamInfo& p, size_t local, int tp_rank, int tp);
   int num_units() const { return int(cfg_.n_layer) + 2; }
   size_t unit_begin(int u) const { return units_[size_t(u)]; }
   size_t unit_end(int u) const { return units_[size_t(u) + 1]; }
@@ -329,30 +183,39 @@ class GPT {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *qkvr, *att, *atty, *attproj, *res2, *ln2,
         *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *res3;
   };
-  /// Builds the parameter table for cfg on a rank of a TP group of tp; returns
-  /// num_params (elements).
-  static size_t build_param_table(const GPTConfig& cfg, int tp, const PipelineStage& stage,
-                                  std::vector<ParamInfo>* table, std::vector<size_t>* layer_begin);
+  /// units_ from the layout, and the partial gradients of TP-replicated tensors per unit.
+  void build_units();
+  /// Each chunk's activation slots in acts_, as the plan sized them.
+  void layout_activations(const GPTMemoryPlan& plan, const std::vector<PipelineChunk>& chunks);
+  /// The backward and TP scratch pointers in scratch_, as the plan sized them.
+  void layout_scratch(const GPTMemoryPlan& plan);
   /// Unit of block l of the current chunk (units count the rank's kept blocks in layer order).
   int unit_of_block(int64_t l) const { return (has_unit0_ ? 1 : 0) + int(local0_ + l - l0_); }
   enum class BackwardPart : uint8_t { all, input, weight };
+  /// Checks and copies a micro-batch's tokens and targets; sets B_, T_ and the TP rows.
+  void set_inputs(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T);
+  /// Final LayerNorm, tied head and loss from the last block's output x;
+  /// returns the mean loss (0 without targets).
+  float head_forward(const float* x, bool with_targets);
+  /// The loss's and head's backward into dres_; returns unit 0's gradient
+  /// buffer (acquired, kept until the embedding's backward).
+  float* head_backward(float loss_scale, bool split);
+  /// Rebuilds block l's activations that the recompute mode did not keep.
+  void recompute_block(int64_t l, const LayerParams& p, const float* x);
+  /// Block l's backward from dres_ (d of its output) to dres_ (d of its input).
+  void block_backward(int64_t l, bool split);
+  /// Hands unit u's finished gradient to the storage or on_ready.
+  void unit_ready(int u, const std::function<void(size_t, size_t)>& on_ready);
+  /// d(residual) reaching a dropped-out branch: dres_ masked like forward's dropout at `site`.
+  float* branch_grad(uint64_t site);
   /// wte/wpe gradients of the embedding from d(encoded) (rows x C) into unit 0's
   /// gradient buffer G0, then their TP sync.
   void embedding_backward(const float* denc, float* G0);
   void backward_impl(float loss_scale, const std::function<void(size_t, size_t)>& on_ready,
                      BackwardPart part);
-  void tp_all_reduce(float* x, size_t n);          // sum over TP (no-op at TP 1)
-  void tp_all_gather(const float* local, float* full, size_t n_local);
-  void tp_reduce_scatter(float* full, size_t n_local);  // result at full + rank * n_local
   void sync_replicated_grads(const float* unit_grads, int u);
   /// Rounds a matmul operand to the compute dtype in place (no-op in f32).
   void round_operand(float* a, int64_t n) const;
-  /// A column-parallel matmul's input: all B*T token rows (gathered into gbuf_
-  /// under SP, else `local` itself).
-  float* gather_rows(float* local);
-  /// A row-parallel matmul's partial output summed over TP into this rank's
-  /// rows x C (all-reduce, or reduce-scatter under SP).
-  void reduce_row_partials(float* partial, float* out);
   void drop(float* out, const float* in, int64_t rows, int64_t row0, uint64_t site);
   /// Pointers into a unit buffer of block l (flat element o at unit[o - unit_begin]).
   LayerParams layer_params(const float* unit, int64_t l) const;
@@ -406,8 +269,9 @@ class GPT {
   bool training_ = true, tp_grad_sync_ = true;
   uint64_t drop_seed_ = 0, drop_stream_ = 0;
   int64_t drop_row_base_ = 0;
-  // TP scratch: gathered rows (BT, C) under SP, masked gradient rows, CE stats.
-  float *gbuf_ = nullptr, *dtmp_ = nullptr, *ce_max_ = nullptr, *ce_sum_ = nullptr;
+  // Masked gradient rows (dropout); the vocab-parallel loss's statistics (3 BT, TP > 1).
+  float *dtmp_ = nullptr, *ce_stats_ = nullptr;
+  parallel::tensor::TensorParallelLayers tpl_{{}, 0, nullptr};  // this rank's TP layers
 };
 
 }  // namespace braid::model

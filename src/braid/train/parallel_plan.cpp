@@ -91,7 +91,7 @@ void validate_degrees(const TrainOptions& o, int world_size) {
 void validate_tensor_parallel(const TrainOptions& o, const model::GPTConfig& cfg) {
   BRAID_CONFIG_CHECK(!o.sequence_parallel || o.tp > 1, "--sequence-parallel shards over the TP "
                      "group and needs --tp > 1");
-  model::GPT::validate_tp(cfg, o.tp);
+  model::validate_tp(cfg, o.tp);
 }
 
 // Layers per virtual pipeline stage: --pp-layers, or an even split (the first

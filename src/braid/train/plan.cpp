@@ -46,7 +46,7 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   const bool engine = pl.sharded_engine();
   const int pp_rank = pl.pp_rank(rank);
   const model::PipelineStage stage = pl.pp.stage(pp_rank);
-  const model::GPTMemoryPlan g = model::GPT::memory_plan(p.config, o.micro_batch, o.seq_len, !engine,
+  const model::GPTMemoryPlan g = model::memory_plan(p.config, o.micro_batch, o.seq_len, !engine,
                                                          pl.tp.degree, pl.tp.sequence_parallel, o.dropout, stage,
                                                          pl.recompute);
   p.num_params = g.num_params;
@@ -63,7 +63,7 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   if (engine) {
     const int S = pl.dp.shard_degree;
     const auto e = parallel::ShardedEngine::plan(p.config, sharded_config(pl, stage), S, dp_rank % S);
-    p.num_params = model::GPT::unit_bounds(p.config, pl.tp.degree, stage).back();
+    p.num_params = model::unit_bounds(p.config, pl.tp.degree, stage).back();
     for (size_t i = 0; i < kNumMemCategories; ++i) p.bytes[i] += e.bytes[i];
     p.optimizer_elems = e.state_elems;
   } else if (pl.dp.mode == DataParallelMode::zero1) {

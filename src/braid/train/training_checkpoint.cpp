@@ -20,7 +20,7 @@ TrainingCheckpoint::TrainingCheckpoint(const TrainOptions& opt, ParallelContext&
 
 void TrainingCheckpoint::to_full(const float* local, std::vector<float>& full) {
   const auto& lt = model_.param_table();
-  const auto ft = model::GPT::param_table(model_.config(), 1);
+  const auto ft = model::param_table(model_.config(), 1);
   const size_t nl = model_.num_params();
   std::vector<float> all;
   const float* ranks_data = local;
@@ -29,14 +29,14 @@ void TrainingCheckpoint::to_full(const float* local, std::vector<float>& full) {
     ctx_.tp()->all_gather(local, all.data(), nl, DType::f32);
     ranks_data = all.data();
   }
-  full.assign(model::GPT::unit_bounds(model_.config(), 1).back(), 0.f);
+  full.assign(model::unit_bounds(model_.config(), 1).back(), 0.f);
   for (int q = 0; q < tp_; ++q) {
     const float* src = ranks_data + static_cast<size_t>(q) * nl;
     for (const auto& p : lt) {
       // The last stage's copy of the tied embedding unit (wte, wpe) equals the first stage's.
       if (pp_ > 1 && ctx_.pp_rank() > 0 && p.global_index < 2) continue;
       const size_t o = ft[p.global_index].offset;
-      for (size_t i = 0; i < p.numel; ++i) full[o + model::GPT::full_index(p, i, q, tp_)] = src[p.offset + i];
+      for (size_t i = 0; i < p.numel; ++i) full[o + model::full_index(p, i, q, tp_)] = src[p.offset + i];
     }
   }
   // Pipeline: each stage filled its own tensors; the sum has one non-zero term per element (exact).
@@ -45,12 +45,12 @@ void TrainingCheckpoint::to_full(const float* local, std::vector<float>& full) {
 
 void TrainingCheckpoint::from_full(const float* full, float* local) const {
   const auto& lt = model_.param_table();
-  const auto ft = model::GPT::param_table(model_.config(), 1);
+  const auto ft = model::param_table(model_.config(), 1);
   std::fill(local, local + model_.num_params(), 0.f);
   for (const auto& p : lt) {
     const size_t o = ft[p.global_index].offset;
     for (size_t i = 0; i < p.numel; ++i)
-      local[p.offset + i] = full[o + model::GPT::full_index(p, i, ctx_.tp_rank(), tp_)];
+      local[p.offset + i] = full[o + model::full_index(p, i, ctx_.tp_rank(), tp_)];
   }
 }
 
@@ -102,7 +102,7 @@ int64_t TrainingCheckpoint::load(const std::string& path) {
   nlohmann::json hdr;
   if (tp_ > 1 || pp_ > 1) {
     // The file holds the whole model: take this stage's tensors, this TP rank's slices.
-    const size_t nf = model::GPT::unit_bounds(model_.config(), 1).back();
+    const size_t nf = model::unit_bounds(model_.config(), 1).back();
     std::vector<float> pf(nf), mf(nf), vf(nf);
     hdr = load_checkpoint(path, nf, pf.data(), mf.data(), vf.data());
     from_full(pf.data(), params);

@@ -68,8 +68,8 @@ struct ShardedEngine::GSlot {
 
 std::vector<ShardedEngine::Unit> ShardedEngine::make_units(const model::GPTConfig& cfg,
                                                            const ShardedConfig& sc, size_t N) {
-  const std::vector<size_t> bounds = model::GPT::unit_bounds(cfg, sc.tp, sc.pipeline);
-  const std::vector<model::ParamInfo> table = model::GPT::param_table(cfg, sc.tp, sc.pipeline);
+  const std::vector<size_t> bounds = model::unit_bounds(cfg, sc.tp, sc.pipeline);
+  const std::vector<model::ParamInfo> table = model::param_table(cfg, sc.tp, sc.pipeline);
   std::vector<Unit> units;
   size_t shard_off = 0;
   for (size_t u = 0; u + 1 < bounds.size(); ++u) {

@@ -1,0 +1,58 @@
+#include "braid/model/config.h"
+
+#include "braid/core/error.h"
+
+namespace braid::model {
+
+GPTConfig GPTConfig::preset(const std::string& name) {
+  GPTConfig c;
+  c.name = name;
+  if (name == "tiny") {
+    c.n_layer = 2, c.n_head = 4, c.n_embd = 64, c.block_size = 64;
+  } else if (name == "small") {
+    c.n_layer = 4, c.n_head = 4, c.n_embd = 256, c.block_size = 256;
+  } else if (name == "gpt2") {
+    c.n_layer = 12, c.n_head = 12, c.n_embd = 768, c.block_size = 1024;
+  } else {
+    throw ConfigError("unknown model preset '" + name + "'; valid presets: tiny, small, gpt2");
+  }
+  c.padded_vocab_size = pad_vocab(c.vocab_size);
+  return c;
+}
+
+int64_t GPTConfig::pad_vocab(int64_t v, int64_t multiple) {
+  BRAID_CHECK(multiple > 0, "pad_vocab: multiple must be positive, got ", multiple);
+  return (v + multiple - 1) / multiple * multiple;
+}
+
+void GPTConfig::validate() const {
+  const std::string who = "model '" + name + "': ";
+  BRAID_CONFIG_CHECK(vocab_size > 0 && block_size > 0 && n_layer > 0 && n_head > 0 && n_embd > 0,
+                     who, "all sizes must be positive (vocab_size=", vocab_size,
+                     " block_size=", block_size, " n_layer=", n_layer, " n_head=", n_head,
+                     " n_embd=", n_embd, ")");
+  BRAID_CONFIG_CHECK(n_embd % n_head == 0, who, "n_embd=", n_embd, " is not divisible by n_head=",
+                     n_head, "; choose n_head dividing n_embd");
+  BRAID_CONFIG_CHECK(padded_vocab_size >= vocab_size, who, "padded_vocab_size=",
+                     padded_vocab_size, " < vocab_size=", vocab_size, "; use ",
+                     pad_vocab(vocab_size));
+  BRAID_CONFIG_CHECK(padded_vocab_size % 64 == 0, who, "padded_vocab_size=", padded_vocab_size,
+                     " is not a multiple of 64; use ", pad_vocab(vocab_size));
+}
+
+Recompute parse_recompute(const std::string& s) {
+  if (s == "none") return Recompute::none;
+  if (s == "selective") return Recompute::selective;
+  if (s == "full") return Recompute::full;
+  throw ConfigError("--recompute '" + s + "' is not known; use none, selective or full");
+}
+
+std::vector<PipelineChunk> PipelineStage::resolved(int64_t n_layer) const {
+  if (chunks.empty()) return {{first_layer, last_layer < 0 ? n_layer : last_layer, slots}};
+  std::vector<PipelineChunk> r = chunks;
+  for (auto& c : r)
+    if (c.last_layer < 0) c.last_layer = n_layer;
+  return r;
+}
+
+}  // namespace braid::model

@@ -1,0 +1,67 @@
+// A GPT-2 model's shape and how a rank holds it: the configuration, the
+// pipeline stage (which layers, how many activation slots) and the
+// activation-recomputation mode.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace braid::model {
+
+struct GPTConfig {
+  std::string name;
+  int64_t vocab_size = 50257;
+  int64_t padded_vocab_size = 50304;  // vocab_size rounded up to a multiple of 64
+  int64_t block_size = 1024;          // maximum sequence length T
+  int64_t n_layer = 12, n_head = 12, n_embd = 768;
+
+  /// "tiny" (2 layers, 4 heads, n_embd 64, block 64), "small" (4/4/256, block
+  /// 256), "gpt2" (12/12/768, block 1024, 124M parameters); all with the GPT-2
+  /// vocabulary (50257, padded to 50304). Throws ConfigError listing the names.
+  static GPTConfig preset(const std::string& name);
+  /// Throws ConfigError naming the offending values and the fix when a size is
+  /// non-positive, n_embd % n_head != 0, padded_vocab_size < vocab_size or
+  /// padded_vocab_size % 64 != 0.
+  void validate() const;
+  /// v rounded up to a multiple of `multiple` (64 keeps the head GEMM aligned).
+  static int64_t pad_vocab(int64_t v, int64_t multiple = 64);
+};
+
+/// One model chunk of a pipeline rank: blocks [first_layer, last_layer) with
+/// `slots` activation sets, so that many micro-batches can sit between their
+/// forward and their backward (or weight-gradient pass) on this chunk.
+struct PipelineChunk {
+  int64_t first_layer = 0;
+  int64_t last_layer = -1;  // exclusive; -1: n_layer
+  int64_t slots = 1;
+};
+
+/// The layers one pipeline rank holds (GPipe, Huang et al. 2019): blocks
+/// [first_layer, last_layer); the rank holding layer 0 also holds the
+/// embeddings, the one holding the last layer the final LayerNorm and the head,
+/// which is tied to wte, so that rank keeps its own copy of the embedding unit.
+/// `slots` activation sets let that many micro-batches sit between their
+/// forward and their backward. Interleaved schedules (Narayanan et al. 2021,
+/// sec. 2.2.2) give a rank several non-contiguous chunks instead: `chunks`, in
+/// increasing layer order, replaces first_layer/last_layer/slots when non-empty.
+struct PipelineStage {
+  int64_t first_layer = 0;
+  int64_t last_layer = -1;  // exclusive; -1: n_layer
+  int64_t slots = 1;
+  std::vector<PipelineChunk> chunks;
+  /// The chunks with -1 resolved (one chunk when `chunks` is empty).
+  std::vector<PipelineChunk> resolved(int64_t n_layer) const;
+};
+
+/// Activation checkpointing (Chen et al. 2016; Korthikanti et al. 2022, sec. 5):
+/// none keeps every block activation; selective keeps all but the attention
+/// internals (scores, head-major q/k/v, attention output) and the GELU output,
+/// recomputed in backward from the stored QKV and c_fc outputs; full keeps only
+/// each block's output (the next block's input) and recomputes the whole block
+/// in backward. Recomputation uses the same kernels, inputs and dropout keys,
+/// so the results are bitwise those of `none`.
+enum class Recompute : uint8_t { none, selective, full };
+/// "none" | "selective" | "full"; throws ConfigError naming the choices.
+Recompute parse_recompute(const std::string& s);
+
+}  // namespace braid::model

@@ -1,0 +1,118 @@
+#include "braid/model/memory_plan.h"
+
+#include <algorithm>
+
+#include "braid/core/error.h"
+#include "braid/kernels/cpu/attention.h"
+#include "braid/model/param_layout.h"
+
+namespace braid::model {
+
+namespace k = braid::kernels;
+
+size_t GPTMemoryPlan::bytes(MemCategory c) const {
+  switch (c) {
+    case MemCategory::compute_params: return params_bytes;
+    case MemCategory::grads: return grads_bytes;
+    case MemCategory::activations: return acts_bytes + tokens_bytes;
+    case MemCategory::workspace: return workspace_bytes;
+    default: return 0;
+  }
+}
+
+size_t GPTMemoryPlan::total_bytes() const {
+  return params_bytes + grads_bytes + acts_bytes + tokens_bytes + workspace_bytes;
+}
+
+namespace {
+// The ConfigErrors memory_plan (and so the constructor) throws.
+void check_sizes(const GPTConfig& cfg, int64_t max_B, int64_t max_T, int tp, bool sp,
+                 const std::vector<PipelineChunk>& chunks) {
+  cfg.validate();
+  validate_tp(cfg, tp);
+  BRAID_CONFIG_CHECK(max_B > 0 && max_T > 0, "GPT: max_B=", max_B, " and max_T=", max_T,
+                     " must be positive");
+  BRAID_CONFIG_CHECK(max_T <= cfg.block_size, "GPT: sequence length ", max_T,
+                     " exceeds block_size=", cfg.block_size, " of model '", cfg.name,
+                     "'; use T <= ", cfg.block_size);
+  BRAID_CONFIG_CHECK(!sp || (max_B * max_T) % tp == 0, "--sequence-parallel shards the ",
+                     max_B * max_T, " token rows of a micro-batch (micro-batch ", max_B, " x seq-len ",
+                     max_T, ") over --tp ", tp, "; choose sizes whose product divides by ", tp);
+  BRAID_CONFIG_CHECK(!chunks.empty(), "pipeline stage: no layers");
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const int64_t l0 = chunks[c].first_layer, l1 = chunks[c].last_layer;
+    BRAID_CONFIG_CHECK(l0 >= 0 && l0 < l1 && l1 <= cfg.n_layer && chunks[c].slots >= 1 &&
+                           (c == 0 || l0 >= chunks[c - 1].last_layer),
+                       "pipeline stage: chunk ", c, " with layers [", l0, ", ", l1, ") and ", chunks[c].slots,
+                       " activation slots is not a non-empty range of the ", cfg.n_layer,
+                       " layers of model '", cfg.name, "' after the previous chunk");
+  }
+}
+}  // namespace
+
+GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bool owns_state, int tp, bool sp,
+                          float dropout, const PipelineStage& stage, Recompute recompute) {
+  const std::vector<PipelineChunk> chunks = stage.resolved(cfg.n_layer);
+  check_sizes(cfg, max_B, max_T, tp, sp, chunks);
+  GPTMemoryPlan m;
+  std::vector<ParamInfo> table;
+  std::vector<size_t> layer_begin;
+  m.num_params = build_param_table(cfg, tp, stage, &table, &layer_begin);
+  m.params_bytes = owns_state ? m.num_params * sizeof(float) : 0;
+  m.grads_bytes = owns_state ? m.num_params * sizeof(float) : 0;
+
+  const size_t P = size_t(tp);
+  const size_t C = size_t(cfg.n_embd), Vpl = size_t(cfg.padded_vocab_size) / P;
+  const size_t Cl = C / P, NHl = size_t(cfg.n_head) / P;
+  const size_t BT = size_t(max_B * max_T), rows = sp ? BT / P : BT;
+  // Per block (see layer_acts): ln1, attproj, res2, ln2, fcproj, res3 (rows x C
+  // each: token rows of this rank); qkv, qkvr (BT x 3C/tp each), atty (BT x C/tp),
+  // fch, fch_gelu (BT x 4C/tp each); 4 LayerNorm statistics of rows; the
+  // attention matrix B x NH/tp x T x T.
+  const size_t all_floats = rows * C * 6 + BT * Cl * (3 + 3 + 1 + 4 + 4) + 4 * rows +
+                           size_t(max_B) * NHl * size_t(max_T * max_T);
+  // Recomputed tensors live once, in a workspace shared by all blocks and slots.
+  const size_t recomputed_selective = BT * Cl * (3 + 1 + 4) + size_t(max_B) * NHl * size_t(max_T * max_T);
+  switch (recompute) {
+    case Recompute::none: m.layer_act_floats = all_floats; break;
+    case Recompute::selective:
+      m.layer_act_floats = all_floats - recomputed_selective;
+      m.shared_act_floats = recomputed_selective;
+      break;
+    case Recompute::full:
+      m.layer_act_floats = rows * C;  // the block's output
+      m.shared_act_floats = all_floats - rows * C;
+      break;
+  }
+  // Per slot: the local blocks, the stage input `encoded` (rows x C); on the
+  // last stage the head: lnf (rows x C), lnf_mean, lnf_rstd (rows each), lse,
+  // losses (BT each), logits (BT x Vp/tp).
+  size_t S = 0;  // slots over all chunks
+  bool head = false;
+  for (const auto& c : chunks) {
+    const bool has_head = c.last_layer == cfg.n_layer;
+    const size_t slot = m.layer_act_floats * size_t(c.last_layer - c.first_layer) + rows * C +
+                        (has_head ? rows * C + rows * 2 + BT * 2 + BT * Vpl : 0);
+    m.act_floats += slot * size_t(c.slots);
+    S += size_t(c.slots);
+    head = head || has_head;
+  }
+  m.act_floats += m.shared_act_floats;
+  m.acts_bytes = m.act_floats * sizeof(float);
+  const size_t att_scratch =
+      std::max(k::attention_forward_scratch_floats(max_B, max_T, int64_t(Cl)),
+               k::attention_backward_scratch_floats(max_B, max_T, int64_t(Cl), int64_t(NHl)));
+  // dres (rows x C), dln (BT x C), datty (BT x C/tp), dqkv (3 BT x C/tp), dfch
+  // (4 BT x C/tp), dlogits (BT x Vp/tp), attention scratch; with TP > 1 the
+  // vocab-parallel loss statistics (3 BT) and, with sequence parallelism, a
+  // gather buffer (BT x C); with dropout a masked-gradient buffer (rows x C).
+  m.scratch_floats = rows * C + BT * C + BT * Cl * 8 + (head ? BT * Vpl : 0) + att_scratch;
+  if (tp > 1) m.scratch_floats += 3 * BT;
+  if (sp) m.scratch_floats += BT * C;
+  if (dropout > 0) m.scratch_floats += rows * C;
+  m.workspace_bytes = m.scratch_floats * sizeof(float);
+  m.tokens_bytes = 2 * BT * sizeof(int32_t) * S;
+  return m;
+}
+
+}  // namespace braid::model

@@ -1,0 +1,46 @@
+// What a GPT model allocates on one rank, computed without allocating: the
+// constructor carves its buffers from exactly this plan, so `braid plan` and
+// the memory ledger agree by construction.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "braid/core/memory.h"
+#include "braid/model/config.h"
+
+namespace braid::model {
+
+/// What GPT(cfg, max_B, max_T) allocates, computed without allocating
+/// (memory_plan). The constructor allocates exactly these buffers, so the
+/// plan and the MemoryLedger agree by construction. Sizes in bytes unless named
+/// *_floats / num_params (elements).
+struct GPTMemoryPlan {
+  size_t num_params = 0;        // elements of the flat parameter buffer (incl. alignment gaps)
+  size_t layer_act_floats = 0;  // activation floats one transformer block keeps (per slot)
+  size_t shared_act_floats = 0; // recomputation workspace shared by all blocks (activations)
+  size_t act_floats = 0;        // floats of the activation buffer (all blocks + head)
+  size_t scratch_floats = 0;    // floats of the backward scratch buffer
+  size_t params_bytes = 0;      // compute_params: num_params f32
+  size_t grads_bytes = 0;       // grads: num_params f32
+  size_t acts_bytes = 0;        // activations: act_floats f32
+  size_t tokens_bytes = 0;      // activations: (max_B, max_T) x 2 int32 (tokens, targets)
+  size_t workspace_bytes = 0;   // workspace: scratch_floats f32
+
+  /// Bytes of category c (0 for categories GPT does not allocate).
+  size_t bytes(MemCategory c) const;
+  /// Sum over all categories, in bytes.
+  size_t total_bytes() const;
+};
+
+/// The buffers GPT(cfg, max_B, max_T, ...) allocates, in bytes per category,
+/// computed without allocating them (cheap even for gpt2). owns_state=false:
+/// a model built with external UnitStorage (no parameter or gradient
+/// buffers). Throws ConfigError in the same cases as the constructor: an
+/// invalid config, max_T > block_size, tp not dividing n_head or the padded
+/// vocabulary, sequence parallelism with tp not dividing max_B * max_T, or a
+/// stage whose chunks are not increasing non-empty layer ranges.
+GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bool owns_state = true, int tp = 1,
+                          bool sequence_parallel = false, float dropout = 0.0f, const PipelineStage& stage = {},
+                          Recompute recompute = Recompute::none);
+
+}  // namespace braid::model

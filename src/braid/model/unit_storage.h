@@ -1,0 +1,32 @@
+// Where a model's parameters and gradients live while forward and backward
+// use them, unit by unit: the seam a sharding engine (ZeRO-2/3, FSDP) plugs into.
+#pragma once
+
+namespace braid::model {
+
+/// Where the parameters and gradients of one FSDP unit live while forward and
+/// backward use them; lets a sharding engine (ZeRO-2/3, FSDP) gather parameters
+/// just in time and take gradients away unit by unit. Units: 0 = embeddings
+/// (wte, wpe), 1..L = transformer blocks, L+1 = final LayerNorm; unit u covers
+/// the flat elements [unit_bounds()[u], unit_bounds()[u + 1]) (param_layout.h).
+///
+/// Access order of one training step (the engine may prefetch by it):
+/// forward 0, 1, ..., L, L+1, 0 (the tied head); backward 0 (head), L+1, L, ..., 1,
+/// then the encoder's gradient into unit 0 without its parameters (an embedding
+/// lookup's backward needs only the token ids).
+class UnitStorage {
+ public:
+  virtual ~UnitStorage() = default;
+  /// f32 parameters of unit u: flat element o is at p[o - unit_begin(u)]. Valid
+  /// until release_params(u).
+  virtual const float* acquire_params(int u) = 0;
+  virtual void release_params(int u) = 0;
+  /// f32 gradient buffer of unit u (same indexing) that backward accumulates
+  /// into (+=); valid until grads_ready(u). Unit 0 stays acquired through the
+  /// whole backward (the tied head and the encoder both write wte's gradient).
+  virtual float* acquire_grads(int u) = 0;
+  /// Backward has finished unit u's gradient for this micro-batch.
+  virtual void grads_ready(int u) = 0;
+};
+
+}  // namespace braid::model
