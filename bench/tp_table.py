@@ -128,7 +128,7 @@ class Model:
 
 
 def zero1_shard(psi, n, bucket_mb):
-    """ZeroStage1::make_buckets: buckets of a multiple of N from the end; a rank owns ceil(len/N) of each."""
+    """GradBuckets::make_buckets (reduce_scatter): buckets of a multiple of N from the end; a rank owns ceil(len/N) of each."""
     per = max(int(bucket_mb * 1024 * 1024) // F32 // n, 1) * n
     hi, tot = psi, 0
     while hi > 0:
@@ -193,13 +193,13 @@ def predict(m, P, dp, sp, zero, B, T, accum, bucket_mb):
     psi = m.table(P)[0]
     if dp > 1:
         per = int(bucket_mb * 1024 * 1024) // F32
-        if zero == 0:  # DDPGradSync: buckets of `per` from the end, all-reduce each
+        if zero == 0:  # GradBuckets (all_reduce): buckets of `per` from the end, all-reduce each
             hi, tot = psi, 0
             while hi > 0:
                 lo = max(hi - per, 0)
                 tot += ar_sent(dp, hi - lo)[0]
                 hi = lo
-        else:  # ZeroStage1: buckets a multiple of N, reduce-scatter + all-gather of ceil(len/N)
+        else:  # GradBuckets (reduce_scatter): buckets a multiple of N, reduce-scatter + all-gather of ceil(len/N)
             per = max(per // dp, 1) * dp
             hi, tot = psi, 0
             while hi > 0:

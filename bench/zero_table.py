@@ -109,7 +109,7 @@ def predicted_sent(lay, name, prec, n, accum, hsdp_s, bucket_floats=1024 * 1024)
     if name == "ddp":  # ring / Rabenseifner all-reduce: 2(N-1)/N of the buffer
         return 2 * (n - 1) * psi * b / n
     if name == "zero1" and prec == "fp32":
-        # ZeroStage1: buckets of a multiple of N from the end; RS + AG of ceil(len/N) each.
+        # GradBuckets (reduce_scatter): buckets of a multiple of N from the end; RS + AG of ceil(len/N) each.
         per = max(bucket_floats // n, 1) * n
         hi, tot = psi, 0
         while hi > 0:

@@ -10,7 +10,7 @@
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
-#include "braid/parallel/data_parallel/zero.h"
+#include "braid/parallel/data_parallel/grad_buckets.h"
 #include "braid/train/trainer.h"
 #include "parallel/harness.h"
 
@@ -52,8 +52,8 @@ TEST(ZeroStage1, OwnershipPartitionsTheBufferAndCollectivesAreExact) {
           std::vector<float> params(n, -1.f), grads(n);
           const int r = w.rank();
           for (size_t i = 0; i < n; ++i) grads[i] = static_cast<float>((r + 1) * 1000 + i % 97);
-          parallel::ZeroStage1 z(w, params.data(), grads.data(), n, bucket_bytes, true,
-                                 comm::Algorithm::ring, nullptr);
+          parallel::GradBuckets z(w, params.data(), grads.data(), n, bucket_bytes, true, comm::Algorithm::ring,
+                                  parallel::BucketReduce::reduce_scatter);
           z.begin_sync();
           // Report readiness in three decreasing pieces, as backward would.
           z.on_ready(2 * n / 3, n);

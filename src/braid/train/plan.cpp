@@ -7,7 +7,7 @@
 #include "braid/parallel/pipeline/schedule.h"
 #include "braid/parallel/pipeline/executor.h"
 #include "braid/parallel/data_parallel/sharded.h"
-#include "braid/parallel/data_parallel/zero.h"
+#include "braid/parallel/data_parallel/grad_buckets.h"
 
 namespace braid::train {
 
@@ -67,8 +67,8 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
     for (size_t i = 0; i < kNumMemCategories; ++i) p.bytes[i] += e.bytes[i];
     p.optimizer_elems = e.state_elems;
   } else if (pl.dp.mode == DataParallelMode::zero1) {
-    const parallel::ZeroStage1::Plan z =
-        parallel::ZeroStage1::plan(g.num_params, pl.dp.degree, dp_rank, bucket_bytes);
+    const parallel::GradBuckets::Plan z = parallel::GradBuckets::plan(g.num_params, pl.dp.degree, dp_rank,
+                                                                      bucket_bytes, parallel::BucketReduce::reduce_scatter);
     p.optimizer_elems = z.shard_size;
     add(MemCategory::comm, z.staging_bytes);
   } else if (pl.dp.parameter_server()) {

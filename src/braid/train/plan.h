@@ -1,6 +1,6 @@
 // `braid plan`: the per-rank peak memory of a training job by MemCategory,
 // predicted without allocating anything. The prediction reads the same size
-// functions the allocating code uses (model::memory_plan, ZeroStage1::plan), so
+// functions the allocating code uses (model::memory_plan, GradBuckets::plan), so
 // it equals what Trainer's MemoryLedger reports at the end of `braid train`.
 // Memory outside the ledger is not predicted (see kNotInLedger).
 #pragma once

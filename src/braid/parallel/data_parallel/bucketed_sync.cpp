@@ -20,14 +20,10 @@ BucketedSync::~BucketedSync() = default;
 void BucketedSync::attach(model::GPT& model) {
   FlatBufferSync::attach(model);
   const size_t n = model.num_params();
-  if (c_.stage == 1) {
-    zero_ = std::make_unique<ZeroStage1>(dp_, model.params(), model.grads(), n, c_.bucket_bytes, c_.overlap,
-                                         c_.algo, ledger_);
-    for (const auto& s : zero_->owned()) owned_.push_back({s.offset, s.len, s.shard});
-  } else {
-    ddp_ = std::make_unique<DDPGradSync>(dp_, model.grads(), n, c_.bucket_bytes, c_.overlap, c_.algo);
-    owned_.push_back({0, n, 0});
-  }
+  const BucketReduce mode = c_.stage == 1 ? BucketReduce::reduce_scatter : BucketReduce::all_reduce;
+  buckets_ = std::make_unique<GradBuckets>(dp_, model.params(), model.grads(), n, c_.bucket_bytes, c_.overlap,
+                                           c_.algo, mode, ledger_);
+  for (const auto& s : buckets_->owned()) owned_.push_back({s.offset, s.len, s.shard});
 }
 
 void BucketedSync::begin_step(int64_t) {
@@ -38,12 +34,8 @@ void BucketedSync::begin_step(int64_t) {
 GradReadyHook BucketedSync::backward_hook(bool last) {
   // Only the backward that ends accumulation releases buckets: one sync per step.
   if (!last) return {};
-  if (zero_) {
-    zero_->begin_sync();
-    return [this](size_t lo, size_t hi) { zero_->on_ready(lo, hi); };
-  }
-  ddp_->begin_sync();
-  return [this](size_t lo, size_t hi) { ddp_->on_ready(lo, hi); };
+  buckets_->begin_sync();
+  return [this](size_t lo, size_t hi) { buckets_->on_ready(lo, hi); };
 }
 
 void BucketedSync::reduce_accumulated(comm::Communicator* tied) {
@@ -55,13 +47,7 @@ void BucketedSync::reduce_accumulated(comm::Communicator* tied) {
 }
 
 float BucketedSync::finish(float local_loss) {
-  if (!reduced_) {
-    if (zero_) {
-      zero_->finish_sync();
-    } else {
-      ddp_->finish_sync();
-    }
-  }
+  if (!reduced_) buckets_->finish_sync();
   reduced_ = true;
   float loss = local_loss;
   if (dp_.size() > 1) dp_.all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
@@ -69,7 +55,7 @@ float BucketedSync::finish(float local_loss) {
 }
 
 void BucketedSync::after_update(StepScalars&) {
-  if (zero_) zero_->gather_params();
+  buckets_->gather_params();
 }
 
 size_t BucketedSync::state_elems() const {
@@ -80,14 +66,14 @@ size_t BucketedSync::state_elems() const {
 
 bool BucketedSync::counts_in_norm() const {
   // ZeRO-1: every rank owns distinct elements; DDP replicas are equal, DP rank 0 counts.
-  return zero_ ? true : dp_.rank() == 0;
+  return c_.stage == 1 || dp_.rank() == 0;
 }
 
 void BucketedSync::assemble_state(const float* state, float* full) {
   FlatBufferSync::assemble_state(state, full);
   const size_t n = model_->num_params();
   // ZeRO-1: each element has one owner, so the sum over DP is exact.
-  if (zero_ && dp_.size() > 1) dp_.all_reduce(full, full, n, DType::f32, comm::ReduceOp::sum);
+  if (c_.stage == 1 && dp_.size() > 1) dp_.all_reduce(full, full, n, DType::f32, comm::ReduceOp::sum);
 }
 
 }  // namespace braid::parallel

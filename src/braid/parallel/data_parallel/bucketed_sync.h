@@ -1,14 +1,13 @@
 // DDP (stage 0: every bucket all-reduced) and ZeRO-1 (stage 1: every bucket
 // reduce-scattered, the parameters all-gathered after the update) over the
 // model's own f32 parameter and gradient buffers, bucket by bucket while
-// backward runs (DDPGradSync, ZeroStage1).
+// backward runs (GradBuckets, by a flag).
 #pragma once
 #include <memory>
 
 #include "braid/core/memory.h"
 #include "braid/parallel/data_parallel/grad_sync.h"
-#include "braid/parallel/data_parallel/ddp.h"
-#include "braid/parallel/data_parallel/zero.h"
+#include "braid/parallel/data_parallel/grad_buckets.h"
 
 namespace braid::parallel {
 
@@ -45,8 +44,7 @@ class BucketedSync final : public FlatBufferSync {
   comm::Communicator& dp_;
   comm::Communicator& world_;
   MemoryLedger* ledger_;
-  std::unique_ptr<DDPGradSync> ddp_;
-  std::unique_ptr<ZeroStage1> zero_;
+  std::unique_ptr<GradBuckets> buckets_;
   std::vector<OwnedRange> owned_;
   bool reduced_ = false;  // reduce_accumulated already waited for this step's reductions
 };

@@ -1,4 +1,4 @@
-#include "braid/parallel/data_parallel/zero.h"
+#include "braid/parallel/data_parallel/grad_buckets.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,28 +7,34 @@
 
 namespace braid::parallel {
 
-std::vector<ZeroStage1::Bucket> ZeroStage1::make_buckets(size_t n, size_t N, size_t bucket_bytes) {
+std::vector<GradBuckets::Bucket> GradBuckets::make_buckets(size_t n, size_t N, size_t bucket_bytes,
+                                                           BucketReduce mode) {
   BRAID_CONFIG_CHECK(bucket_bytes >= sizeof(float), "--bucket-mb gives a bucket of ", bucket_bytes,
                      " bytes; a bucket must hold at least one f32 gradient (use a larger --bucket-mb, e.g. 4)");
-  // Full buckets hold a multiple of N elements so only the lowest one needs padding.
-  const size_t per = std::max<size_t>(bucket_bytes / sizeof(float) / N, 1) * N;
+  const bool scatter = mode == BucketReduce::reduce_scatter;
+  // Scattered buckets hold a multiple of N elements so only the lowest one needs padding.
+  const size_t per = scatter ? std::max<size_t>(bucket_bytes / sizeof(float) / N, 1) * N : bucket_bytes / sizeof(float);
   std::vector<Bucket> buckets;
   for (size_t hi = n; hi > 0;) {
     const size_t lo = hi > per ? hi - per : 0;
-    const size_t c = (hi - lo + N - 1) / N;
-    buckets.push_back({lo, hi, c, (hi - lo) % N != 0, nullptr});
+    const size_t c = scatter ? (hi - lo + N - 1) / N : hi - lo;
+    buckets.push_back({lo, hi, c, scatter && (hi - lo) % N != 0, nullptr});
     hi = lo;
   }
   return buckets;
 }
 
-ZeroStage1::Plan ZeroStage1::plan(size_t n, int world, int rank, size_t bucket_bytes) {
-  BRAID_CONFIG_CHECK(world >= 1 && rank >= 0 && rank < world, "ZeRO-1 plan: rank ", rank,
+GradBuckets::Plan GradBuckets::plan(size_t n, int world, int rank, size_t bucket_bytes, BucketReduce mode) {
+  BRAID_CONFIG_CHECK(world >= 1 && rank >= 0 && rank < world, "gradient buckets: rank ", rank,
                      " outside a group of ", world, " ranks");
-  const size_t N = static_cast<size_t>(world);
-  const size_t r = static_cast<size_t>(rank);
-  const std::vector<Bucket> buckets = make_buckets(n, N, bucket_bytes);
+  const size_t N = static_cast<size_t>(world), r = static_cast<size_t>(rank);
+  const std::vector<Bucket> buckets = make_buckets(n, N, bucket_bytes, mode);
   Plan p;
+  if (mode == BucketReduce::all_reduce) {
+    p.owned.push_back({0, n, 0});
+    p.shard_size = n;
+    return p;
+  }
   size_t staged_elems = 0;
   for (const auto& b : buckets)
     if (b.staged) staged_elems = std::max(staged_elems, N * b.c);
@@ -45,31 +51,34 @@ ZeroStage1::Plan ZeroStage1::plan(size_t n, int world, int rank, size_t bucket_b
   return p;
 }
 
-ZeroStage1::~ZeroStage1() {
-  for (auto& b : buckets_) comm::settle(b.work);
-}
-
-ZeroStage1::ZeroStage1(comm::Communicator& dp, float* params, float* grads, size_t n,
-                       size_t bucket_bytes, bool overlap, comm::Algorithm algo,
-                       MemoryLedger* ledger)
-    : dp_(dp), params_(params), grads_(grads), n_(n), overlap_(overlap), algo_(algo) {
-  Plan p = plan(n, dp.size(), dp.rank(), bucket_bytes);
-  buckets_ = make_buckets(n, static_cast<size_t>(dp.size()), bucket_bytes);
+GradBuckets::GradBuckets(comm::Communicator& dp, float* params, float* grads, size_t n, size_t bucket_bytes,
+                         bool overlap, comm::Algorithm algo, BucketReduce mode, MemoryLedger* ledger)
+    : dp_(dp), params_(params), grads_(grads), n_(n), overlap_(overlap), algo_(algo), mode_(mode) {
+  Plan p = plan(n, dp.size(), dp.rank(), bucket_bytes, mode);
+  buckets_ = make_buckets(n, static_cast<size_t>(dp.size()), bucket_bytes, mode);
   owned_ = std::move(p.owned);
   shard_size_ = p.shard_size;
   if (p.staging_bytes > 0) staging_ = Buffer(p.staging_bytes, MemCategory::comm, ledger);
   ready_lo_ = n_;
 }
 
-void ZeroStage1::begin_sync() {
-  ready_lo_ = n_;
-  next_ = 0;
+GradBuckets::~GradBuckets() {
+  for (auto& b : buckets_) comm::settle(b.work);
 }
 
-void ZeroStage1::launch_reduce(size_t k) {
+void GradBuckets::begin_sync() {
+  ready_lo_ = n_;
+  next_ = 0;
+  overlapped_ = 0;
+}
+
+void GradBuckets::launch(size_t k) {
   Bucket& b = buckets_[k];
-  const size_t r = static_cast<size_t>(dp_.rank());
   float* src = grads_ + b.lo;
+  if (mode_ == BucketReduce::all_reduce) {
+    b.work = dp_.all_reduce_async(src, src, b.hi - b.lo, DType::f32, comm::ReduceOp::avg, algo_);
+    return;
+  }
   if (b.staged) {
     // Pad to N*c with zeros so every rank's slice has the same length.
     float* s = staging_.as<float>();
@@ -77,10 +86,11 @@ void ZeroStage1::launch_reduce(size_t k) {
     std::memset(s + (b.hi - b.lo), 0, (dp_.size() * b.c - (b.hi - b.lo)) * sizeof(float));
     src = s;
   }
+  const size_t r = static_cast<size_t>(dp_.rank());
   b.work = dp_.reduce_scatter_async(src, src + r * b.c, b.c, DType::f32, comm::ReduceOp::avg, algo_);
 }
 
-void ZeroStage1::unstage_grads(size_t k) {
+void GradBuckets::unstage_grads(size_t k) {
   Bucket& b = buckets_[k];
   if (!b.staged) return;
   const size_t r = static_cast<size_t>(dp_.rank());
@@ -88,34 +98,34 @@ void ZeroStage1::unstage_grads(size_t k) {
   if (e > a) std::memcpy(grads_ + a, staging_.as<float>() + r * b.c, (e - a) * sizeof(float));
 }
 
-void ZeroStage1::on_ready(size_t begin, size_t end) {
-  BRAID_CHECK(end == ready_lo_ && begin <= end,
-              "gradient ranges must arrive contiguous and decreasing: got [", begin, ",", end,
-              ") while [", ready_lo_, ",", n_, ") is ready");
+void GradBuckets::on_ready(size_t begin, size_t end) {
+  BRAID_CHECK(end == ready_lo_ && begin <= end, "gradient ranges must arrive contiguous and decreasing: got [", begin,
+              ",", end, ") while [", ready_lo_, ",", n_, ") is ready");
   ready_lo_ = begin;
   if (!overlap_ || dp_.size() == 1) return;
+  // A staged bucket is the lowest one, so it is launched last and nothing
+  // waits behind the single staging buffer.
   while (next_ < buckets_.size() && buckets_[next_].lo >= ready_lo_) {
-    // The staging buffer serves one bucket at a time: it is the lowest bucket,
-    // so it is launched last and nothing else waits behind it.
-    launch_reduce(next_++);
+    launch(next_++);
+    ++overlapped_;
   }
 }
 
-void ZeroStage1::finish_sync() {
+void GradBuckets::finish_sync() {
   if (dp_.size() > 1) {
-    while (next_ < buckets_.size()) launch_reduce(next_++);
+    while (next_ < buckets_.size()) launch(next_++);
     for (size_t k = 0; k < buckets_.size(); ++k) {
       if (buckets_[k].work) buckets_[k].work->wait();
       buckets_[k].work.reset();
       unstage_grads(k);
     }
   }
-  ready_lo_ = n_;
+  ready_lo_ = n_;  // keep overlapped_ for reporting until the next begin_sync()
   next_ = 0;
 }
 
-void ZeroStage1::gather_params() {
-  if (dp_.size() == 1) return;
+void GradBuckets::gather_params() {
+  if (mode_ == BucketReduce::all_reduce || dp_.size() == 1) return;
   const size_t r = static_cast<size_t>(dp_.rank());
   for (auto& b : buckets_) {
     if (b.staged) continue;

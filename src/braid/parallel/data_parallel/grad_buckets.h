@@ -1,0 +1,109 @@
+// Bucketed gradient reduction over a flat f32 gradient buffer, for DDP and
+// ZeRO-1: one class that all-reduces or reduce-scatters each bucket by a flag
+// (as Megatron-LM's distributed optimizer does). The buffer is cut into buckets
+// from its end, because backward finishes parameters from last to first, and
+// each bucket is launched asynchronously as soon as backward has finished it,
+// overlapping the rest of backward (Li et al. 2020, "PyTorch Distributed",
+// sec. 3.2.3). With gradient accumulation only the last micro-batch's backward
+// reports readiness, so the reduction happens once per step.
+//
+// all_reduce (DDP): every rank ends with the DP average of every gradient.
+// Buckets hold bucket_bytes / 4 elements.
+//
+// reduce_scatter (ZeRO-1, Rajbhandari et al. 2020, sec. 5.1): each rank ends
+// with the average of the slice it owns, updates only those parameters, and
+// gather_params() all-gathers them. Traffic per rank per step equals DDP's ring
+// all-reduce: Ψ(N−1)/N for the reduce-scatter plus Ψ(N−1)/N for the all-gather.
+// Full buckets hold a multiple of N elements; rank r owns slice r of every
+// bucket: [lo + r·c, lo + (r+1)·c) ∩ [lo, hi) with c = ceil((hi−lo)/N). A rank
+// may own nothing of a small bucket; the lowest bucket, when N does not divide
+// it, is padded in a staging buffer, never in the parameters.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "braid/comm/communicator.h"
+#include "braid/core/memory.h"
+
+namespace braid::parallel {
+
+enum class BucketReduce : uint8_t { all_reduce, reduce_scatter };
+
+class GradBuckets {
+ public:
+  /// One contiguous piece of the flat buffer owned by this rank.
+  struct Segment {
+    size_t offset;  // element offset in params/grads
+    size_t len;     // elements
+    size_t shard;   // element offset in the rank's packed shard (optimizer state)
+  };
+
+  /// What rank `rank` of a DP group of `world` ranks owns and allocates for an
+  /// n-element flat buffer cut into buckets of bucket_bytes; computed without
+  /// allocating, by the same bucket logic the constructor uses. all_reduce:
+  /// the whole buffer, no staging.
+  struct Plan {
+    std::vector<Segment> owned;  // increasing offsets, packed shard offsets
+    size_t shard_size = 0;       // elements owned (optimizer state per moment)
+    size_t staging_bytes = 0;    // comm staging buffer: N x c f32 of the lowest
+                                 // bucket when N does not divide its size, else 0
+  };
+  /// Throws ConfigError for bucket_bytes < 4, world < 1 or rank outside [0, world).
+  static Plan plan(size_t n, int world, int rank, size_t bucket_bytes, BucketReduce mode);
+
+  /// dp: the data-parallel group. params/grads: (n,) f32, must outlive this
+  /// object (params is only used by gather_params). overlap=false defers every
+  /// bucket to finish_sync() (the no-overlap baseline). Throws ConfigError
+  /// for a bucket smaller than one element.
+  GradBuckets(comm::Communicator& dp, float* params, float* grads, size_t n, size_t bucket_bytes, bool overlap,
+              comm::Algorithm algo, BucketReduce mode, MemoryLedger* ledger = nullptr);
+  /// Reductions still in flight write into grads or staging: they end first.
+  ~GradBuckets();
+
+  /// Resets readiness for a new step; call before the last micro-batch's backward.
+  void begin_sync();
+  /// Backward callback: grads[begin, end) are final. Ranges must arrive in
+  /// decreasing, contiguous order (GPT::backward guarantees it); throws
+  /// braid::Error otherwise. Launches every bucket that is now complete.
+  void on_ready(size_t begin, size_t end);
+  /// Launches what is left and waits: afterwards grads hold the DP average
+  /// (reduce_scatter: the owned segments do; the rest of grads is scratch).
+  void finish_sync();
+  /// reduce_scatter: all-gathers every bucket so all ranks hold the full,
+  /// identical parameters. all_reduce: nothing to do.
+  void gather_params();
+
+  const std::vector<Segment>& owned() const { return owned_; }
+  /// Elements this rank owns (the size of its optimizer state).
+  size_t shard_size() const { return shard_size_; }
+  size_t num_buckets() const { return buckets_.size(); }
+  /// Buckets launched while backward was still running in the last step.
+  size_t buckets_overlapped() const { return overlapped_; }
+
+ private:
+  struct Bucket {
+    size_t lo, hi, c;  // range and per-rank slice length (reduce_scatter)
+    bool staged;       // (hi-lo) % N != 0: goes through the padded staging buffer
+    comm::WorkPtr work;
+  };
+  static std::vector<Bucket> make_buckets(size_t n, size_t N, size_t bucket_bytes, BucketReduce mode);
+  void launch(size_t k);
+  void unstage_grads(size_t k);
+
+  comm::Communicator& dp_;
+  float* params_;
+  float* grads_;
+  size_t n_;
+  bool overlap_;
+  comm::Algorithm algo_;
+  BucketReduce mode_;
+  std::vector<Bucket> buckets_;  // buckets_[0] is the last range of the buffer
+  std::vector<Segment> owned_;
+  size_t shard_size_ = 0;
+  Buffer staging_;       // (N * c) of the one bucket whose size N does not divide
+  size_t ready_lo_ = 0;  // grads[ready_lo_, n) are final
+  size_t next_ = 0;      // next bucket to launch
+  size_t overlapped_ = 0;
+};
+
+}  // namespace braid::parallel
