@@ -309,7 +309,10 @@ void CommBase::check_same_call(uint64_t id) {
   for (size_t i = 0; i < calls.size(); ++i) {
     const auto& ranks = calls[i].second;
     msg += detail::concat(i ? ";" : "", " rank", ranks.size() > 1 ? "s" : "");
-    for (int r : ranks) msg += " " + std::to_string(r);
+    for (int r : ranks) {
+      msg += ' ';
+      msg += std::to_string(r);
+    }
     msg += " called " + from_fingerprint(calls[i].first).describe();
   }
   msg += ". Every rank of a group must call the same collectives in the same order "
@@ -452,6 +455,14 @@ void CommBase::do_reduce_scatter(const void* send, void* recv, size_t count, DTy
     native_reduce_scatter(send, recv, count, dtype, op);
   else
     algo::ring_reduce_scatter(*this, workspace_, ring_opts_, send, recv, count, dtype, op);
+}
+
+OpRecord CommBase::split_record() {
+  OpRecord r;
+  r.op = "split";
+  r.count = 2;
+  r.dtype = "i32";
+  return r;
 }
 
 void CommBase::all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,

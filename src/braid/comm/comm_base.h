@@ -94,6 +94,8 @@ class CommBase : public Communicator {
   /// --debug-collectives is on, and run on the caller's thread once no queued
   /// collective is pending or running.
   void run_collective(OpRecord op, const std::function<void()>& fn);
+  /// The record of split(color, key): a collective over two int32 per rank.
+  static OpRecord split_record();
   /// The state of a group split from this one: `suffix` makes its uid (it must be
   /// the same on every member), members are the group ranks of this communicator.
   std::shared_ptr<CommState> child_state(const std::string& suffix, const std::vector<int>& members,

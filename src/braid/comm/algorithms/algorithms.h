@@ -120,6 +120,18 @@ void direct_all_gather(Communicator& comm, const void* send, void* recv, size_t 
 void all_to_all(Communicator& comm, const RingOptions& opts, const void* send, void* recv,
                 size_t count, DType dtype);
 
+/// An all-to-all's n blocks of `blk` bytes in send (`in`) and recv (`out`), this
+/// rank's block copied already. Throws braid::Error when the buffers overlap.
+struct AllToAllBlocks {
+  AllToAllBlocks(Communicator& comm, const void* send, void* recv, size_t count, DType dtype);
+  const std::byte* in_block(int q) const { return in + static_cast<size_t>(q) * blk; }
+  std::byte* out_block(int q) const { return out + static_cast<size_t>(q) * blk; }
+  int n, r;
+  size_t blk;
+  const std::byte* in;
+  std::byte* out;
+};
+
 /// Direct all-to-all: all n-1 receives then all n-1 sends (to r+1, r+2, ...) posted at
 /// once, then waited. send/recv must not overlap.
 void direct_all_to_all(Communicator& comm, const void* send, void* recv, size_t count,

@@ -74,25 +74,28 @@ void all_to_all(Communicator& comm, const RingOptions& opts, const void* send, v
   pairwise_all_to_all(comm, send, recv, count, dtype);
 }
 
+AllToAllBlocks::AllToAllBlocks(Communicator& comm, const void* send, void* recv, size_t count, DType dtype)
+    : n(comm.size()), r(comm.rank()), blk(count * dtype_size(dtype)), in(static_cast<const std::byte*>(send)),
+      out(static_cast<std::byte*>(recv)) {
+  BRAID_CHECK(blk == 0 || in + n * blk <= out || out + n * blk <= in, "all_to_all buffers overlap");
+  if (blk > 0) std::memcpy(out_block(r), in_block(r), blk);
+}
+
 void direct_all_to_all(Communicator& comm, const void* send, void* recv, size_t count,
                        DType dtype) {
-  const int n = comm.size(), r = comm.rank();
-  const size_t blk = count * dtype_size(dtype);
-  if (blk == 0) return;
-  const auto* in = static_cast<const std::byte*>(send);
-  auto* out = static_cast<std::byte*>(recv);
-  BRAID_CHECK(in + n * blk <= out || out + n * blk <= in, "all_to_all buffers overlap");
+  const AllToAllBlocks b(comm, send, recv, count, dtype);
+  if (b.blk == 0) return;
+  const int n = b.n, r = b.r;
   std::vector<WorkPtr> ws;
   ws.reserve(2 * static_cast<size_t>(n));
   for (int s = 1; s < n; ++s) {
     const int src = (r - s + n) % n;
-    ws.push_back(comm.irecv(out + static_cast<size_t>(src) * blk, blk, src, kCollectiveTag));
+    ws.push_back(comm.irecv(b.out_block(src), b.blk, src, kCollectiveTag));
   }
   for (int s = 1; s < n; ++s) {
     const int dst = (r + s) % n;
-    ws.push_back(comm.isend(in + static_cast<size_t>(dst) * blk, blk, dst, kCollectiveTag));
+    ws.push_back(comm.isend(b.in_block(dst), b.blk, dst, kCollectiveTag));
   }
-  std::memcpy(out + static_cast<size_t>(r) * blk, in + static_cast<size_t>(r) * blk, blk);
   wait_all(ws);
 }
 

@@ -73,6 +73,22 @@ struct Stream {
   std::function<int(int t)> hazard_send_step_on_reduce = [](int) { return -1; };
 };
 
+// A stream of `steps` ring steps whose first n-1 reduce (op; avg divides on
+// the last of them) the input `in`, segment j starting at element R.off[j].
+Stream reducing_stream(const Ring& R, int steps, ReduceOp op, const std::byte* in) {
+  const int n = R.c.size();
+  Stream S;
+  S.steps = steps;
+  S.rs_steps = n - 1;
+  S.base = 1;
+  S.op = op;
+  S.final_divisor = op == ReduceOp::avg ? static_cast<float>(n) : 0.f;
+  S.own = in;
+  const size_t esz = R.esz;
+  S.step0_src = [&R, in, esz](int j) { return in + R.off[j] * esz; };
+  return S;
+}
+
 void run_stream(Ring& R, Workspace* ws, const RingOptions& o, const Stream& S) {
   const int tag = kCollectiveTag;
   const size_t esz = R.esz, C = R.C;
@@ -148,17 +164,20 @@ void run_stream(Ring& R, Workspace* ws, const RingOptions& o, const Stream& S) {
     for (auto& w : step) w->wait();
 }
 
+// Nothing to send (count 0), or one rank (the result is the input): handled here.
+bool trivial_reduction(Communicator& comm, const void* send, void* recv, size_t count, DType dtype) {
+  if (count > 0 && comm.size() > 1) return false;
+  if (count > 0 && send != recv) std::memcpy(recv, send, count * dtype_size(dtype));
+  return true;
+}
+
 }  // namespace
 
 void ring_all_reduce(Communicator& comm, Workspace& ws, const RingOptions& opts, const void* send,
                      void* recv, size_t count, DType dtype, ReduceOp op) {
+  if (trivial_reduction(comm, send, recv, count, dtype)) return;
   const int n = comm.size();
   const size_t esz = dtype_size(dtype);
-  if (count == 0) return;
-  if (n == 1) {
-    if (send != recv) std::memcpy(recv, send, count * esz);
-    return;
-  }
   const size_t doubling_max =
       n == 2 ? opts.doubling_all_reduce_max_bytes_2ranks : opts.doubling_all_reduce_max_bytes;
   if ((n & (n - 1)) == 0 && count * esz <= doubling_max)
@@ -170,14 +189,7 @@ void ring_all_reduce(Communicator& comm, Workspace& ws, const RingOptions& opts,
   R.split_uneven(count);
   const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);
-  Stream S;
-  S.steps = 2 * (n - 1);
-  S.rs_steps = n - 1;
-  S.base = 1;
-  S.op = op;
-  S.final_divisor = op == ReduceOp::avg ? static_cast<float>(n) : 0.f;
-  S.own = in;
-  S.step0_src = [&](int j) { return in + R.off[j] * esz; };
+  Stream S = reducing_stream(R, 2 * (n - 1), op, in);
   S.dst = [&](int, int j) { return out + R.off[j] * esz; };
   // The all-gather receive of step t overwrites the segment sent at step t-(n-1): a
   // partial in `out`, or (step 0) `in`, which is the same memory only when in place.
@@ -266,13 +278,9 @@ void halving_doubling_all_reduce(Communicator& comm, Workspace& ws, const void* 
 
 void ring_reduce_scatter(Communicator& comm, Workspace& ws, const RingOptions& opts,
                          const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+  if (trivial_reduction(comm, send, recv, count, dtype)) return;
   const int n = comm.size();
   const size_t esz = dtype_size(dtype);
-  if (count == 0) return;
-  if (n == 1) {
-    if (send != recv) std::memcpy(recv, send, count * esz);
-    return;
-  }
   Ring R(comm, dtype, opts.chunk_bytes);
   R.split_blocks(count);
   const auto* in = static_cast<const std::byte*>(send);
@@ -281,14 +289,7 @@ void ring_reduce_scatter(Communicator& comm, Workspace& ws, const RingOptions& o
   // writes the final block straight into recv.
   std::byte* scratch =
       n > 2 ? static_cast<std::byte*>(ws.get(1, 2 * count * esz)) : nullptr;
-  Stream S;
-  S.steps = n - 1;
-  S.rs_steps = n - 1;
-  S.base = 1;
-  S.op = op;
-  S.final_divisor = op == ReduceOp::avg ? static_cast<float>(n) : 0.f;
-  S.own = in;
-  S.step0_src = [&](int j) { return in + R.off[j] * esz; };
+  Stream S = reducing_stream(R, n - 1, op, in);
   S.dst = [&, n](int t, int) -> std::byte* {
     if (t == n - 2) return out;
     return scratch + static_cast<size_t>(t % 2) * count * esz;

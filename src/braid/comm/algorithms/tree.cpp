@@ -115,16 +115,10 @@ void broadcast(Communicator& comm, const RingOptions& opts, void* buf, size_t co
 
 void pairwise_all_to_all(Communicator& comm, const void* send, void* recv, size_t count,
                          DType dtype) {
-  const int n = comm.size(), r = comm.rank();
-  const size_t blk = count * dtype_size(dtype);
-  if (blk == 0) return;
-  const auto* in = static_cast<const std::byte*>(send);
-  auto* out = static_cast<std::byte*>(recv);
-  BRAID_CHECK(in + n * blk <= out || out + n * blk <= in, "all_to_all buffers overlap");
-  std::memcpy(out + r * blk, in + r * blk, blk);
-  for (int s = 1; s < n; ++s) {
-    const int dst = (r + s) % n, src = (r - s + n) % n;
-    comm.sendrecv(in + dst * blk, blk, dst, out + src * blk, blk, src, kCollectiveTag);
+  const AllToAllBlocks b(comm, send, recv, count, dtype);
+  for (int s = 1; s < b.n && b.blk > 0; ++s) {
+    const int dst = (b.r + s) % b.n, src = (b.r - s + b.n) % b.n;
+    comm.sendrecv(b.in_block(dst), b.blk, dst, b.out_block(src), b.blk, src, kCollectiveTag);
   }
 }
 

@@ -245,11 +245,7 @@ class LocalComm final : public CommBase {
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     std::unique_ptr<Communicator> result;
-    OpRecord op;
-    op.op = "split";
-    op.count = 2;
-    op.dtype = "i32";
-    run_collective(op, [&] {
+    run_collective(split_record(), [&] {
       const int n = w_->size;
       int mine[2] = {color, key};
       std::vector<int> all(2 * static_cast<size_t>(n));

@@ -237,11 +237,7 @@ class MpiComm final : public CommBase {
  public:
   std::unique_ptr<Communicator> split(int color, int key) override {
     std::unique_ptr<Communicator> result;
-    OpRecord op;
-    op.op = "split";
-    op.count = 2;
-    op.dtype = "i32";
-    run_collective(op, [&] {
+    run_collective(split_record(), [&] {
       const uint64_t seq = split_seq_++;
       MPI_Comm nc = MPI_COMM_NULL;
       BRAID_MPI_CHECK(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &nc));

@@ -19,34 +19,28 @@ size_t attention_backward_scratch_floats(int64_t B, int64_t T, int64_t C, int64_
 
 namespace {
 
-// (B, T, nparts*C) with heads inside each part -> (nparts, B, NH, T, hs)
-void split_heads(float* dst, const float* src, int64_t B, int64_t T, int64_t C, int64_t NH,
-                 int64_t nparts) {
+// Copies between the token-major layout (B, T, nparts*C), heads inside each
+// part, and the head-major one (nparts, B, NH, T, hs): to_heads = true splits
+// src (token-major) into dst (head-major), false merges back.
+void permute_heads(float* dst, const float* src, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t nparts,
+                   bool to_heads) {
   const int64_t hs = C / NH;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
-      const float* s = src + (b * T + t) * nparts * C;
+      const int64_t tok = (b * T + t) * nparts * C;
       for (int64_t p = 0; p < nparts; ++p)
-        for (int64_t h = 0; h < NH; ++h)
-          std::memcpy(dst + (((p * B + b) * NH + h) * T + t) * hs, s + p * C + h * hs,
-                      sizeof(float) * size_t(hs));
+        for (int64_t h = 0; h < NH; ++h) {
+          const int64_t head = (((p * B + b) * NH + h) * T + t) * hs, token = tok + p * C + h * hs;
+          std::memcpy(dst + (to_heads ? head : token), src + (to_heads ? token : head), sizeof(float) * size_t(hs));
+        }
     }
 }
-
-// Inverse of split_heads.
-void merge_heads(float* dst, const float* src, int64_t B, int64_t T, int64_t C, int64_t NH,
-                 int64_t nparts) {
-  const int64_t hs = C / NH;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      float* d = dst + (b * T + t) * nparts * C;
-      for (int64_t p = 0; p < nparts; ++p)
-        for (int64_t h = 0; h < NH; ++h)
-          std::memcpy(d + p * C + h * hs, src + (((p * B + b) * NH + h) * T + t) * hs,
-                      sizeof(float) * size_t(hs));
-    }
+void split_heads(float* dst, const float* src, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t nparts) {
+  permute_heads(dst, src, B, T, C, NH, nparts, true);
+}
+void merge_heads(float* dst, const float* src, int64_t B, int64_t T, int64_t C, int64_t NH, int64_t nparts) {
+  permute_heads(dst, src, B, T, C, NH, nparts, false);
 }
 
 }  // namespace
