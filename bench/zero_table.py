@@ -100,7 +100,7 @@ class Layout:
         return sum(self.emb), sum(self.blk), sum(self.lnf)
 
 
-def predicted_sent(lay, name, prec, n, accum, hsdp_s, bucket_floats=1024 * 1024):
+def predicted_sent(lay, name, prec, n, accum, hsdp_s, bucket_bytes=4 * 1024 * 1024):
     """Collective payload one rank sends per step (scalars excluded)."""
     if n == 1:
         return 0
@@ -108,9 +108,10 @@ def predicted_sent(lay, name, prec, n, accum, hsdp_s, bucket_floats=1024 * 1024)
     psi, L = lay.psi, lay.L
     if name == "ddp":  # ring / Rabenseifner all-reduce: 2(N-1)/N of the buffer
         return 2 * (n - 1) * psi * b / n
-    if name == "zero1" and prec == "fp32":
-        # GradBuckets (reduce_scatter): buckets of a multiple of N from the end; RS + AG of ceil(len/N) each.
-        per = max(bucket_floats // n, 1) * n
+    if name == "zero1":
+        # GradBuckets (reduce_scatter), in the compute dtype: buckets of a multiple
+        # of N elements from the end; RS + AG of ceil(len/N) each.
+        per = max(bucket_bytes // b // n, 1) * n
         hi, tot = psi, 0
         while hi > 0:
             lo = max(hi - per, 0)
@@ -124,9 +125,6 @@ def predicted_sent(lay, name, prec, n, accum, hsdp_s, bucket_floats=1024 * 1024)
         e, k, f = lay.slices(s, True)
         shard = e + L * k + f
         return inner + 2 * (r - 1) * shard * b / r  # replicas all-reduce the gradient shard
-    if name == "zero1":  # engine (half precision): RS in the last micro-batch + AG
-        e, k, f = lay.slices(n, False)
-        return 2 * (n - 1) * (e + L * k + f) * b
     if name == "zero2":  # RS every micro-batch + AG of the updated parameters
         e, k, f = lay.slices(n, False)
         return (accum + 1) * (n - 1) * (e + L * k + f) * b

@@ -310,8 +310,7 @@ model::PipelineStage PipelinePlan::stage(int pp_rank) const {
 }
 
 bool ParallelPlan::sharded_engine() const {
-  return dp.zero_stage >= 2 || dp.mode == DataParallelMode::fsdp || dp.mode == DataParallelMode::hsdp ||
-         compute != DType::f32;
+  return dp.zero_stage >= 2 || dp.mode == DataParallelMode::fsdp || dp.mode == DataParallelMode::hsdp;
 }
 
 parallel::RankGrid ParallelPlan::grid() const {
@@ -347,6 +346,20 @@ size_t boundary_bytes(const ParallelPlan& p, const model::GPTConfig& cfg) {
   return static_cast<size_t>(rows * cfg.n_embd) * sizeof(float);
 }
 
+parallel::BucketedConfig bucketed_config(const ParallelPlan& p, const model::GPTConfig& cfg,
+                                         const model::PipelineStage& stage, const TrainOptions& opt) {
+  parallel::BucketedConfig bc;
+  bc.stage = p.dp.zero_stage;
+  bc.bucket_bytes = static_cast<size_t>(opt.bucket_mb * 1024 * 1024);
+  bc.overlap = opt.overlap;
+  bc.algo = opt.algo;
+  bc.compute = p.compute;
+  bc.model = cfg;
+  bc.tp = p.tp.degree;
+  bc.pipeline = stage;
+  return bc;
+}
+
 parallel::ShardedConfig sharded_config(const ParallelPlan& p, const model::PipelineStage& stage,
                                        comm::Algorithm algo) {
   parallel::ShardedConfig sc;
@@ -367,12 +380,8 @@ std::unique_ptr<parallel::GradSync> make_grad_sync(const ParallelPlan& plan, Par
     return std::make_unique<parallel::ShardedSync>(cfg, sharded_config(plan, stage, opt.algo), ctx.shard(),
                                                    ctx.replicate(), ctx.dp(), ctx.world(), ledger);
   }
-  parallel::BucketedConfig bc;
-  bc.stage = plan.dp.zero_stage;
-  bc.bucket_bytes = static_cast<size_t>(opt.bucket_mb * 1024 * 1024);
-  bc.overlap = opt.overlap;
-  bc.algo = opt.algo;
-  return std::make_unique<parallel::BucketedSync>(bc, ctx.dp(), ctx.world(), ledger);
+  return std::make_unique<parallel::BucketedSync>(bucketed_config(plan, cfg, stage, opt), ctx.dp(), ctx.world(),
+                                                  ledger);
 }
 
 ParallelContext::ParallelContext(const ParallelPlan& plan, comm::Communicator& world)

@@ -13,6 +13,7 @@
 #include "braid/core/dtype.h"
 #include "braid/model/gpt.h"
 #include "braid/parallel/pipeline/schedule.h"
+#include "braid/parallel/data_parallel/bucketed_sync.h"
 #include "braid/parallel/data_parallel/grad_sync.h"
 #include "braid/parallel/data_parallel/sharded.h"
 #include "braid/parallel/topology.h"
@@ -73,7 +74,7 @@ struct ParallelPlan {
   int64_t seq_len = 1;
 
   /// True when the sharding engine holds the model states: ZeRO-2/3, FSDP,
-  /// HSDP, or any half-precision run.
+  /// HSDP (DDP and ZeRO-1 run through the gradient buckets).
   bool sharded_engine() const;
   bool hsdp() const { return dp.mode == DataParallelMode::hsdp; }
   /// TP fastest, then DP, then PP (a parameter server's world is not a grid:
@@ -108,6 +109,9 @@ ParallelPlan resolve_plan(TrainOptions& opt, int world_size, const model::GPTCon
 /// sequence parallelism).
 size_t boundary_bytes(const ParallelPlan& plan, const model::GPTConfig& cfg);
 
+/// The gradient buckets' settings (DDP, ZeRO-1) for this plan on a rank holding `stage`.
+parallel::BucketedConfig bucketed_config(const ParallelPlan& plan, const model::GPTConfig& cfg,
+                                         const model::PipelineStage& stage, const TrainOptions& opt);
 /// The sharding engine's settings for this plan on a rank holding `stage`.
 parallel::ShardedConfig sharded_config(const ParallelPlan& plan, const model::PipelineStage& stage,
                                        comm::Algorithm algo = comm::Algorithm::ring);
@@ -115,9 +119,9 @@ parallel::ShardedConfig sharded_config(const ParallelPlan& plan, const model::Pi
 class ParallelContext;
 
 /// The gradient sync the plan's data-parallel mode runs: BucketedSync (DDP,
-/// ZeRO-1 in fp32), ShardedSync (ZeRO-2/3, FSDP, HSDP, any half precision;
-/// builds the sharding engine for pipeline stage `stage`) or
-/// ParameterServerSync. Call before building the model over its storage().
+/// ZeRO-1), ShardedSync (ZeRO-2/3, FSDP, HSDP; builds the sharding engine for
+/// pipeline stage `stage`) or ParameterServerSync, all in the plan's
+/// precision. Call before building the model over its storage().
 std::unique_ptr<parallel::GradSync> make_grad_sync(const ParallelPlan& plan, ParallelContext& ctx,
                                                    const model::GPTConfig& cfg, const model::PipelineStage& stage,
                                                    const TrainOptions& opt, MemoryLedger* ledger);

@@ -42,11 +42,13 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   auto add = [&p](MemCategory c, size_t b) { p.bytes[static_cast<size_t>(c)] += b; };
 
   // GPT(cfg, micro_batch, seq_len): params, grads, activations and workspace
-  // (parameters and gradients come from the sharding engine when it runs).
+  // (parameters and gradients come from the gradient sync's storage when it
+  // has one: the sharding engine, or half precision).
   const bool engine = pl.sharded_engine();
+  const bool storage = engine || pl.compute != DType::f32;
   const int pp_rank = pl.pp_rank(rank);
   const model::PipelineStage stage = pl.pp.stage(pp_rank);
-  const model::GPTMemoryPlan g = model::memory_plan(p.config, o.micro_batch, o.seq_len, !engine,
+  const model::GPTMemoryPlan g = model::memory_plan(p.config, o.micro_batch, o.seq_len, !storage,
                                                          pl.tp.degree, pl.tp.sequence_parallel, o.dropout, stage,
                                                          pl.recompute);
   p.num_params = g.num_params;
@@ -56,9 +58,9 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   add(MemCategory::comm, parallel::PipelineExecutor::grad_ring_bytes(pl.pp.stages, pl.pp.virtual_stages, pp_rank,
                                                                       boundary_bytes(pl, p.config)));
 
-  // Gradient sync: DDP allocates nothing in the ledger; ZeRO-1 owns a shard
-  // and may stage the lowest bucket (same bucket size expression as Trainer).
-  const size_t bucket_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024);
+  // Gradient sync: the sharding engine's or the buckets' own buffers (ZeRO-1
+  // owns a shard and may stage the lowest bucket; half precision keeps its
+  // compute copies, gradients and master weights), the same sizes they allocate.
   const int dp_rank = pl.dp_rank(rank);
   if (engine) {
     const int S = pl.dp.shard_degree;
@@ -66,18 +68,15 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
     p.num_params = model::unit_bounds(p.config, pl.tp.degree, stage).back();
     for (size_t i = 0; i < kNumMemCategories; ++i) p.bytes[i] += e.bytes[i];
     p.optimizer_elems = e.state_elems;
-  } else if (pl.dp.mode == DataParallelMode::zero1) {
-    const parallel::GradBuckets::Plan z = parallel::GradBuckets::plan(g.num_params, pl.dp.degree, dp_rank,
-                                                                      bucket_bytes, parallel::BucketReduce::reduce_scatter);
-    p.optimizer_elems = z.shard_size;
-    add(MemCategory::comm, z.staging_bytes);
-  } else if (pl.dp.parameter_server()) {
+  } else if (!pl.dp.parameter_server()) {
+    const auto b = parallel::BucketedSync::plan(bucketed_config(pl, p.config, stage, o), pl.dp.degree, dp_rank);
+    for (size_t i = 0; i < kNumMemCategories; ++i) p.bytes[i] += b.bytes[i];
+    p.optimizer_elems = b.state_elems;
+  } else {
     // Parameter server: the server (rank 0) holds the moments and a receive
     // buffer for pushed gradients; workers hold no optimizer state.
     p.optimizer_elems = rank == 0 ? g.num_params : 0;
     if (rank == 0) add(MemCategory::comm, g.num_params * sizeof(float));
-  } else {
-    p.optimizer_elems = g.num_params;
   }
   // AdamW m and v, f32 each.
   add(MemCategory::optimizer, 2 * p.optimizer_elems * sizeof(float));

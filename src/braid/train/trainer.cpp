@@ -7,7 +7,6 @@
 
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
-#include "braid/parallel/data_parallel/sharded_sync.h"
 #include "braid/train/input_checks.h"
 #include "braid/train/mfu.h"
 #include "braid/train/preemption.h"
@@ -60,11 +59,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   sampler_ = std::make_unique<DistributedSampler>(train.size(), opt.seq_len, opt.global_batch,
                                                   opt.seed, std::max(dp_rank_, 0), dp_size_);
   sched_ = LrSchedule{opt.lr, opt.min_lr, opt.warmup_steps, opt.steps};
-  if (auto* sharded = dynamic_cast<parallel::ShardedSync*>(sync_.get())) {
-    sharded->engine().init_weights(*model_, opt.seed);
-  } else {
-    model_->init_weights(opt.seed);
-  }
+  sync_->init_params(*model_, opt.seed);
 }
 
 Trainer::~Trainer() = default;

@@ -185,4 +185,35 @@ bool has_nonfinite(const float* x, size_t n) {
   return found;
 }
 
+// dst (n, dt) = src (n, st).
+void copy_cast(void* dst, DType dt, const void* src, DType st, size_t n) {
+  if (n == 0) return;
+  if (dt == st) {
+    std::memcpy(dst, src, n * dtype_size(dt));
+  } else if (st == DType::f32) {
+    kernels::cast_from_f32(dst, dt, static_cast<const float*>(src), n);
+  } else if (dt == DType::f32) {
+    kernels::cast_to_f32(static_cast<float*>(dst), src, st, n);
+  } else {
+    for (size_t i = 0; i < n; ++i) store_from_f32(dst, i, dt, load_as_f32(src, i, st));
+  }
+}
+
+// dst (n, dt) += src (n, st), in f32 arithmetic.
+void accumulate_cast(void* dst, DType dt, const void* src, DType st, size_t n) {
+  const int64_t N = static_cast<int64_t>(n);
+  if (dt == DType::f32 && st == DType::f32) {
+    float* d = static_cast<float*>(dst);
+    const float* s = static_cast<const float*>(src);
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < N; ++i) d[i] += s[i];
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    store_from_f32(dst, k, dt, load_as_f32(dst, k, dt) + load_as_f32(src, k, st));
+  }
+}
+
 }  // namespace braid::kernels

@@ -25,6 +25,13 @@ void cast_from_f32(void* dst, DType dst_type, const float* src, size_t n);
 /// dst and src must not overlap.
 void cast_to_f32(float* dst, const void* src, DType src_type, size_t n);
 
+/// dst (n, dt) = src (n, st): a copy when the dtypes match, else a cast
+/// (round to nearest even into a half format).
+void copy_cast(void* dst, DType dt, const void* src, DType st, size_t n);
+
+/// dst (n, dt) += src (n, st), the sum in f32 and rounded into dt.
+void accumulate_cast(void* dst, DType dt, const void* src, DType st, size_t n);
+
 /// In place: x[i] = f32(half(x[i])) for t = bf16 / f16, i.e. the value the
 /// element would have after a round trip through storage of type t (used to
 /// emulate half-precision matmul inputs while computing in f32). t = f32 leaves

@@ -5,43 +5,101 @@
 
 #include "braid/core/error.h"
 #include "braid/core/hash.h"
+#include "braid/kernels/cpu/convert.h"
 #include "braid/model/gpt.h"
 
 namespace braid::parallel {
+
+namespace {
+BucketReduce reduce_mode(const BucketedConfig& c) {
+  return c.stage == 1 ? BucketReduce::reduce_scatter : BucketReduce::all_reduce;
+}
+bool half(const BucketedConfig& c) { return c.compute != DType::f32; }
+}  // namespace
+
+BucketedSync::Plan BucketedSync::plan(const BucketedConfig& c, int world, int rank) {
+  const std::vector<size_t> bounds = model::unit_bounds(c.model, c.tp, c.pipeline);
+  const GradBuckets::Plan g =
+      GradBuckets::plan(bounds.back(), world, rank, c.bucket_bytes, reduce_mode(c), c.compute);
+  Plan p;
+  p.state_elems = g.shard_size;
+  if (half(c)) p.bytes = HalfPrecisionStorage::plan(bounds, c.compute, g.shard_size);
+  p.bytes[static_cast<size_t>(MemCategory::comm)] += g.staging_bytes;
+  return p;
+}
 
 BucketedSync::BucketedSync(const BucketedConfig& c, comm::Communicator& dp, comm::Communicator& world,
                            MemoryLedger* ledger)
     : c_(c), dp_(dp), world_(world), ledger_(ledger) {
   BRAID_CONFIG_CHECK(c.stage == 0 || c.stage == 1, "bucketed gradient sync runs ZeRO stage 0 or 1, not ", c.stage);
+  if (!half(c)) return;
+  std::vector<size_t> bounds = model::unit_bounds(c.model, c.tp, c.pipeline);
+  const GradBuckets::Plan g = GradBuckets::plan(bounds.back(), dp.size(), dp.rank(), c.bucket_bytes, reduce_mode(c),
+                                                c.compute);
+  half_ = std::make_unique<HalfPrecisionStorage>(std::move(bounds), c.compute, g.shard_size, ledger);
 }
 
 BucketedSync::~BucketedSync() = default;
 
+size_t BucketedSync::num_params() const { return half_ ? half_->num_params() : model_->num_params(); }
+
 void BucketedSync::attach(model::GPT& model) {
   FlatBufferSync::attach(model);
-  const size_t n = model.num_params();
-  const BucketReduce mode = c_.stage == 1 ? BucketReduce::reduce_scatter : BucketReduce::all_reduce;
-  buckets_ = std::make_unique<GradBuckets>(dp_, model.params(), model.grads(), n, c_.bucket_bytes, c_.overlap,
-                                           c_.algo, mode, ledger_);
+  void* params = half_ ? half_->compute() : static_cast<void*>(model.params());
+  void* grads = half_ ? half_->grads() : static_cast<void*>(model.grads());
+  buckets_ = std::make_unique<GradBuckets>(dp_, params, grads, num_params(), c_.bucket_bytes, c_.overlap, c_.algo,
+                                           reduce_mode(c_), c_.compute, ledger_);
   for (const auto& s : buckets_->owned()) owned_.push_back({s.offset, s.len, s.shard});
 }
 
+void BucketedSync::init_params(model::GPT& model, uint64_t seed) {
+  if (!half_) {
+    model.init_weights(seed);
+    return;
+  }
+  // Every rank initialises the whole compute copy itself (no traffic), unit by unit.
+  std::vector<float> tmp;
+  for (int u = 0; u < half_->num_units(); ++u) {
+    const size_t lo = half_->unit_begin(u), hi = half_->unit_begin(u + 1);
+    tmp.resize(hi - lo);
+    model.init_weights_range(seed, tmp.data(), lo, hi);
+    kernels::copy_cast(static_cast<char*>(half_->compute()) + lo * dtype_size(c_.compute), c_.compute, tmp.data(),
+                       DType::f32, tmp.size());
+  }
+  for (const auto& r : owned_) model.init_weights_range(seed, master(r), r.offset, r.offset + r.len);
+  half_->params_changed();
+}
+
 void BucketedSync::begin_step(int64_t) {
-  model_->zero_grad();
+  if (half_) {
+    half_->zero_grads();
+  } else {
+    model_->zero_grad();
+  }
   reduced_ = false;
 }
 
 GradReadyHook BucketedSync::backward_hook(bool last) {
   // Only the backward that ends accumulation releases buckets: one sync per step.
-  if (!last) return {};
-  buckets_->begin_sync();
-  return [this](size_t lo, size_t hi) { buckets_->on_ready(lo, hi); };
+  GradReadyHook hook;
+  if (last) {
+    buckets_->begin_sync();
+    hook = [this](size_t lo, size_t hi) { buckets_->on_ready(lo, hi); };
+  }
+  if (!half_) return hook;
+  half_->set_ready_hook(std::move(hook));  // the storage sees each unit finish
+  return {};
 }
 
 void BucketedSync::reduce_accumulated(comm::Communicator* tied) {
   // The tied embedding's copies are summed first, then averaged over DP with the rest.
-  if (tied) tied->all_reduce(model_->grads(), model_->grads(), model_->unit_end(0), DType::f32, comm::ReduceOp::sum);
-  backward_hook(true)(0, model_->num_params());
+  if (half_) half_->set_ready_hook({});
+  if (tied) {
+    void* g = half_ ? half_->grads() : static_cast<void*>(model_->grads());
+    tied->all_reduce(g, g, model_->unit_end(0), c_.compute, comm::ReduceOp::sum);
+  }
+  buckets_->begin_sync();
+  buckets_->on_ready(0, num_params());
   finish(0.f);
   reduced_ = true;
 }
@@ -55,6 +113,14 @@ float BucketedSync::finish(float local_loss) {
 }
 
 void BucketedSync::after_update(StepScalars&) {
+  if (half_) {
+    // The owned master weights, rounded, into the compute copy; ZeRO-1 then gathers it.
+    const size_t b = dtype_size(c_.compute);
+    for (const auto& r : owned_)
+      kernels::copy_cast(static_cast<char*>(half_->compute()) + r.offset * b, c_.compute, master(r), DType::f32,
+                         r.len);
+    half_->params_changed();
+  }
   buckets_->gather_params();
 }
 
@@ -69,11 +135,56 @@ bool BucketedSync::counts_in_norm() const {
   return c_.stage == 1 || dp_.rank() == 0;
 }
 
-void BucketedSync::assemble_state(const float* state, float* full) {
-  FlatBufferSync::assemble_state(state, full);
-  const size_t n = model_->num_params();
+const void* BucketedSync::grad(const OwnedRange& r) const {
+  if (!half_) return FlatBufferSync::grad(r);
+  return static_cast<const char*>(half_->grads()) + r.offset * dtype_size(c_.compute);
+}
+
+float* BucketedSync::master(const OwnedRange& r) {
+  return half_ ? half_->master() + r.state : FlatBufferSync::master(r);
+}
+
+void BucketedSync::sum_owned(float* full) {
   // ZeRO-1: each element has one owner, so the sum over DP is exact.
-  if (c_.stage == 1 && dp_.size() > 1) dp_.all_reduce(full, full, n, DType::f32, comm::ReduceOp::sum);
+  if (c_.stage == 1 && dp_.size() > 1) dp_.all_reduce(full, full, num_params(), DType::f32, comm::ReduceOp::sum);
+}
+
+const float* BucketedSync::full_params(std::vector<float>& scratch) {
+  if (!half_) return FlatBufferSync::full_params(scratch);
+  scratch.assign(num_params(), 0.f);
+  for (const auto& r : owned_) std::copy_n(master(r), r.len, scratch.data() + r.offset);
+  sum_owned(scratch.data());
+  return scratch.data();
+}
+
+void BucketedSync::assemble_state(const float* state, float* full) {
+  std::fill(full, full + num_params(), 0.f);
+  for (const auto& r : owned_) std::copy_n(state + r.state, r.len, full + r.offset);
+  sum_owned(full);
+}
+
+void BucketedSync::load_params(const float* full) {
+  if (!half_) return FlatBufferSync::load_params(full);
+  for (const auto& r : owned_) std::copy_n(full + r.offset, r.len, master(r));
+  kernels::copy_cast(half_->compute(), c_.compute, full, DType::f32, num_params());
+  half_->params_changed();
+}
+
+const float* BucketedSync::acquire_unit_params(int u) {
+  return half_ ? half_->acquire_params(u) : FlatBufferSync::acquire_unit_params(u);
+}
+
+void BucketedSync::release_unit_params(int u) {
+  if (half_) half_->release_params(u);
+}
+
+uint64_t BucketedSync::hash_params() {
+  if (!half_) return FlatBufferSync::hash_params();
+  return fnv1a(half_->compute(), num_params() * dtype_size(c_.compute));
+}
+
+void BucketedSync::inject_inf_once() {
+  if (half_) half_->inject_inf_once();
 }
 
 }  // namespace braid::parallel

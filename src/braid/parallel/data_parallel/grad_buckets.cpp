@@ -8,12 +8,12 @@
 namespace braid::parallel {
 
 std::vector<GradBuckets::Bucket> GradBuckets::make_buckets(size_t n, size_t N, size_t bucket_bytes,
-                                                           BucketReduce mode) {
-  BRAID_CONFIG_CHECK(bucket_bytes >= sizeof(float), "--bucket-mb gives a bucket of ", bucket_bytes,
-                     " bytes; a bucket must hold at least one f32 gradient (use a larger --bucket-mb, e.g. 4)");
+                                                           BucketReduce mode, size_t esz) {
+  BRAID_CONFIG_CHECK(bucket_bytes >= esz, "--bucket-mb gives a bucket of ", bucket_bytes,
+                     " bytes; a bucket must hold at least one gradient (use a larger --bucket-mb, e.g. 4)");
   const bool scatter = mode == BucketReduce::reduce_scatter;
   // Scattered buckets hold a multiple of N elements so only the lowest one needs padding.
-  const size_t per = scatter ? std::max<size_t>(bucket_bytes / sizeof(float) / N, 1) * N : bucket_bytes / sizeof(float);
+  const size_t per = scatter ? std::max<size_t>(bucket_bytes / esz / N, 1) * N : bucket_bytes / esz;
   std::vector<Bucket> buckets;
   for (size_t hi = n; hi > 0;) {
     const size_t lo = hi > per ? hi - per : 0;
@@ -24,11 +24,13 @@ std::vector<GradBuckets::Bucket> GradBuckets::make_buckets(size_t n, size_t N, s
   return buckets;
 }
 
-GradBuckets::Plan GradBuckets::plan(size_t n, int world, int rank, size_t bucket_bytes, BucketReduce mode) {
+GradBuckets::Plan GradBuckets::plan(size_t n, int world, int rank, size_t bucket_bytes, BucketReduce mode,
+                                    DType dtype) {
   BRAID_CONFIG_CHECK(world >= 1 && rank >= 0 && rank < world, "gradient buckets: rank ", rank,
                      " outside a group of ", world, " ranks");
   const size_t N = static_cast<size_t>(world), r = static_cast<size_t>(rank);
-  const std::vector<Bucket> buckets = make_buckets(n, N, bucket_bytes, mode);
+  const size_t esz = dtype_size(dtype);
+  const std::vector<Bucket> buckets = make_buckets(n, N, bucket_bytes, mode, esz);
   Plan p;
   if (mode == BucketReduce::all_reduce) {
     p.owned.push_back({0, n, 0});
@@ -47,15 +49,16 @@ GradBuckets::Plan GradBuckets::plan(size_t n, int world, int rank, size_t bucket
       p.shard_size += b - a;
     }
   }
-  if (staged_elems > 0 && N > 1) p.staging_bytes = staged_elems * sizeof(float);
+  if (staged_elems > 0 && N > 1) p.staging_bytes = staged_elems * esz;
   return p;
 }
 
-GradBuckets::GradBuckets(comm::Communicator& dp, float* params, float* grads, size_t n, size_t bucket_bytes,
-                         bool overlap, comm::Algorithm algo, BucketReduce mode, MemoryLedger* ledger)
-    : dp_(dp), params_(params), grads_(grads), n_(n), overlap_(overlap), algo_(algo), mode_(mode) {
-  Plan p = plan(n, dp.size(), dp.rank(), bucket_bytes, mode);
-  buckets_ = make_buckets(n, static_cast<size_t>(dp.size()), bucket_bytes, mode);
+GradBuckets::GradBuckets(comm::Communicator& dp, void* params, void* grads, size_t n, size_t bucket_bytes,
+                         bool overlap, comm::Algorithm algo, BucketReduce mode, DType dtype, MemoryLedger* ledger)
+    : dp_(dp), params_(static_cast<char*>(params)), grads_(static_cast<char*>(grads)), n_(n), dtype_(dtype),
+      esz_(dtype_size(dtype)), overlap_(overlap), algo_(algo), mode_(mode) {
+  Plan p = plan(n, dp.size(), dp.rank(), bucket_bytes, mode, dtype);
+  buckets_ = make_buckets(n, static_cast<size_t>(dp.size()), bucket_bytes, mode, esz_);
   owned_ = std::move(p.owned);
   shard_size_ = p.shard_size;
   if (p.staging_bytes > 0) staging_ = Buffer(p.staging_bytes, MemCategory::comm, ledger);
@@ -74,20 +77,20 @@ void GradBuckets::begin_sync() {
 
 void GradBuckets::launch(size_t k) {
   Bucket& b = buckets_[k];
-  float* src = grads_ + b.lo;
+  char* src = grads_at(b.lo);
   if (mode_ == BucketReduce::all_reduce) {
-    b.work = dp_.all_reduce_async(src, src, b.hi - b.lo, DType::f32, comm::ReduceOp::avg, algo_);
+    b.work = dp_.all_reduce_async(src, src, b.hi - b.lo, dtype_, comm::ReduceOp::avg, algo_);
     return;
   }
   if (b.staged) {
     // Pad to N*c with zeros so every rank's slice has the same length.
-    float* s = staging_.as<float>();
-    std::memcpy(s, src, (b.hi - b.lo) * sizeof(float));
-    std::memset(s + (b.hi - b.lo), 0, (dp_.size() * b.c - (b.hi - b.lo)) * sizeof(float));
+    char* s = staging_.as<char>();
+    std::memcpy(s, src, (b.hi - b.lo) * esz_);
+    std::memset(s + (b.hi - b.lo) * esz_, 0, (dp_.size() * b.c - (b.hi - b.lo)) * esz_);
     src = s;
   }
   const size_t r = static_cast<size_t>(dp_.rank());
-  b.work = dp_.reduce_scatter_async(src, src + r * b.c, b.c, DType::f32, comm::ReduceOp::avg, algo_);
+  b.work = dp_.reduce_scatter_async(src, src + r * b.c * esz_, b.c, dtype_, comm::ReduceOp::avg, algo_);
 }
 
 void GradBuckets::unstage_grads(size_t k) {
@@ -95,7 +98,7 @@ void GradBuckets::unstage_grads(size_t k) {
   if (!b.staged) return;
   const size_t r = static_cast<size_t>(dp_.rank());
   const size_t a = std::min(b.lo + r * b.c, b.hi), e = std::min(b.lo + (r + 1) * b.c, b.hi);
-  if (e > a) std::memcpy(grads_ + a, staging_.as<float>() + r * b.c, (e - a) * sizeof(float));
+  if (e > a) std::memcpy(grads_at(a), staging_.as<char>() + r * b.c * esz_, (e - a) * esz_);
 }
 
 void GradBuckets::on_ready(size_t begin, size_t end) {
@@ -129,7 +132,7 @@ void GradBuckets::gather_params() {
   const size_t r = static_cast<size_t>(dp_.rank());
   for (auto& b : buckets_) {
     if (b.staged) continue;
-    b.work = dp_.all_gather_async(params_ + b.lo + r * b.c, params_ + b.lo, b.c, DType::f32, algo_);
+    b.work = dp_.all_gather_async(params_at(b.lo + r * b.c), params_at(b.lo), b.c, dtype_, algo_);
   }
   for (auto& b : buckets_) {
     if (!b.staged) {
@@ -137,12 +140,12 @@ void GradBuckets::gather_params() {
       b.work.reset();
       continue;
     }
-    float* s = staging_.as<float>();
+    char* s = staging_.as<char>();
     const size_t a = std::min(b.lo + r * b.c, b.hi), e = std::min(b.lo + (r + 1) * b.c, b.hi);
-    std::memset(s + r * b.c, 0, b.c * sizeof(float));
-    if (e > a) std::memcpy(s + r * b.c, params_ + a, (e - a) * sizeof(float));
-    dp_.all_gather(s + r * b.c, s, b.c, DType::f32, algo_);
-    std::memcpy(params_ + b.lo, s, (b.hi - b.lo) * sizeof(float));
+    std::memset(s + r * b.c * esz_, 0, b.c * esz_);
+    if (e > a) std::memcpy(s + r * b.c * esz_, params_at(a), (e - a) * esz_);
+    dp_.all_gather(s + r * b.c * esz_, s, b.c, dtype_, algo_);
+    std::memcpy(params_at(b.lo), s, (b.hi - b.lo) * esz_);
   }
 }
 

@@ -7,8 +7,11 @@
 // sec. 3.2.3). With gradient accumulation only the last micro-batch's backward
 // reports readiness, so the reduction happens once per step.
 //
+// Gradients and parameters are f32 or a half-precision format (mixed
+// precision: the reduction runs in the compute dtype, as PyTorch DDP's
+// gradient buckets of a bf16 model do); buckets hold bucket_bytes of them.
+//
 // all_reduce (DDP): every rank ends with the DP average of every gradient.
-// Buckets hold bucket_bytes / 4 elements.
 //
 // reduce_scatter (ZeRO-1, Rajbhandari et al. 2020, sec. 5.1): each rank ends
 // with the average of the slice it owns, updates only those parameters, and
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "braid/comm/communicator.h"
+#include "braid/core/dtype.h"
 #include "braid/core/memory.h"
 
 namespace braid::parallel {
@@ -48,15 +52,17 @@ class GradBuckets {
     size_t staging_bytes = 0;    // comm staging buffer: N x c f32 of the lowest
                                  // bucket when N does not divide its size, else 0
   };
-  /// Throws ConfigError for bucket_bytes < 4, world < 1 or rank outside [0, world).
-  static Plan plan(size_t n, int world, int rank, size_t bucket_bytes, BucketReduce mode);
+  /// Throws ConfigError for a bucket smaller than one element of `dtype`,
+  /// world < 1 or rank outside [0, world).
+  static Plan plan(size_t n, int world, int rank, size_t bucket_bytes, BucketReduce mode,
+                   DType dtype = DType::f32);
 
-  /// dp: the data-parallel group. params/grads: (n,) f32, must outlive this
-  /// object (params is only used by gather_params). overlap=false defers every
-  /// bucket to finish_sync() (the no-overlap baseline). Throws ConfigError
-  /// for a bucket smaller than one element.
-  GradBuckets(comm::Communicator& dp, float* params, float* grads, size_t n, size_t bucket_bytes, bool overlap,
-              comm::Algorithm algo, BucketReduce mode, MemoryLedger* ledger = nullptr);
+  /// dp: the data-parallel group. params/grads: (n,) of `dtype`, must outlive
+  /// this object (params is only used by gather_params). overlap=false defers
+  /// every bucket to finish_sync() (the no-overlap baseline). Throws
+  /// ConfigError for a bucket smaller than one element.
+  GradBuckets(comm::Communicator& dp, void* params, void* grads, size_t n, size_t bucket_bytes, bool overlap,
+              comm::Algorithm algo, BucketReduce mode, DType dtype = DType::f32, MemoryLedger* ledger = nullptr);
   /// Reductions still in flight write into grads or staging: they end first.
   ~GradBuckets();
 
@@ -86,14 +92,18 @@ class GradBuckets {
     bool staged;       // (hi-lo) % N != 0: goes through the padded staging buffer
     comm::WorkPtr work;
   };
-  static std::vector<Bucket> make_buckets(size_t n, size_t N, size_t bucket_bytes, BucketReduce mode);
+  static std::vector<Bucket> make_buckets(size_t n, size_t N, size_t bucket_bytes, BucketReduce mode, size_t esz);
+  char* grads_at(size_t i) const { return grads_ + i * esz_; }
+  char* params_at(size_t i) const { return params_ + i * esz_; }
   void launch(size_t k);
   void unstage_grads(size_t k);
 
   comm::Communicator& dp_;
-  float* params_;
-  float* grads_;
+  char* params_;
+  char* grads_;
   size_t n_;
+  DType dtype_;
+  size_t esz_;
   bool overlap_;
   comm::Algorithm algo_;
   BucketReduce mode_;

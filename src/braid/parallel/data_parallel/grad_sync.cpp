@@ -28,6 +28,8 @@ bool GradSync::local_grads_nonfinite() const {
   return false;
 }
 
+void GradSync::init_params(model::GPT& model, uint64_t seed) { model.init_weights(seed); }
+
 const void* FlatBufferSync::grad(const OwnedRange& r) const { return model_->grads() + r.offset; }
 
 float* FlatBufferSync::master(const OwnedRange& r) { return model_->params() + r.offset; }

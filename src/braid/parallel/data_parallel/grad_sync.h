@@ -9,9 +9,9 @@
 //   loss = finish(loss)  gradients final on their owners, loss averaged over DP
 //   the optimizer over owned() (grad(), master()), then after_update(scalars)
 //
-// Implementations (docs/ARCHITECTURE.md): BucketedSync (DDP and ZeRO-1),
-// ShardedSync (ZeRO-2/3, FSDP, HSDP and every half-precision run, over the
-// sharding engine) and ParameterServerSync (rank 0 serves).
+// Implementations (docs/ARCHITECTURE.md): BucketedSync (DDP and ZeRO-1, any
+// precision), ShardedSync (ZeRO-2/3, FSDP, HSDP, over the sharding engine) and
+// ParameterServerSync (rank 0 serves).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -54,6 +54,9 @@ class GradSync {
   virtual model::UnitStorage* storage() { return nullptr; }
   /// Binds to the model built over storage(); called once, before any step.
   virtual void attach(model::GPT& model) = 0;
+  /// Sets the master weights and compute copies to GPT's initialisation for
+  /// `seed` (each rank only what it holds); after attach().
+  virtual void init_params(model::GPT& model, uint64_t seed);
 
   /// Starts step `step`: resets readiness and the gradient accumulators.
   virtual void begin_step(int64_t step) = 0;

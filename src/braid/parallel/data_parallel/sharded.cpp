@@ -10,40 +10,8 @@
 
 namespace braid::parallel {
 
-namespace {
-
-// dst (n, dt) = src (n, st).
-void copy_cast(void* dst, DType dt, const void* src, DType st, size_t n) {
-  if (n == 0) return;
-  if (dt == st) {
-    std::memcpy(dst, src, n * dtype_size(dt));
-  } else if (st == DType::f32) {
-    kernels::cast_from_f32(dst, dt, static_cast<const float*>(src), n);
-  } else if (dt == DType::f32) {
-    kernels::cast_to_f32(static_cast<float*>(dst), src, st, n);
-  } else {
-    for (size_t i = 0; i < n; ++i) store_from_f32(dst, i, dt, load_as_f32(src, i, st));
-  }
-}
-
-// dst (n, dt) += src (n, st), in f32 arithmetic.
-void accumulate(void* dst, DType dt, const void* src, DType st, size_t n) {
-  const int64_t N = static_cast<int64_t>(n);
-  if (dt == DType::f32 && st == DType::f32) {
-    float* d = static_cast<float*>(dst);
-    const float* s = static_cast<const float*>(src);
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < N; ++i) d[i] += s[i];
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
-    const size_t k = static_cast<size_t>(i);
-    store_from_f32(dst, k, dt, load_as_f32(dst, k, dt) + load_as_f32(src, k, st));
-  }
-}
-
-}  // namespace
+using kernels::accumulate_cast;
+using kernels::copy_cast;
 
 // A unit's parameters in f32 for the kernels. At stage 3 `staging` receives the
 // all-gather (N rank blocks, compute dtype) and is unpacked into `data`; with
@@ -99,13 +67,12 @@ std::vector<ShardedEngine::Unit> ShardedEngine::make_units(const model::GPTConfi
 
 ShardedEngine::Plan ShardedEngine::plan(const model::GPTConfig& cfg, const ShardedConfig& sc,
                                         int world, int rank) {
-  BRAID_CONFIG_CHECK(sc.stage >= 0 && sc.stage <= 3, "--zero ", sc.stage,
-                     " is not a ZeRO stage; use 0, 1, 2 or 3");
+  BRAID_CONFIG_CHECK(sc.stage == 2 || sc.stage == 3, "the sharding engine runs ZeRO stage 2 or 3 (FSDP and HSDP: 3), ",
+                     "not ", sc.stage, "; stages 0 and 1 run through the gradient buckets (GradBuckets)");
   BRAID_CONFIG_CHECK(world >= 1 && rank >= 0 && rank < world, "sharding plan: rank ", rank,
                      " outside a group of ", world, " ranks");
-  // Stage 0 replicates everything: lay it out as a group of one.
-  const size_t N = sc.stage == 0 ? 1 : static_cast<size_t>(world);
-  const size_t r = sc.stage == 0 ? 0 : static_cast<size_t>(rank);
+  const size_t N = static_cast<size_t>(world);
+  const size_t r = static_cast<size_t>(rank);
   const std::vector<Unit> units = make_units(cfg, sc, N);
   const size_t n = units.back().end;
   const size_t b = dtype_size(sc.compute);
@@ -116,7 +83,7 @@ ShardedEngine::Plan ShardedEngine::plan(const model::GPTConfig& cfg, const Shard
     const Unit& U = units[u];
     for (const Group& g : U.groups) {
       const size_t a = std::min(g.lo + r * g.c, g.hi), e = std::min(g.lo + (r + 1) * g.c, g.hi);
-      if (e > a) p.owned.push_back({a, e - a, sc.stage == 0 ? a : U.shard_off + g.off + (a - g.lo - r * g.c)});
+      if (e > a) p.owned.push_back({a, e - a, U.shard_off + g.off + (a - g.lo - r * g.c)});
     }
     p.shard_elems += U.block;
     const size_t len = U.end - U.begin, pad = N * U.block;
@@ -126,16 +93,15 @@ ShardedEngine::Plan ShardedEngine::plan(const model::GPTConfig& cfg, const Shard
       max_len = std::max(max_len, len), max_pad = std::max(max_pad, pad);
       max_block = std::max(max_block, U.block);
     }
-    p.unit_send_bytes.push_back(world > 1 && sc.stage > 0 ? (N - 1) * U.block * b : 0);
+    p.unit_send_bytes.push_back(world > 1 ? (N - 1) * U.block * b : 0);
   }
   auto add = [&p](MemCategory c, size_t bytes) { p.bytes[static_cast<size_t>(c)] += bytes; };
-  p.state_elems = sc.stage == 0 ? n : p.shard_elems;
+  p.state_elems = p.shard_elems;
   // Model states.
-  if (sc.stage <= 2) add(MemCategory::compute_params, n * b);
+  if (sc.stage == 2) add(MemCategory::compute_params, n * b);
   if (sc.stage == 3) add(MemCategory::compute_params, p.shard_elems * b);
   if (half) add(MemCategory::master_params, p.state_elems * sizeof(float));
-  if (sc.stage <= 1) add(MemCategory::grads, n * b);
-  if (sc.stage >= 2) add(MemCategory::grads, p.shard_elems * b);
+  add(MemCategory::grads, p.shard_elems * b);
   // Transient buffers: three parameter slots (unit 0 and two rotating ones for
   // the current and the prefetched unit) where parameters are not f32 in
   // place, and three gradient slots, each with staging where needed.
@@ -146,12 +112,11 @@ ShardedEngine::Plan ShardedEngine::plan(const model::GPTConfig& cfg, const Shard
     add(MemCategory::comm, (s0 + 2 * s) * sizeof(float));
     if (gather && !direct) add(MemCategory::comm, N * (u0_block + 2 * max_block) * b);
   }
-  const size_t g0 = sc.stage >= 2 && direct ? u0_pad : u0_len;
-  const size_t g = sc.stage >= 2 && direct ? max_pad : max_len;
+  const size_t g0 = direct ? u0_pad : u0_len, g = direct ? max_pad : max_len;
   add(MemCategory::comm, (g0 + 2 * g) * sizeof(float));
-  if ((sc.stage >= 2 && !direct) || sc.stage == 1) add(MemCategory::comm, N * (u0_block + 2 * max_block) * b);
-  // Stages 1/2 all-gather the updated parameters unit by unit through one staging buffer.
-  if ((sc.stage == 1 || sc.stage == 2) && N > 1) add(MemCategory::comm, N * std::max(u0_block, max_block) * b);
+  if (!direct) add(MemCategory::comm, N * (u0_block + 2 * max_block) * b);
+  // Stage 2 all-gathers the updated parameters unit by unit through one staging buffer.
+  if (sc.stage == 2 && N > 1) add(MemCategory::comm, N * std::max(u0_block, max_block) * b);
   return p;
 }
 
@@ -160,8 +125,8 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& cfg, const ShardedConfig& s
                              MemoryLedger* ledger)
     : cfg_(cfg), sc_(sc), shard_(shard), replicate_(replicate) {
   const Plan p = plan(cfg, sc, shard.size(), shard.rank());
-  N_ = sc.stage == 0 ? 1 : static_cast<size_t>(shard.size());
-  r_ = sc.stage == 0 ? 0 : static_cast<size_t>(shard.rank());
+  N_ = static_cast<size_t>(shard.size());
+  r_ = static_cast<size_t>(shard.rank());
   units_ = make_units(cfg, sc, N_);
   n_ = units_.back().end;
   b_ = dtype_size(sc.compute);
@@ -169,11 +134,10 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& cfg, const ShardedConfig& s
   shard_elems_ = p.shard_elems;
   state_elems_ = p.state_elems;
   const bool half = sc.compute != DType::f32;
-  if (sc.stage <= 2) compute_full_ = Buffer(n_ * b_, MemCategory::compute_params, ledger);
+  if (sc.stage == 2) compute_full_ = Buffer(n_ * b_, MemCategory::compute_params, ledger);
   if (sc.stage == 3) compute_shard_ = Buffer(shard_elems_ * b_, MemCategory::compute_params, ledger);
   if (half) master_ = Buffer(state_elems_ * sizeof(float), MemCategory::master_params, ledger);
-  if (sc.stage <= 1) grad_full_ = Buffer(n_ * b_, MemCategory::grads, ledger);
-  if (sc.stage >= 2) grad_shard_ = Buffer(shard_elems_ * b_, MemCategory::grads, ledger);
+  grad_shard_ = Buffer(shard_elems_ * b_, MemCategory::grads, ledger);
 
   size_t max_len = 0, max_block = 0, max_pad = 0;
   for (size_t u = 1; u < units_.size(); ++u) {
@@ -193,12 +157,12 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& cfg, const ShardedConfig& s
     }
     slots_.push_back(std::move(s));
     auto g = std::make_unique<GSlot>();
-    const size_t gelems = sc.stage >= 2 && direct ? (i == 0 ? u0_pad : max_pad) : (i == 0 ? u0_len : max_len);
+    const size_t gelems = direct ? (i == 0 ? u0_pad : max_pad) : (i == 0 ? u0_len : max_len);
     g->data = Buffer(gelems * sizeof(float), MemCategory::comm, ledger);
-    if ((sc.stage >= 2 && !direct) || sc.stage == 1) g->staging = Buffer(N_ * block * b_, MemCategory::comm, ledger);
+    if (!direct) g->staging = Buffer(N_ * block * b_, MemCategory::comm, ledger);
     gslots_.push_back(std::move(g));
   }
-  if ((sc.stage == 1 || sc.stage == 2) && N_ > 1)
+  if (sc.stage == 2 && N_ > 1)
     block_staging_ = Buffer(N_ * std::max(units_[0].block, max_block) * b_, MemCategory::comm, ledger);
   // The constructor allocated what plan() predicts (checked by tests against the ledger).
 }
@@ -261,7 +225,7 @@ void ShardedEngine::fill(Slot& s, int u, bool async) {
   const size_t len = U.end - U.begin;
   s.unit = u;
   s.valid = true;
-  if (sc_.stage <= 2) {
+  if (sc_.stage == 2) {
     // Replicated compute copy in half precision: widen the unit for the kernels.
     copy_cast(s.data.data(), DType::f32, compute_full_.as<char>() + U.begin * b_, sc_.compute, len);
     return;
@@ -310,7 +274,7 @@ void ShardedEngine::prefetch_after(int u) {
 const float* ShardedEngine::acquire_params(int u) {
   BRAID_CHECK(u >= 0 && static_cast<size_t>(u) < units_.size(), "acquire_params: unit ", u);
   const Unit& U = units_[static_cast<size_t>(u)];
-  if (sc_.stage <= 2 && sc_.compute == DType::f32) {
+  if (sc_.stage == 2 && sc_.compute == DType::f32) {
     last_acquired_ = u;
     return compute_full_.as<float>() + U.begin;
   }
@@ -328,7 +292,7 @@ const float* ShardedEngine::acquire_params(int u) {
 }
 
 void ShardedEngine::release_params(int u) {
-  if (sc_.stage <= 2 && sc_.compute == DType::f32) return;
+  if (sc_.stage == 2 && sc_.compute == DType::f32) return;
   for (auto& s : slots_)
     if (s->unit == u) s->in_use = false;
 }
@@ -367,20 +331,7 @@ void ShardedEngine::grads_ready(int u) {
 void ShardedEngine::launch_reduce(GSlot& g) {
   const int u = g.unit;
   const Unit& U = units_[static_cast<size_t>(u)];
-  const size_t len = U.end - U.begin;
   const DType t = sc_.compute;
-  if (sc_.stage <= 1) {
-    // Accumulate locally; reduce only in the backward that ends accumulation.
-    char* full = grad_full_.as<char>() + U.begin * b_;
-    accumulate(full, t, g.data.data(), DType::f32, len);
-    g.result = nullptr;
-    if (!sync_ || shard_.size() == 1) {
-      g.unit = -1;
-      return;
-    }
-    reduce_full_unit(g);
-    return;
-  }
   if (g.staging.bytes() == 0) {
     // FSDP in fp32: the unit buffer is already N rank blocks (zero padding).
     float* mine = g.data.as<float>() + r_ * U.block;
@@ -396,52 +347,12 @@ void ShardedEngine::launch_reduce(GSlot& g) {
   if (!g.work) complete_reduce(g);  // one rank: nothing to wait for
 }
 
-void ShardedEngine::reduce_full_unit(GSlot& g) {
-  const int u = g.unit;
-  const Unit& U = units_[static_cast<size_t>(u)];
-  const DType t = sc_.compute;
-  char* full = grad_full_.as<char>() + U.begin * b_;
-  if (sc_.stage == 0) {
-    g.work = shard_.all_reduce_async(full, full, U.end - U.begin, t, comm::ReduceOp::avg, sc_.algo);
-    return;
-  }
-  for (size_t q = 0; q < N_; ++q)
-    pack_block(full, t, u, static_cast<int>(q), g.staging.as<char>() + q * U.block * b_);
-  char* mine = g.staging.as<char>() + r_ * U.block * b_;
-  g.work = shard_.reduce_scatter_async(g.staging.data(), mine, U.block, t, comm::ReduceOp::avg, sc_.algo);
-  g.result = mine;
-}
-
-void ShardedEngine::reduce_accumulated() {
-  BRAID_CHECK(sc_.stage <= 1, "reduce_accumulated: ZeRO stage ", sc_.stage, " reduces during backward");
-  for (auto& g : gslots_) complete_reduce(*g);
-  if (shard_.size() == 1) return;
-  // Last unit first, as backward would; unit 0 in its own slot, the others
-  // alternating between two, so one reduction overlaps the next one's packing.
-  size_t next = 1;
-  for (size_t u = units_.size(); u-- > 0;) {
-    GSlot& g = u == 0 ? *gslots_[0] : *gslots_[next];
-    if (u != 0) next = next == 1 ? 2 : 1;
-    complete_reduce(g);
-    g.unit = static_cast<int>(u);
-    reduce_full_unit(g);
-  }
-}
-
 void ShardedEngine::sum_unit_grads(int u, comm::Communicator& group) {
+  // The unit's block of the gradient shard: the same slice of the unit on
+  // every rank of `group` (same unit, same shard group size and rank).
   const Unit& U = units_[static_cast<size_t>(u)];
-  if (sc_.stage >= 2) {
-    // The unit's block of the gradient shard: the same slice of the unit on
-    // every rank of `group` (same unit, same shard group size and rank).
-    char* g = grad_shard_.as<char>() + U.shard_off * b_;
-    group.all_reduce(g, g, U.block, sc_.compute, comm::ReduceOp::sum, sc_.algo);
-    return;
-  }
-  for (const auto& s : owned_) {
-    if (s.offset + s.len <= U.begin || s.offset >= U.end) continue;
-    char* g = grad_full_.as<char>() + s.offset * b_;
-    group.all_reduce(g, g, s.len, sc_.compute, comm::ReduceOp::sum, sc_.algo);
-  }
+  char* g = grad_shard_.as<char>() + U.shard_off * b_;
+  group.all_reduce(g, g, U.block, sc_.compute, comm::ReduceOp::sum, sc_.algo);
 }
 
 void ShardedEngine::complete_reduce(GSlot& g) {
@@ -456,20 +367,13 @@ void ShardedEngine::complete_reduce(GSlot& g) {
   }
   const Unit& U = units_[static_cast<size_t>(g.unit)];
   const DType rt = (g.staging.bytes() == 0) ? DType::f32 : sc_.compute;
-  if (sc_.stage >= 2) {
-    accumulate(grad_shard_.as<char>() + U.shard_off * b_, sc_.compute, g.result, rt, U.block);
-  } else if (sc_.stage == 1) {
-    // The reduced block replaces this rank's owned elements of the full buffer.
-    unpack_block(g.result, sc_.compute, g.unit, static_cast<int>(r_),
-                 grad_full_.as<char>() + U.begin * b_, sc_.compute);
-  }
+  accumulate_cast(grad_shard_.as<char>() + U.shard_off * b_, sc_.compute, g.result, rt, U.block);
   g.unit = -1;
   g.result = nullptr;
 }
 
 void ShardedEngine::begin_step() {
   for (auto& g : gslots_) complete_reduce(*g);
-  if (grad_full_.bytes()) std::memset(grad_full_.data(), 0, grad_full_.bytes());
   if (grad_shard_.bytes()) std::memset(grad_shard_.data(), 0, grad_shard_.bytes());
   in_backward_ = false;
 }
@@ -479,9 +383,8 @@ void ShardedEngine::finish_grads() {
   if (replicate_ && replicate_->size() > 1) {
     // HSDP: the shard holds the average over this shard group; average the
     // shards of the replicas (same layout on every replica).
-    void* buf = sc_.stage >= 2 ? grad_shard_.data() : grad_full_.data();
-    const size_t count = sc_.stage >= 2 ? shard_elems_ : n_;
-    replicate_->all_reduce(buf, buf, count, sc_.compute, comm::ReduceOp::avg, sc_.algo);
+    replicate_->all_reduce(grad_shard_.data(), grad_shard_.data(), shard_elems_, sc_.compute, comm::ReduceOp::avg,
+                           sc_.algo);
   }
 }
 
@@ -493,10 +396,7 @@ float* ShardedEngine::master(const Segment& s) {
   return compute_full_.as<float>() + s.offset;  // fp32 replicated: update in place
 }
 
-const void* ShardedEngine::grad(const Segment& s) const {
-  if (sc_.stage >= 2) return grad_shard_.as<char>() + s.shard * b_;
-  return grad_full_.as<char>() + s.offset * b_;
-}
+const void* ShardedEngine::grad(const Segment& s) const { return grad_shard_.as<char>() + s.shard * b_; }
 
 void ShardedEngine::gather_compute_full() {
   // Stages 1/2: every rank's updated block travels once (all-gather per unit).
@@ -530,7 +430,7 @@ void ShardedEngine::after_update() {
     for (const auto& s : owned_)
       copy_cast(compute_full_.as<char>() + s.offset * b_, sc_.compute, master(s), DType::f32, s.len);
   }
-  if (sc_.stage >= 1) gather_compute_full();
+  gather_compute_full();
 }
 
 void ShardedEngine::init_weights(const model::GPT& model, uint64_t seed) {
@@ -539,7 +439,7 @@ void ShardedEngine::init_weights(const model::GPT& model, uint64_t seed) {
   if (sc_.stage == 3) {
     if (sc_.compute != DType::f32)
       copy_cast(compute_shard_.data(), sc_.compute, master_.data(), DType::f32, shard_elems_);
-  } else if (sc_.compute != DType::f32 || sc_.stage > 0) {
+  } else {
     // Every rank initialises the full compute copy itself (no traffic).
     for (const auto& U : units_) {
       tmp.resize(U.end - U.begin);
@@ -555,7 +455,7 @@ void ShardedEngine::assemble_owned(Src src, float* out) {
   std::memset(out, 0, n_ * sizeof(float));
   for (const auto& s : owned_) std::memcpy(out + s.offset, src(s), s.len * sizeof(float));
   // Exactly one rank contributes each element, so the sum is exact.
-  if (sc_.stage > 0 && shard_.size() > 1) shard_.all_reduce(out, out, n_, DType::f32, comm::ReduceOp::sum);
+  if (shard_.size() > 1) shard_.all_reduce(out, out, n_, DType::f32, comm::ReduceOp::sum);
 }
 
 void ShardedEngine::gather_master(float* out) {
@@ -579,7 +479,7 @@ void ShardedEngine::load_master(const float* full) {
 
 uint64_t ShardedEngine::hash_compute_params() {
   uint64_t h = kFnvBasis;
-  if (sc_.stage <= 2) return fnv1a(compute_full_.data(), n_ * b_, h);
+  if (sc_.stage == 2) return fnv1a(compute_full_.data(), n_ * b_, h);
   for (size_t u = 0; u < units_.size(); ++u) {
     const int U = static_cast<int>(u);
     const float* p = acquire_params(U);

@@ -1,6 +1,6 @@
 // The sharding engine behind ZeRO stages 2 and 3 (Rajbhandari et al. 2020,
-// sec. 5.2-5.3), FSDP and HSDP (Zhao et al. 2023, "PyTorch FSDP", sec. 3-4), and
-// behind every stage under mixed precision (Micikevicius et al. 2018). It is the
+// sec. 5.2-5.3), FSDP and HSDP (Zhao et al. 2023, "PyTorch FSDP", sec. 3-4), in
+// fp32 or mixed precision (Micikevicius et al. 2018). It is the
 // model's UnitStorage: forward and backward take each unit's parameters and
 // gradient buffer from it, so parameters can be all-gathered just in time
 // (stage 3, the next unit prefetched asynchronously) and gradients
@@ -15,9 +15,8 @@
 // concatenation over units and groups of its c-element slices; the slice tail
 // beyond hi is padding, kept at zero, so it never reaches a parameter.
 //
-// What each stage keeps per rank (b = bytes of the compute dtype, 2 or 4):
-//   stage 0: compute params Ψb, grads Ψb, master Ψ·4 (half only), moments 8Ψ
-//   stage 1: compute params Ψb, grads Ψb, master 4Ψ/N (half only), moments 8Ψ/N
+// What each stage keeps per rank (b = bytes of the compute dtype, 2 or 4;
+// stages 0 and 1 run through GradBuckets, grad_buckets.h):
 //   stage 2: compute params Ψb, grads Ψb/N, master 4Ψ/N (half only), moments 8Ψ/N
 //   stage 3: compute params Ψb/N, grads Ψb/N, master 4Ψ/N (half only), moments 8Ψ/N
 // (in fp32 the compute parameters are the master weights). Transient buffers
@@ -38,7 +37,7 @@
 namespace braid::parallel {
 
 struct ShardedConfig {
-  int stage = 3;                 // ZeRO stage 0..3
+  int stage = 3;                 // ZeRO stage 2 or 3 (FSDP, HSDP: 3)
   bool fsdp = false;             // one flat parameter per unit instead of per-tensor shards
   DType compute = DType::f32;    // dtype of compute parameters, gradients and traffic
   comm::Algorithm algo = comm::Algorithm::ring;
@@ -49,7 +48,7 @@ struct ShardedConfig {
 class ShardedEngine final : public model::UnitStorage {
  public:
   /// Valid elements owned by this rank: flat [offset, offset + len) <-> shard
-  /// [shard, shard + len) (at stage 0 the "shard" is the flat buffer).
+  /// [shard, shard + len).
   struct Segment {
     size_t offset, len, shard;
   };
@@ -65,7 +64,7 @@ class ShardedEngine final : public model::UnitStorage {
     /// (N−1) blocks of the unit's per-rank slice); 0 when N = 1.
     std::vector<size_t> unit_send_bytes;
   };
-  /// Throws ConfigError for a stage outside 0..3 or rank outside [0, world).
+  /// Throws ConfigError for a stage other than 2, 3 or rank outside [0, world).
   static Plan plan(const model::GPTConfig& cfg, const ShardedConfig& sc, int world, int rank);
 
   /// shard: the group parameters are sharded over. replicate: for HSDP the
@@ -85,15 +84,8 @@ class ShardedEngine final : public model::UnitStorage {
   void init_weights(const model::GPT& model, uint64_t seed);
   /// Starts a step: zeroes the gradient accumulators.
   void begin_step();
-  /// Stages 0/1 reduce only in the backward that ends accumulation: call with
-  /// true before the last micro-batch's backward (stages 2/3 reduce every one).
-  void set_sync(bool sync) { sync_ = sync; }
-  /// Stages 0/1 under pipeline parallelism: reduces every unit's accumulated
-  /// gradient now (once per step, after the stage's last backward; run the
-  /// backwards with set_sync(false)). Throws braid::Error at stages 2/3.
-  void reduce_accumulated();
-  /// After finish_grads(): sums unit u's gradient (this rank's owned elements
-  /// at stage 1, its shard block at stages 2/3) over `group`, whose ranks hold
+  /// After finish_grads(): sums unit u's gradient (this rank's shard block)
+  /// over `group`, whose ranks hold
   /// the same unit in the same layout and shard position (the tied
   /// embedding's copies on the first and last pipeline stage). Collective over `group`.
   void sum_unit_grads(int u, comm::Communicator& group);
@@ -101,7 +93,7 @@ class ShardedEngine final : public model::UnitStorage {
   /// hold the average over all data-parallel ranks (HSDP: also over replicas).
   void finish_grads();
   /// After the optimizer updated the master weights of the owned segments:
-  /// refresh the compute copies (all-gather at stages 1/2, cast at 0/3) and
+  /// refresh the compute copies (all-gather at stage 2, cast at 3) and
   /// forget gathered units.
   void after_update();
 
@@ -150,8 +142,6 @@ class ShardedEngine final : public model::UnitStorage {
   void complete(Slot& s);
   void prefetch_after(int u);
   void launch_reduce(GSlot& g);
-  /// Stages 0/1: all-reduce (0) or reduce-scatter (1) unit g.unit of grad_full_.
-  void reduce_full_unit(GSlot& g);
   void complete_reduce(GSlot& g);
   void pack_block(const void* src_full, DType t, int u, int q, void* dst) const;
   void unpack_block(const void* block, DType t, int u, int q, void* dst_unit, DType dt) const;
@@ -170,18 +160,16 @@ class ShardedEngine final : public model::UnitStorage {
   std::vector<Segment> owned_;
   size_t shard_elems_ = 0, state_elems_ = 0;
   size_t b_;  // bytes per compute element
-  Buffer compute_full_;    // stages 0-2: (Ψ) compute dtype
+  Buffer compute_full_;    // stage 2: (Ψ) compute dtype
   Buffer compute_shard_;   // stage 3: (shard) compute dtype
-  Buffer master_;          // half: stage 0 (Ψ) / stages 1-3 (shard) f32
-  Buffer grad_full_;       // stages 0/1: (Ψ) compute dtype
-  Buffer grad_shard_;      // stages 2/3: (shard) compute dtype
+  Buffer master_;          // half: (shard) f32
+  Buffer grad_shard_;      // (shard) compute dtype
   std::vector<std::unique_ptr<Slot>> slots_;   // [0] unit 0, [1], [2] the others
   std::vector<std::unique_ptr<GSlot>> gslots_; // [0] unit 0, [1], [2] the others
-  Buffer block_staging_;   // stages 1/2: N x largest block, for the parameter all-gather
+  Buffer block_staging_;   // stage 2: N x largest block, for the parameter all-gather
   size_t next_gslot_ = 1;
   int last_acquired_ = -1;
   bool in_backward_ = false;
-  bool sync_ = true;
   bool inject_inf_ = false;
   int64_t tick_ = 0;
 };

@@ -15,20 +15,16 @@ ShardedSync::~ShardedSync() = default;
 
 void ShardedSync::begin_step(int64_t) {
   engine_.begin_step();
-  engine_.set_sync(false);
   reduced_ = false;
 }
 
-GradReadyHook ShardedSync::backward_hook(bool last) {
-  // Stages 0/1 reduce in the backward that ends accumulation, stages 2/3 in every one.
-  engine_.set_sync(last);
-  return {};
+GradReadyHook ShardedSync::backward_hook(bool) {
+  return {};  // the engine reduce-scatters each unit in every backward, as it finishes
 }
 
 void ShardedSync::reduce_accumulated(comm::Communicator* tied) {
-  // The DP reduction first (stages 2/3 reduced in every backward already); the
-  // tied embedding's copies then sum the reduced gradients.
-  if (engine_.config().stage <= 1) engine_.reduce_accumulated();
+  // The DP reduction first (in every backward already); the tied embedding's
+  // copies then sum the reduced gradients.
   engine_.finish_grads();
   reduced_ = true;
   if (tied) engine_.sum_unit_grads(0, *tied);
@@ -43,9 +39,7 @@ float ShardedSync::finish(float local_loss) {
 }
 
 bool ShardedSync::counts_in_norm() const {
-  // Stage 0 replicas hold the same averaged gradient (DP rank 0 counts);
-  // sharded stages own distinct elements, HSDP replicas of a shard count once.
-  if (engine_.config().stage == 0) return dp_.rank() == 0;
+  // Shards own distinct elements; HSDP replicas of a shard count once.
   return !replicate_ || replicate_->rank() == 0;
 }
 

@@ -1,4 +1,4 @@
-// ZeRO-2/3, FSDP, HSDP and every half-precision run: the sharding engine is the
+// ZeRO-2/3, FSDP and HSDP in any precision: the sharding engine is the
 // model's storage (parameters gathered and gradients reduce-scattered unit by
 // unit as forward and backward reach them) and this class drives its step.
 #pragma once
@@ -21,6 +21,7 @@ class ShardedSync final : public GradSync {
 
   model::UnitStorage* storage() override { return &engine_; }
   void attach(model::GPT& model) override { model_ = &model; }
+  void init_params(model::GPT& model, uint64_t seed) override { engine_.init_weights(model, seed); }
   void begin_step(int64_t step) override;
   GradReadyHook backward_hook(bool last) override;
   void reduce_accumulated(comm::Communicator* tied) override;

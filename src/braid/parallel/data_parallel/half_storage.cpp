@@ -1,0 +1,95 @@
+#include "braid/parallel/data_parallel/half_storage.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "braid/core/error.h"
+#include "braid/kernels/cpu/convert.h"
+
+namespace braid::parallel {
+
+namespace {
+// Elements of unit 0 and of the largest other unit.
+std::array<size_t, 2> work_elems(const std::vector<size_t>& bounds) {
+  std::array<size_t, 2> w{bounds.size() > 1 ? bounds[1] - bounds[0] : 0, 0};
+  for (size_t u = 1; u + 1 < bounds.size(); ++u) w[1] = std::max(w[1], bounds[u + 1] - bounds[u]);
+  return w;
+}
+}  // namespace
+
+std::array<size_t, kNumMemCategories> HalfPrecisionStorage::plan(const std::vector<size_t>& bounds, DType compute,
+                                                                 size_t state_elems) {
+  std::array<size_t, kNumMemCategories> b{};
+  const size_t n = bounds.back(), esz = dtype_size(compute);
+  const auto w = work_elems(bounds);
+  b[static_cast<size_t>(MemCategory::compute_params)] = n * esz;
+  b[static_cast<size_t>(MemCategory::grads)] = n * esz;
+  b[static_cast<size_t>(MemCategory::master_params)] = state_elems * sizeof(float);
+  b[static_cast<size_t>(MemCategory::comm)] = 2 * (w[0] + w[1]) * sizeof(float);
+  return b;
+}
+
+HalfPrecisionStorage::HalfPrecisionStorage(std::vector<size_t> bounds, DType compute, size_t state_elems,
+                                           MemoryLedger* ledger)
+    : bounds_(std::move(bounds)), dtype_(compute), esz_(dtype_size(compute)) {
+  BRAID_CONFIG_CHECK(compute != DType::f32, "half-precision storage needs bf16 or fp16 compute");
+  const size_t n = bounds_.back();
+  compute_ = Buffer(n * esz_, MemCategory::compute_params, ledger);
+  grads_ = Buffer(n * esz_, MemCategory::grads, ledger);
+  master_ = Buffer(state_elems * sizeof(float), MemCategory::master_params, ledger);
+  const auto w = work_elems(bounds_);
+  for (size_t i = 0; i < 2; ++i) {
+    params_[i].data = Buffer(w[i] * sizeof(float), MemCategory::comm, ledger);
+    grad_work_[i].data = Buffer(w[i] * sizeof(float), MemCategory::comm, ledger);
+  }
+}
+
+const float* HalfPrecisionStorage::acquire_params(int u) {
+  Work& s = param_slot(u);
+  BRAID_CHECK(!s.in_use || s.unit == u, "half-precision storage: unit ", u, " acquired while unit ", s.unit,
+              " is still in use");
+  if (!s.valid || s.unit != u) {
+    kernels::copy_cast(s.data.data(), DType::f32, compute_.as<char>() + unit_begin(u) * esz_, dtype_, unit_len(u));
+    s.unit = u;
+    s.valid = true;
+  }
+  s.in_use = true;
+  return s.data.as<float>();
+}
+
+void HalfPrecisionStorage::release_params(int u) {
+  Work& s = param_slot(u);
+  if (s.unit == u) s.in_use = false;
+}
+
+float* HalfPrecisionStorage::acquire_grads(int u) {
+  Work& g = grad_slot(u);
+  BRAID_CHECK(!g.in_use, "half-precision storage: gradient of unit ", u, " acquired while unit ", g.unit,
+              " is unfinished");
+  g.unit = u;
+  g.in_use = true;
+  std::memset(g.data.data(), 0, unit_len(u) * sizeof(float));
+  return g.data.as<float>();
+}
+
+void HalfPrecisionStorage::grads_ready(int u) {
+  Work& g = grad_slot(u);
+  BRAID_CHECK(g.in_use && g.unit == u, "grads_ready: unit ", u, " has no acquired gradient buffer");
+  if (inject_inf_) {
+    g.data.as<float>()[0] = std::numeric_limits<float>::infinity();
+    inject_inf_ = false;
+  }
+  kernels::accumulate_cast(grads_.as<char>() + unit_begin(u) * esz_, dtype_, g.data.data(), DType::f32,
+                           unit_len(u));
+  g.in_use = false;
+  if (ready_) ready_(unit_begin(u), unit_begin(u) + unit_len(u));
+}
+
+void HalfPrecisionStorage::zero_grads() { std::memset(grads_.data(), 0, grads_.bytes()); }
+
+void HalfPrecisionStorage::params_changed() {
+  for (auto& s : params_) s.valid = false, s.unit = -1;
+}
+
+}  // namespace braid::parallel
