@@ -24,9 +24,13 @@ if [ "$which" != tsan ]; then
       # runs, so no frame can be named or suppressed (none is braid's). Leak
       # checking stays on for the suites whose ranks are threads (the same
       # code); ASan and UBSan errors stay fatal everywhere.
+      # The e2e fault tests bound how fast a job ends after a fault (the
+      # product's limits); sanitized processes start, run and exit several
+      # times slower, so those bounds are scaled for them.
       opts="$ASAN_OPTIONS"
       case "$suite" in mpi | e2e) opts+=":detect_leaks=0" ;; esac
-      ASAN_OPTIONS="$opts" san_time "asan+ubsan $suite" san_ctest build-asan -L "^$suite\$" "${extra[@]+"${extra[@]}"}" || rc=1
+      ASAN_OPTIONS="$opts" BRAID_E2E_TIME_SCALE=3 san_time "asan+ubsan $suite" \
+        san_ctest build-asan -L "^$suite\$" "${extra[@]+"${extra[@]}"}" || rc=1
     done
   else
     rc=1
