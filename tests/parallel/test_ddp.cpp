@@ -30,12 +30,12 @@ const auto run_dp = testing_harness::run_rank0;
 
 TEST(Sampler, UnionOfRankSlicesIsTheSingleRankBatch) {
   const int64_t G = 24;
-  train::DistributedSampler single(100000, 32, G, 7, 0, 1);
+  data::DistributedSampler single(100000, 32, G, 7, 0, 1);
   for (int dp : {1, 2, 3, 4, 6, 8}) {
     for (int64_t step : {0, 1, 17}) {
       std::vector<size_t> all;
       for (int r = 0; r < dp; ++r) {
-        train::DistributedSampler s(100000, 32, G, 7, r, dp);
+        data::DistributedSampler s(100000, 32, G, 7, r, dp);
         auto o = s.rank_offsets(step);
         ASSERT_EQ(static_cast<int64_t>(o.size()), G / dp);
         all.insert(all.end(), o.begin(), o.end());
@@ -48,8 +48,8 @@ TEST(Sampler, UnionOfRankSlicesIsTheSingleRankBatch) {
 }
 
 TEST(Sampler, RejectsIndivisibleBatchAndShortData) {
-  EXPECT_THROW(train::DistributedSampler(1000, 32, 10, 1, 0, 3), ConfigError);
-  EXPECT_THROW(train::DistributedSampler(20, 32, 4, 1, 0, 1), ConfigError);
+  EXPECT_THROW(data::DistributedSampler(1000, 32, 10, 1, 0, 3), ConfigError);
+  EXPECT_THROW(data::DistributedSampler(20, 32, 4, 1, 0, 1), ConfigError);
 }
 
 TEST(DDP, DataParallelDegreesMatchSingleRank) {

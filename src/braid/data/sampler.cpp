@@ -3,7 +3,7 @@
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
 
-namespace braid::train {
+namespace braid::data {
 
 namespace {
 constexpr uint64_t kSamplerStream = 0x5a3b1e;
@@ -44,4 +44,4 @@ void gather_batch(const uint16_t* stream, const size_t* offsets, int64_t B, int6
   }
 }
 
-}  // namespace braid::train
+}  // namespace braid::data

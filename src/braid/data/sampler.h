@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace braid::train {
+namespace braid::data {
 
 /// Samples windows of T+1 tokens (inputs and next-token targets) at random
 /// offsets of a token stream.
@@ -36,4 +36,4 @@ class DistributedSampler {
 void gather_batch(const uint16_t* stream, const size_t* offsets, int64_t B, int64_t T,
                   int32_t* tokens, int32_t* targets);
 
-}  // namespace braid::train
+}  // namespace braid::data

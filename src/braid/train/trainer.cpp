@@ -56,7 +56,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   const size_t bt = static_cast<size_t>(opt.micro_batch * opt.seq_len);
   tokens_ = Buffer(bt * sizeof(int32_t), MemCategory::activations, &ledger_);
   targets_ = Buffer(bt * sizeof(int32_t), MemCategory::activations, &ledger_);
-  sampler_ = std::make_unique<DistributedSampler>(train.size(), opt.seq_len, opt.global_batch,
+  sampler_ = std::make_unique<data::DistributedSampler>(train.size(), opt.seq_len, opt.global_batch,
                                                   opt.seed, std::max(dp_rank_, 0), dp_size_);
   sched_ = LrSchedule{opt.lr, opt.min_lr, opt.warmup_steps, opt.steps};
   sync_->init_params(*model_, opt.seed);
@@ -138,7 +138,7 @@ float Trainer::evaluate() {
         offs[static_cast<size_t>(b)] = static_cast<size_t>(j * T) % windows;
       }
       if (model_->is_first_stage() || model_->is_last_stage())
-        gather_batch(val_->data(), offs.data(), B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
+        data::gather_batch(val_->data(), offs.data(), B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
       float l = forward_pass(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
       // The loss lives on the last stage.
       if (pp_size_ > 1) ctx_->pp()->broadcast(&l, 1, DType::f32, pp_size_ - 1);

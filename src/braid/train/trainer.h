@@ -123,7 +123,7 @@ class Trainer {
   /// Records span `what` (+ index when >= 0) if --trace-out is set.
   /// chunk >= 0: the span belongs to that model chunk (named ".c<chunk>" when a rank holds several).
   void trace(const char* what, int64_t index, const char* cat, double t0, double t1, int chunk = -1);
-  std::unique_ptr<DistributedSampler> sampler_;
+  std::unique_ptr<data::DistributedSampler> sampler_;
   LrSchedule sched_;
   bool ps_ = false;              // --dp-mode ps
   int dp_size_, dp_rank_;        // under ps: the workers (rank - 1); the server has -1

@@ -36,7 +36,7 @@ class Trainer::TrainStage final : public GptStage {
     const int64_t B = t_.opt_.micro_batch, T = t_.opt_.seq_len;
     int32_t* tokens = t_.tokens_.as<int32_t>();
     int32_t* targets = t_.targets_.as<int32_t>();
-    if (first || last) gather_batch(t_.train_.data(), offsets_.data() + j * B, B, T, tokens, targets);
+    if (first || last) data::gather_batch(t_.train_.data(), offsets_.data() + j * B, B, T, tokens, targets);
     dropout_key(j);
     return m_.forward(first ? tokens : nullptr, last ? targets : nullptr, B, T);
   }
