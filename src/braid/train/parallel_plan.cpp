@@ -357,6 +357,10 @@ parallel::BucketedConfig bucketed_config(const ParallelPlan& p, const model::GPT
   bc.model = cfg;
   bc.tp = p.tp.degree;
   bc.pipeline = stage;
+  if (p.pp.stages > 1) {
+    for (const auto& c : stage.resolved(cfg.n_layer))
+      bc.tied_embedding = bc.tied_embedding || c.first_layer == 0 || c.last_layer == cfg.n_layer;
+  }
   return bc;
 }
 

@@ -17,10 +17,14 @@ BucketReduce reduce_mode(const BucketedConfig& c) {
 bool half(const BucketedConfig& c) { return c.compute != DType::f32; }
 }  // namespace
 
+size_t BucketedSync::bucket_cut(const BucketedConfig& c, const std::vector<size_t>& bounds) {
+  return c.tied_embedding && bounds.size() > 2 ? bounds[1] : 0;
+}
+
 BucketedSync::Plan BucketedSync::plan(const BucketedConfig& c, int world, int rank) {
   const std::vector<size_t> bounds = model::unit_bounds(c.model, c.tp, c.pipeline);
-  const GradBuckets::Plan g =
-      GradBuckets::plan(bounds.back(), world, rank, c.bucket_bytes, reduce_mode(c), c.compute);
+  const GradBuckets::Plan g = GradBuckets::plan(bounds.back(), world, rank, c.bucket_bytes, reduce_mode(c), c.compute,
+                                                bucket_cut(c, bounds));
   Plan p;
   p.state_elems = g.shard_size;
   if (half(c)) p.bytes = HalfPrecisionStorage::plan(bounds, c.compute, g.shard_size);
@@ -35,7 +39,7 @@ BucketedSync::BucketedSync(const BucketedConfig& c, comm::Communicator& dp, comm
   if (!half(c)) return;
   std::vector<size_t> bounds = model::unit_bounds(c.model, c.tp, c.pipeline);
   const GradBuckets::Plan g = GradBuckets::plan(bounds.back(), dp.size(), dp.rank(), c.bucket_bytes, reduce_mode(c),
-                                                c.compute);
+                                                c.compute, bucket_cut(c, bounds));
   half_ = std::make_unique<HalfPrecisionStorage>(std::move(bounds), c.compute, g.shard_size, ledger);
 }
 
@@ -47,8 +51,9 @@ void BucketedSync::attach(model::GPT& model) {
   FlatBufferSync::attach(model);
   void* params = half_ ? half_->compute() : static_cast<void*>(model.params());
   void* grads = half_ ? half_->grads() : static_cast<void*>(model.grads());
+  const size_t cut = bucket_cut(c_, model::unit_bounds(c_.model, c_.tp, c_.pipeline));
   buckets_ = std::make_unique<GradBuckets>(dp_, params, grads, num_params(), c_.bucket_bytes, c_.overlap, c_.algo,
-                                           reduce_mode(c_), c_.compute, ledger_);
+                                           reduce_mode(c_), c_.compute, ledger_, cut);
   for (const auto& s : buckets_->owned()) owned_.push_back({s.offset, s.len, s.shard});
 }
 

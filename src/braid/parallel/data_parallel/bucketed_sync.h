@@ -25,6 +25,10 @@ struct BucketedConfig {
   model::GPTConfig model;
   int tp = 1;
   model::PipelineStage pipeline;
+  // A pipeline stage holding a copy of the tied embedding (the first or the
+  // last): unit 0 is bucketed apart, the same on both stages, so the two
+  // copies' DP reductions round alike and the copies stay bitwise equal.
+  bool tied_embedding = false;
 };
 
 class BucketedSync final : public FlatBufferSync {
@@ -69,6 +73,8 @@ class BucketedSync final : public FlatBufferSync {
 
  private:
   size_t num_params() const;
+  /// Where buckets are cut (unit 0's end on a stage with a tied copy, else 0).
+  static size_t bucket_cut(const BucketedConfig& c, const std::vector<size_t>& bounds);
   /// ZeRO-1: full (num_params) holds this rank's owned elements, zero elsewhere;
   /// sums it over DP (one owner per element: exact). DDP: nothing to do.
   void sum_owned(float* full);

@@ -8,29 +8,37 @@
 namespace braid::parallel {
 
 std::vector<GradBuckets::Bucket> GradBuckets::make_buckets(size_t n, size_t N, size_t bucket_bytes,
-                                                           BucketReduce mode, size_t esz) {
+                                                           BucketReduce mode, size_t esz, size_t cut) {
   BRAID_CONFIG_CHECK(bucket_bytes >= esz, "--bucket-mb gives a bucket of ", bucket_bytes,
                      " bytes; a bucket must hold at least one gradient (use a larger --bucket-mb, e.g. 4)");
   const bool scatter = mode == BucketReduce::reduce_scatter;
   // Scattered buckets hold a multiple of N elements so only the lowest one needs padding.
   const size_t per = scatter ? std::max<size_t>(bucket_bytes / esz / N, 1) * N : bucket_bytes / esz;
   std::vector<Bucket> buckets;
-  for (size_t hi = n; hi > 0;) {
-    const size_t lo = hi > per ? hi - per : 0;
-    const size_t c = scatter ? (hi - lo + N - 1) / N : hi - lo;
-    buckets.push_back({lo, hi, c, scatter && (hi - lo) % N != 0, nullptr});
-    hi = lo;
-  }
+  size_t staged_off = 0;
+  auto range = [&](size_t top, size_t bottom) {
+    for (size_t hi = top; hi > bottom;) {
+      const size_t lo = hi - bottom > per ? hi - per : bottom;
+      const size_t c = scatter ? (hi - lo + N - 1) / N : hi - lo;
+      const bool staged = scatter && (hi - lo) % N != 0;
+      buckets.push_back({lo, hi, c, staged, staged ? staged_off : 0, nullptr});
+      if (staged) staged_off += N * c;
+      hi = lo;
+    }
+  };
+  const size_t k = cut < n ? cut : 0;
+  range(n, k);
+  range(k, 0);
   return buckets;
 }
 
 GradBuckets::Plan GradBuckets::plan(size_t n, int world, int rank, size_t bucket_bytes, BucketReduce mode,
-                                    DType dtype) {
+                                    DType dtype, size_t cut) {
   BRAID_CONFIG_CHECK(world >= 1 && rank >= 0 && rank < world, "gradient buckets: rank ", rank,
                      " outside a group of ", world, " ranks");
   const size_t N = static_cast<size_t>(world), r = static_cast<size_t>(rank);
   const size_t esz = dtype_size(dtype);
-  const std::vector<Bucket> buckets = make_buckets(n, N, bucket_bytes, mode, esz);
+  const std::vector<Bucket> buckets = make_buckets(n, N, bucket_bytes, mode, esz, cut);
   Plan p;
   if (mode == BucketReduce::all_reduce) {
     p.owned.push_back({0, n, 0});
@@ -39,7 +47,7 @@ GradBuckets::Plan GradBuckets::plan(size_t n, int world, int rank, size_t bucket
   }
   size_t staged_elems = 0;
   for (const auto& b : buckets)
-    if (b.staged) staged_elems = std::max(staged_elems, N * b.c);
+    if (b.staged) staged_elems += N * b.c;
   // Owned segments in increasing offset order (the optimizer walks them).
   for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) {
     const size_t a = std::min(it->lo + r * it->c, it->hi);
@@ -54,11 +62,12 @@ GradBuckets::Plan GradBuckets::plan(size_t n, int world, int rank, size_t bucket
 }
 
 GradBuckets::GradBuckets(comm::Communicator& dp, void* params, void* grads, size_t n, size_t bucket_bytes,
-                         bool overlap, comm::Algorithm algo, BucketReduce mode, DType dtype, MemoryLedger* ledger)
+                         bool overlap, comm::Algorithm algo, BucketReduce mode, DType dtype, MemoryLedger* ledger,
+                         size_t cut)
     : dp_(dp), params_(static_cast<char*>(params)), grads_(static_cast<char*>(grads)), n_(n), dtype_(dtype),
       esz_(dtype_size(dtype)), overlap_(overlap), algo_(algo), mode_(mode) {
-  Plan p = plan(n, dp.size(), dp.rank(), bucket_bytes, mode, dtype);
-  buckets_ = make_buckets(n, static_cast<size_t>(dp.size()), bucket_bytes, mode, esz_);
+  Plan p = plan(n, dp.size(), dp.rank(), bucket_bytes, mode, dtype, cut);
+  buckets_ = make_buckets(n, static_cast<size_t>(dp.size()), bucket_bytes, mode, esz_, cut);
   owned_ = std::move(p.owned);
   shard_size_ = p.shard_size;
   if (p.staging_bytes > 0) staging_ = Buffer(p.staging_bytes, MemCategory::comm, ledger);
@@ -84,7 +93,7 @@ void GradBuckets::launch(size_t k) {
   }
   if (b.staged) {
     // Pad to N*c with zeros so every rank's slice has the same length.
-    char* s = staging_.as<char>();
+    char* s = staging_.as<char>() + b.stage_off * esz_;
     std::memcpy(s, src, (b.hi - b.lo) * esz_);
     std::memset(s + (b.hi - b.lo) * esz_, 0, (dp_.size() * b.c - (b.hi - b.lo)) * esz_);
     src = s;
@@ -98,7 +107,7 @@ void GradBuckets::unstage_grads(size_t k) {
   if (!b.staged) return;
   const size_t r = static_cast<size_t>(dp_.rank());
   const size_t a = std::min(b.lo + r * b.c, b.hi), e = std::min(b.lo + (r + 1) * b.c, b.hi);
-  if (e > a) std::memcpy(grads_at(a), staging_.as<char>() + r * b.c * esz_, (e - a) * esz_);
+  if (e > a) std::memcpy(grads_at(a), staging_.as<char>() + (b.stage_off + r * b.c) * esz_, (e - a) * esz_);
 }
 
 void GradBuckets::on_ready(size_t begin, size_t end) {
@@ -106,8 +115,7 @@ void GradBuckets::on_ready(size_t begin, size_t end) {
               ",", end, ") while [", ready_lo_, ",", n_, ") is ready");
   ready_lo_ = begin;
   if (!overlap_ || dp_.size() == 1) return;
-  // A staged bucket is the lowest one, so it is launched last and nothing
-  // waits behind the single staging buffer.
+  // Each staged bucket has its own place in the staging buffer.
   while (next_ < buckets_.size() && buckets_[next_].lo >= ready_lo_) {
     launch(next_++);
     ++overlapped_;
@@ -140,7 +148,7 @@ void GradBuckets::gather_params() {
       b.work.reset();
       continue;
     }
-    char* s = staging_.as<char>();
+    char* s = staging_.as<char>() + b.stage_off * esz_;
     const size_t a = std::min(b.lo + r * b.c, b.hi), e = std::min(b.lo + (r + 1) * b.c, b.hi);
     std::memset(s + r * b.c * esz_, 0, b.c * esz_);
     if (e > a) std::memcpy(s + r * b.c * esz_, params_at(a), (e - a) * esz_);

@@ -20,7 +20,8 @@
 // Full buckets hold a multiple of N elements; rank r owns slice r of every
 // bucket: [lo + r·c, lo + (r+1)·c) ∩ [lo, hi) with c = ceil((hi−lo)/N). A rank
 // may own nothing of a small bucket; the lowest bucket, when N does not divide
-// it, is padded in a staging buffer, never in the parameters.
+// it, is padded in a staging buffer, never in the parameters (with a cut, the
+// lowest bucket of each range).
 #pragma once
 #include <cstddef>
 #include <vector>
@@ -54,15 +55,20 @@ class GradBuckets {
   };
   /// Throws ConfigError for a bucket smaller than one element of `dtype`,
   /// world < 1 or rank outside [0, world).
+  /// cut > 0: buckets never straddle element `cut` ([cut, n) and [0, cut) are
+  /// bucketed apart, each from its end), so that [0, cut) is bucketed the same
+  /// in any buffer that starts with it (the tied embedding on the first and
+  /// the last pipeline stage).
   static Plan plan(size_t n, int world, int rank, size_t bucket_bytes, BucketReduce mode,
-                   DType dtype = DType::f32);
+                   DType dtype = DType::f32, size_t cut = 0);
 
   /// dp: the data-parallel group. params/grads: (n,) of `dtype`, must outlive
   /// this object (params is only used by gather_params). overlap=false defers
   /// every bucket to finish_sync() (the no-overlap baseline). Throws
   /// ConfigError for a bucket smaller than one element.
   GradBuckets(comm::Communicator& dp, void* params, void* grads, size_t n, size_t bucket_bytes, bool overlap,
-              comm::Algorithm algo, BucketReduce mode, DType dtype = DType::f32, MemoryLedger* ledger = nullptr);
+              comm::Algorithm algo, BucketReduce mode, DType dtype = DType::f32, MemoryLedger* ledger = nullptr,
+              size_t cut = 0);
   /// Reductions still in flight write into grads or staging: they end first.
   ~GradBuckets();
 
@@ -90,9 +96,11 @@ class GradBuckets {
   struct Bucket {
     size_t lo, hi, c;  // range and per-rank slice length (reduce_scatter)
     bool staged;       // (hi-lo) % N != 0: goes through the padded staging buffer
+    size_t stage_off;  // its N x c elements' place in the staging buffer
     comm::WorkPtr work;
   };
-  static std::vector<Bucket> make_buckets(size_t n, size_t N, size_t bucket_bytes, BucketReduce mode, size_t esz);
+  static std::vector<Bucket> make_buckets(size_t n, size_t N, size_t bucket_bytes, BucketReduce mode, size_t esz,
+                                          size_t cut);
   char* grads_at(size_t i) const { return grads_ + i * esz_; }
   char* params_at(size_t i) const { return params_ + i * esz_; }
   void launch(size_t k);
@@ -110,7 +118,7 @@ class GradBuckets {
   std::vector<Bucket> buckets_;  // buckets_[0] is the last range of the buffer
   std::vector<Segment> owned_;
   size_t shard_size_ = 0;
-  Buffer staging_;       // (N * c) of the one bucket whose size N does not divide
+  Buffer staging_;       // N x c of each bucket whose size N does not divide (the lowest of each range)
   size_t ready_lo_ = 0;  // grads[ready_lo_, n) are final
   size_t next_ = 0;      // next bucket to launch
   size_t overlapped_ = 0;
