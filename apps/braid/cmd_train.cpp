@@ -207,6 +207,10 @@ void add_train(CLI::App& app) {
       BRAID_CONFIG_CHECK(a->local_ranks >= 1, "--ranks ", a->local_ranks, " must be >= 1");
       BRAID_CONFIG_CHECK(a->opt.inject_failure_kind == "throw", "--inject-failure kind '",
                          a->opt.inject_failure_kind, "' needs one process per rank; use the mpi backend");
+      // The layout's checks need no rank: fail before spawning the ranks' threads
+      // (a rank count far beyond the batch would otherwise allocate them all first).
+      train::TrainOptions probe = a->opt;
+      train::resolve_plan(probe, a->local_ranks, train::model_config(probe));
       train::install_stop_handler();
       comm::run_local(a->local_ranks, [&](comm::Communicator& w) { run_rank(*a, w, train, valp); }, a->comm);
       return;
