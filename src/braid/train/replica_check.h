@@ -1,5 +1,5 @@
 // --check-replicas: every step, the copies of a parameter that must be equal
-// are compared bitwise (DESIGN.md's parity rule, checked while training).
+// are compared bitwise (the parity rule of docs/ARCHITECTURE.md, checked while training).
 #pragma once
 #include <cstdint>
 

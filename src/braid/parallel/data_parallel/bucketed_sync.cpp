@@ -36,11 +36,13 @@ BucketedSync::BucketedSync(const BucketedConfig& c, comm::Communicator& dp, comm
                            MemoryLedger* ledger)
     : c_(c), dp_(dp), world_(world), ledger_(ledger) {
   BRAID_CONFIG_CHECK(c.stage == 0 || c.stage == 1, "bucketed gradient sync runs ZeRO stage 0 or 1, not ", c.stage);
+  const std::vector<size_t> bounds = model::unit_bounds(c.model, c.tp, c.pipeline);
+  cut_ = bucket_cut(c, bounds);
   if (!half(c)) return;
-  std::vector<size_t> bounds = model::unit_bounds(c.model, c.tp, c.pipeline);
-  const GradBuckets::Plan g = GradBuckets::plan(bounds.back(), dp.size(), dp.rank(), c.bucket_bytes, reduce_mode(c),
-                                                c.compute, bucket_cut(c, bounds));
-  half_ = std::make_unique<HalfPrecisionStorage>(std::move(bounds), c.compute, g.shard_size, ledger);
+  // The master weights cover what this rank will own: the buckets' plan, before the buckets exist.
+  const GradBuckets::Plan g =
+      GradBuckets::plan(bounds.back(), dp.size(), dp.rank(), c.bucket_bytes, reduce_mode(c), c.compute, cut_);
+  half_ = std::make_unique<HalfPrecisionStorage>(bounds, c.compute, g.shard_size, ledger);
 }
 
 BucketedSync::~BucketedSync() = default;
@@ -51,9 +53,8 @@ void BucketedSync::attach(model::GPT& model) {
   FlatBufferSync::attach(model);
   void* params = half_ ? half_->compute() : static_cast<void*>(model.params());
   void* grads = half_ ? half_->grads() : static_cast<void*>(model.grads());
-  const size_t cut = bucket_cut(c_, model::unit_bounds(c_.model, c_.tp, c_.pipeline));
   buckets_ = std::make_unique<GradBuckets>(dp_, params, grads, num_params(), c_.bucket_bytes, c_.overlap, c_.algo,
-                                           reduce_mode(c_), c_.compute, ledger_, cut);
+                                           reduce_mode(c_), c_.compute, ledger_, cut_);
   for (const auto& s : buckets_->owned()) owned_.push_back({s.offset, s.len, s.shard});
 }
 

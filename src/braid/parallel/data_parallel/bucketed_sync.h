@@ -85,6 +85,7 @@ class BucketedSync final : public FlatBufferSync {
   MemoryLedger* ledger_;
   std::unique_ptr<HalfPrecisionStorage> half_;  // bf16 / fp16 only
   std::unique_ptr<GradBuckets> buckets_;
+  size_t cut_ = 0;  // bucket_cut of the layout
   std::vector<OwnedRange> owned_;
   bool reduced_ = false;  // reduce_accumulated already waited for this step's reductions
 };
