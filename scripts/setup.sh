@@ -8,7 +8,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 pkgs=(g++ cmake ninja-build pkg-config openmpi-bin libopenmpi-dev libdnnl-dev
-      libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
+      libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
       python3-torch python3-numpy libopenblas0-pthread nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -9,6 +9,8 @@
 #include "braid/commands.h"
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
+#include "braid/core/host_memory.h"
+#include "braid/core/parse.h"
 #include "braid/data/token_file.h"
 #include "braid/data/tokenizer.h"
 #include "braid/train/mfu.h"
@@ -98,11 +100,11 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
     }
     if (world.size() > 1) world.barrier();
   } catch (const ConfigError&) {
-    throw;  // the same on every rank: no rank prefix
+    throw;  // the user's to fix, the same on every rank: no rank prefix
   } catch (const std::exception& e) {
     // run_local names the failing rank itself; under MPI each process does it here.
     if (world.size() > 1 && world.backend() != "local")
-      throw Error(detail::concat("rank ", world.rank(), ": ", e.what()));
+      throw RankFailure(detail::concat("rank ", world.rank(), ": ", e.what()));
     throw;
   }
 }
@@ -154,9 +156,39 @@ void add_train(CLI::App& app) {
   c->add_option("--comm-algo", a->algo, "Collective implementation: ring (ours) or native (MPI's own)")->capture_default_str();
   c->add_option("--val-every", o.val_every, "Validate every K steps (0 disables)")->capture_default_str();
   c->add_option("--val-batches", o.val_batches, "Global batches per validation")->capture_default_str();
-  c->add_option("--save", o.save_path, "Write a checkpoint here at the end (atomic)");
-  c->add_option("--save-every", o.save_every, "Also checkpoint every K steps");
-  c->add_option("--resume", o.resume_path, "Resume from this checkpoint");
+  c->add_option("--save", o.save_dir,
+                "Checkpoint directory: DIR/step_<N>.ckpt at the end (and every --save-every steps), "
+                "checksummed and written atomically")
+      ->type_name("DIR");
+  c->add_option("--save-every", o.save_every, "Also checkpoint every K steps (0: at the end only)")
+      ->capture_default_str();
+  c->add_option("--keep-last", o.keep_last,
+                "Keep the newest K checkpoints of --save DIR, pruning older ones once a new one is durable (0: all)")
+      ->capture_default_str();
+  c->add_option("--resume", o.resume,
+                "Resume from a checkpoint FILE, the newest that verifies in DIR, or 'auto' (the newest in "
+                "--save DIR; a fresh start when it holds none)")
+      ->type_name("DIR|auto|FILE");
+  c->add_option("--inject-save-fault", [&o](const std::vector<std::string>& v) {
+        const auto& s = v.at(0);
+        const size_t colon = s.find(':');
+        uint64_t step = 0;
+        BRAID_CONFIG_CHECK(colon != std::string::npos && parse_count(s.substr(0, colon), step) && step >= 1 &&
+                               step < (uint64_t{1} << 62),
+                           "--inject-save-fault wants STEP:PHASE with STEP >= 1, got '", s, "'");
+        o.save_fault_step = static_cast<int64_t>(step) - 1;
+        o.save_fault = train::parse_save_fault(s.substr(colon + 1));
+        return true;
+      }, "Testing: the writer of the checkpoint of STEP kills itself at PHASE (payload:BYTE, "
+         "before-file-fsync, before-rename, before-dir-fsync)")
+      ->type_name("STEP:PHASE");
+  c->add_option("--max-memory", [&o](const std::vector<std::string>& v) {
+        o.max_memory = parse_size(v.at(0), "--max-memory");
+        BRAID_CONFIG_CHECK(o.max_memory > 0, "--max-memory must be > 0");
+        return true;
+      }, "Memory one rank may use, e.g. 4GiB (default: its share of the host's available memory); "
+         "a layout whose planned peak exceeds it fails before allocating")
+      ->type_name("SIZE");
   c->add_option("--metrics-out", o.metrics_out, "Write JSON lines: one per step and per validation");
   c->add_flag("--check-replicas", o.check_replicas, "Compare parameter hashes across DP ranks every step");
   c->add_option("--sample-tokens", o.sample_tokens, "Tokens to sample after training")->capture_default_str();

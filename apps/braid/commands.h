@@ -14,6 +14,7 @@ void add_bench_comm(CLI::App& app);    // collective busbw sweep, ours vs MPI's 
 void add_bench_step(CLI::App& app);    // training-step tokens/s and MFU
 void add_plan(CLI::App& app);          // predicted per-rank peak memory by category
 void add_schedule(CLI::App& app);      // pipeline schedule table / SVG and its bubble
+void add_verify(CLI::App& app);        // check checkpoint files without training
 
 /// The model and parallel-layout flags of `train` and `plan` (--model, sizes,
 /// --batch, --micro-batch, --seq-len, --zero, --fsdp, --tp, --pp, ...).

@@ -21,21 +21,30 @@ int main(int argc, char** argv) {
   braid::cli::add_bench_step(app);
   braid::cli::add_plan(app);
   braid::cli::add_schedule(app);
+  braid::cli::add_verify(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version are "errors" with exit code 0; every other parse
+    // error is a configuration error.
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : static_cast<int>(braid::ExitCode::config);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "braid: error: %s\n", e.what());
     std::fflush(stderr);
+    int code = static_cast<int>(braid::exit_code_of(e));
 #ifdef BRAID_WITH_MPI
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
-    if (braid::cli::g_abort_job_on_error && init && !fin) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (braid::cli::g_abort_job_on_error && init && !fin) {
+      // In a multi-rank job any other error is a failed rank; mpirun exits with this code.
+      if (code == static_cast<int>(braid::ExitCode::error)) code = static_cast<int>(braid::ExitCode::rank_failure);
+      MPI_Abort(MPI_COMM_WORLD, code);
+    }
 #endif
-    return 1;
+    return code;
   }
   return 0;
 }

@@ -33,6 +33,8 @@ fault() {
   local took; took=$(/usr/bin/python3 -c "print(f'{$t_end - $t_fault:.1f}')")
   [ "$rc" -ne 124 ] || { cat "$out"; fail "$kind: the job hung (ended by timeout 120)"; }
   [ "$rc" -ne 0 ] || { cat "$out"; fail "$kind: the job exited 0"; }
+  # A failed or stalled rank is exit code 4; a killed one is reported by mpirun.
+  [ "$kind" = kill ] || [ "$rc" -eq 4 ] || { cat "$out"; fail "$kind: exit code $rc, want 4 (a failed rank)"; }
   grep -q -- "$pattern" "$out" || { cat "$out"; fail "$kind: output lacks '$pattern'"; }
   /usr/bin/python3 -c "import sys; sys.exit(0 if $took <= $max else 1)" \
     || { cat "$out"; fail "$kind: ended $took s after the fault (limit $max s)"; }

@@ -21,9 +21,9 @@
 namespace braid::testing_harness {
 
 /// Repeating phrases (ids in [100, 1097)) with 20 % uniform noise over the vocabulary.
-/// A checkpoint path in the temporary directory, unique to this process.
+/// A path in the temporary directory, unique to this process (a --save directory).
 inline std::string tmp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()) + ".ckpt")).string();
+  return (std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()))).string();
 }
 
 inline std::vector<uint16_t> synthetic_tokens(size_t n, uint64_t seed) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
 
@@ -120,13 +121,13 @@ TEST(Checkpoint, ResumedRunContinuesTheUninterruptedOneExactly) {
   // First half: a run with steps=8 stopped after 4 steps (save_every) -> emulate by
   // saving at step 4 and resuming with the same schedule.
   auto first = o;
-  first.save_path = path;
+  first.save_dir = path;
   first.save_every = 4;
   first.inject_failure_rank = 1;  // the "crash" after the checkpoint at step 4
   first.inject_failure_step = 4;
   EXPECT_THROW(run_dp(first, 2, data), Error);
   auto second = o;
-  second.resume_path = path;
+  second.resume = path;
   const RunResult rest = run_dp(second, 2, data);
   ASSERT_EQ(rest.steps.size(), 4u);
   for (size_t i = 0; i < 4; ++i) {
@@ -134,7 +135,7 @@ TEST(Checkpoint, ResumedRunContinuesTheUninterruptedOneExactly) {
     EXPECT_EQ(rest.steps[i].loss, full.steps[4 + i].loss) << "step " << 4 + i;
   }
   EXPECT_EQ(rest.hash, full.hash);
-  std::filesystem::remove(path);
+  std::filesystem::remove_all(path);
 }
 
 TEST(Trainer, FailingRankStopsTheJobWithItsMessage) {
@@ -184,19 +185,21 @@ TEST(Trainer, BadDataAndCheckpointSettingsFailAtStartUp) {
     const std::vector<uint16_t> bad_val(100, 60000);
     EXPECT_THROW(train::Trainer(o, w, data, &bad_val), ConfigError);
     auto s = o;
-    s.save_path = std::filesystem::temp_directory_path().string();  // a directory
+    s.save_dir = testing_harness::tmp_path("braid_save_is_a_file_");
+    { std::ofstream(s.save_dir) << "not a directory"; }
     EXPECT_THROW(train::Trainer(s, w, data, nullptr), ConfigError);
+    std::filesystem::remove(s.save_dir);
   });
   // Resuming with another data order is refused.
   const std::string path = testing_harness::tmp_path("braid_ckpt_mismatch_");
   auto a = tiny_opts();
   a.steps = 2;
-  a.save_path = path;
+  a.save_dir = path;
   run_dp(a, 1, data);
   for (int which = 0; which < 3; ++which) {
     auto b = tiny_opts();
     b.steps = 4;
-    b.resume_path = path;
+    b.resume = path;
     if (which == 0) b.seed = 7;
     if (which == 1) b.global_batch = 24;
     if (which == 2) b.steps = 2;  // nothing left to train
@@ -207,5 +210,5 @@ TEST(Trainer, BadDataAndCheckpointSettingsFailAtStartUp) {
       EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
     }
   }
-  std::filesystem::remove(path);
+  std::filesystem::remove_all(path);
 }

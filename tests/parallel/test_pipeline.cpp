@@ -13,6 +13,7 @@
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
 #include "braid/train/checkpoint.h"
+#include "braid/train/checkpoint_dir.h"
 #include "braid/train/plan.h"
 #include "braid/train/trainer.h"
 #include "parallel/harness.h"
@@ -426,7 +427,8 @@ TEST(Pipeline, CheckpointsAndSamplingAcrossLayouts) {
   o.sample_top_k = 5;
   const size_t n = model::unit_bounds(train::model_config(o), 1).back();
   auto saved_after = [&](train::TrainOptions t, int ranks, const std::string& path, int k) {
-    t.save_path = path;
+    std::filesystem::remove_all(path);  // a fresh run needs an empty --save directory
+    t.save_dir = path;
     t.save_every = k;
     t.inject_failure_rank = 0;  // the writer: it finishes the file first
     t.inject_failure_step = k;
@@ -437,7 +439,7 @@ TEST(Pipeline, CheckpointsAndSamplingAcrossLayouts) {
       EXPECT_NE(std::string(e.what()).find("injected"), std::string::npos) << e.what();
     }
     std::vector<float> p(n), m(n), v(n);
-    train::load_checkpoint(path, n, p.data(), m.data(), v.data());
+    train::load_checkpoint(train::checkpoint_path(path, k), n, p.data(), m.data(), v.data());
     return p;
   };
   const std::string ps = testing_harness::tmp_path("braid_pp_single_"), pp = testing_harness::tmp_path("braid_pp_two_");
@@ -471,16 +473,16 @@ TEST(Pipeline, CheckpointsAndSamplingAcrossLayouts) {
   const Runs full = run(o, 1, data);
   std::vector<train::StepRecord> tail(full.steps[0].begin() + k, full.steps[0].end());
   auto r1 = o;
-  r1.resume_path = pp;
+  r1.resume = pp;
   testing_harness::expect_close(run(r1, 1, data).steps[0], tail, "pp=2 checkpoint resumed on 1 rank", 1e-4);
   auto r4 = o;
-  r4.resume_path = ps;
+  r4.resume = ps;
   r4.pp = 2;
   r4.tp = 2;
   r4.schedule = "zb-h1";
   testing_harness::expect_close(run(r4, 4, data).steps[0], tail, "single checkpoint resumed on pp=2 x tp=2 zb-h1");
-  std::filesystem::remove(ps);
-  std::filesystem::remove(pp);
+  std::filesystem::remove_all(ps);
+  std::filesystem::remove_all(pp);
 
   auto sample = [&](train::TrainOptions s, int ranks) {
     s.steps = 2;

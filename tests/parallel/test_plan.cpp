@@ -2,6 +2,7 @@
 // Trainer's MemoryLedger records, for every category and every rank.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <string>
@@ -9,6 +10,7 @@
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
+#include "braid/train/memory_check.h"
 #include "braid/train/plan.h"
 #include "braid/train/trainer.h"
 
@@ -215,5 +217,62 @@ TEST(ParallelPlan, ContextGroupsMatchThePlan) {
       EXPECT_EQ(ctx.shard().size(), plan.dp.shard_degree) << what;
       EXPECT_EQ(ctx.replicate() ? ctx.replicate()->size() : 1, plan.dp.degree / plan.dp.shard_degree) << what;
     });
+  }
+}
+
+// Memory checked before allocating: a layout whose planned peak exceeds the
+// budget fails in the Trainer's constructor, at once and without allocating
+// the model, naming the rank, its largest categories and flags that fit; one
+// budget byte more than the peak passes.
+TEST(MemoryCheck, ALayoutThatCannotFitFailsBeforeAllocating) {
+  train::TrainOptions o;
+  o.model = "gpt2";
+  o.micro_batch = 8;
+  o.seq_len = 1024;
+  o.global_batch = 16;
+  o.steps = 1;
+  int worst = -1;
+  const uint64_t peak = train::worst_rank_peak(o, 2, &worst);
+  uint64_t max_plan = 0;
+  for (int r = 0; r < 2; ++r) max_plan = std::max<uint64_t>(max_plan, train::plan_memory(o, 2, r).total());
+  EXPECT_EQ(peak, max_plan);  // nothing saved or resumed: the plan alone
+  o.max_memory = 3ull << 30;  // far below the ~16 GiB peak
+  const auto data = tokens(40000, 5);
+  const size_t rss0 = process_peak_rss_bytes();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string msg;
+  try {
+    comm::run_local(2, [&](comm::Communicator& w) { train::Trainer t(o, w, data, nullptr); });
+  } catch (const ConfigError& e) {
+    msg = e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(msg.find("rank " + std::to_string(worst) + " needs "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("activations"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--max-memory 3.0 GiB per rank"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("would fit: "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--recompute full"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(" together ("), std::string::npos) << msg;  // no single change fits 3 GiB
+  EXPECT_LT(s, 5.0);
+  EXPECT_LT(process_peak_rss_bytes() - rss0, size_t{256} << 20) << "the model was allocated first";
+  // Saving adds the checkpoint copies to the peak.
+  auto saving = o;
+  saving.save_dir = "unused";
+  EXPECT_EQ(train::worst_rank_peak(saving, 2), peak + 12 * train::plan_memory(o, 2, 0).num_params);
+}
+
+TEST(MemoryCheck, TheBudgetIsExact) {
+  auto o = train::TrainOptions{};
+  o.model = "tiny";
+  o.micro_batch = 2;
+  o.seq_len = 16;
+  o.global_batch = 4;
+  const uint64_t peak = train::worst_rank_peak(o, 2);
+  EXPECT_THROW(train::check_memory_fits(o, 2, peak - 1, "test"), ConfigError);
+  EXPECT_NO_THROW(train::check_memory_fits(o, 2, peak, "test"));
+  try {
+    train::check_memory_fits(o, 2, 1000, "test");
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no change of"), std::string::npos) << e.what();
   }
 }

@@ -100,7 +100,7 @@ TEST(Preemption, StoppedRunResumesIntoTheUninterruptedOne) {
   const auto full = testing_harness::run_rank0(o, 2, data);
   const std::string path = testing_harness::tmp_path("braid_preempt_");
   auto first = o;
-  first.save_path = path;
+  first.save_dir = path;
   {
     StopRequested stop(SIGTERM);
     const Ending e = run_ending(first, 2, data);
@@ -108,7 +108,7 @@ TEST(Preemption, StoppedRunResumesIntoTheUninterruptedOne) {
   }
   ASSERT_TRUE(std::filesystem::exists(path));
   auto second = o;
-  second.resume_path = path;
+  second.resume = path;
   const auto rest = testing_harness::run_rank0(second, 2, data);
   ASSERT_EQ(rest.steps.size(), 4u);
   for (size_t i = 0; i < rest.steps.size(); ++i) {
@@ -116,5 +116,5 @@ TEST(Preemption, StoppedRunResumesIntoTheUninterruptedOne) {
     EXPECT_EQ(rest.steps[i].loss, full.steps[1 + i].loss) << "step " << 1 + i;
   }
   EXPECT_EQ(rest.hash, full.hash);
-  std::filesystem::remove(path);
+  std::filesystem::remove_all(path);
 }

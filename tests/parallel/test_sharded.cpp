@@ -163,22 +163,22 @@ TEST(Sharded, CheckpointsResumeAcrossLayouts) {
   const std::string path = testing_harness::tmp_path("braid_sharded_ckpt_");
   auto first = o;
   first.steps = 4;
-  first.save_path = path;
+  first.save_dir = path;
   run(first, 3, data);
   auto again = o;
-  again.resume_path = path;
+  again.resume = path;
   const Runs same = run(again, 3, data);  // same layout: bitwise continuation
   ASSERT_EQ(same.steps[0].size(), 4u);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(same.steps[0][i].loss, full.steps[0][4 + i].loss);
   EXPECT_EQ(same.hash, full.hash);
   auto other = o;  // FSDP on 2 ranks resumes a ZeRO-3 checkpoint of 3 ranks
-  other.resume_path = path;
+  other.resume = path;
   other.zero = 0;
   other.fsdp = true;
   const Runs fsdp = run(other, 2, data);
   std::vector<train::StepRecord> tail(full.steps[0].begin() + 4, full.steps[0].end());
   expect_close(fsdp.steps[0], tail, "resume zero3/dp3 as fsdp/dp2");
-  std::filesystem::remove(path);
+  std::filesystem::remove_all(path);
 }
 
 TEST(Sharded, PlanEqualsLedger) {

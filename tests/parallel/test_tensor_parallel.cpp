@@ -13,6 +13,7 @@
 
 #include "braid/core/error.h"
 #include "braid/train/checkpoint.h"
+#include "braid/train/checkpoint_dir.h"
 #include "braid/train/plan.h"
 #include "braid/train/trainer.h"
 #include "parallel/harness.h"
@@ -175,13 +176,14 @@ TEST(TensorParallel, GatheredParametersEqualTheSingleRankOnesAndResume) {
   const size_t n = model::unit_bounds(train::model_config(o), 1).back();
   // Checkpoint after k of 10 steps, then stop (an injected failure at step k).
   auto params_after = [&](train::TrainOptions t, int ranks, const std::string& path, int k) {
-    t.save_path = path;
+    std::filesystem::remove_all(path);  // a fresh run needs an empty --save directory
+    t.save_dir = path;
     t.save_every = k;
     t.inject_failure_rank = 0;
     t.inject_failure_step = k;
     EXPECT_THROW(run(t, ranks, data), Error);
     std::vector<float> p(n), m(n), v(n);
-    train::load_checkpoint(path, n, p.data(), m.data(), v.data());
+    train::load_checkpoint(train::checkpoint_path(path, k), n, p.data(), m.data(), v.data());
     return p;
   };
   const std::string ps = tmp_path("braid_tp_single_"), pt = tmp_path("braid_tp_two_");
@@ -203,14 +205,14 @@ TEST(TensorParallel, GatheredParametersEqualTheSingleRankOnesAndResume) {
   const Runs full = run(longer, 1, data);
   std::vector<train::StepRecord> tail(full.steps[0].begin() + 6, full.steps[0].end());
   auto r1 = longer;
-  r1.resume_path = pt;
+  r1.resume = pt;
   expect_close(run(r1, 1, data).steps[0], tail, "tp=2 checkpoint resumed on 1 rank", 1e-4);
   auto r4 = longer;
-  r4.resume_path = ps;
+  r4.resume = ps;
   r4.tp = 4;
   expect_close(run(r4, 4, data).steps[0], tail, "single checkpoint resumed on tp=4");
-  std::filesystem::remove(ps);
-  std::filesystem::remove(pt);
+  std::filesystem::remove_all(ps);
+  std::filesystem::remove_all(pt);
 }
 
 TEST(TensorParallel, ConfigErrorsNameTheFix) {

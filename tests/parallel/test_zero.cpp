@@ -125,27 +125,27 @@ TEST(ZeroStage1, CheckpointsResumeAcrossLayouts) {
   const ZRun full = run(o, 3, data);
   const std::string path = testing_harness::tmp_path("braid_zero_ckpt_");
   auto first = o;
-  first.save_path = path;
+  first.save_dir = path;
   first.save_every = 4;
   first.inject_failure_rank = 0;
   first.inject_failure_step = 4;
   EXPECT_THROW(run(first, 3, data), Error);
   // Same layout: bitwise continuation.
   auto again = o;
-  again.resume_path = path;
+  again.resume = path;
   const ZRun same = run(again, 3, data);
   ASSERT_EQ(same.steps.size(), 4u);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(same.steps[i].loss, full.steps[4 + i].loss);
   EXPECT_EQ(same.hash, full.hash);
   // Another layout (DDP on 2 ranks) resumes the same checkpoint: same run to rtol.
   auto other = o;
-  other.resume_path = path;
+  other.resume = path;
   other.zero = 0;
   const ZRun ddp = run(other, 2, data);
   ZRun tail;
   tail.steps.assign(full.steps.begin() + 4, full.steps.end());
   expect_close(ddp, tail, "resume zero1/dp3 as ddp/dp2");
-  std::filesystem::remove(path);
+  std::filesystem::remove_all(path);
 }
 
 TEST(ZeroStage1, MovesWhatDdpMoves) {

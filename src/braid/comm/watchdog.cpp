@@ -224,7 +224,7 @@ OpContext* current_op() { return tl_op; }
 
 void poll_signals() {
   for (OpContext* c = tl_op; c; c = c->prev)
-    if (c->signal && c->signal->raised.load(std::memory_order_acquire)) throw Error(c->signal->error);
+    if (c->signal && c->signal->raised.load(std::memory_order_acquire)) throw RankFailure(c->signal->error);
 }
 
 RunningOp::RunningOp(CommState& st, uint64_t id, std::shared_ptr<OpSignal> sig)
@@ -361,6 +361,7 @@ std::string Monitor::activity(bool* waiting) const {
 void Monitor::serve() {
   Server& sv = *server_;
   if (sv.broken || world_size_ < 2) return;
+  std::lock_guard<std::mutex> fence(fence_);
   try {
     for (int p = 0; p < world_size_; ++p) {
       if (p == world_rank_) continue;

@@ -131,6 +131,14 @@ class Monitor {
   /// This rank's flight record as JSON (every communicator), with `reason`.
   std::string record_json(const std::string& reason) const;
 
+  /// Held by the monitor's thread while it calls MPI to serve queries. MPI's
+  /// progress engine is global: that MPI_Test may complete another thread's
+  /// receive and write its buffer, and OpenMPI tells the owner through atomics
+  /// that ThreadSanitizer cannot see. An owner passes this fence (lock, unlock)
+  /// after a request completes, making that order visible: the write happened
+  /// before the fence's last release, or the owner waits until it has.
+  std::mutex& progress_fence() { return fence_; }
+
  private:
   struct Pending;  // a timeout delivered to its waiter, awaiting the waiter's exit
   void loop();
@@ -156,6 +164,7 @@ class Monitor {
   bool separate_processes_;
   std::chrono::steady_clock::time_point t0_;
   mutable std::mutex mu_;
+  std::mutex fence_;
   std::vector<std::weak_ptr<CommState>> states_;
   std::atomic<bool> stop_{false};
   std::atomic<int32_t> next_query_{0};

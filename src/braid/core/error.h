@@ -21,6 +21,38 @@ class ConfigError : public Error {
   explicit ConfigError(const std::string& msg) : Error(msg) {}
 };
 
+/// Thrown for damaged or foreign input data (a checkpoint or token file whose
+/// checksum, size or header does not hold). The message names the file, the
+/// damaged part and what to use instead.
+class DataError : public ConfigError {
+ public:
+  explicit DataError(const std::string& msg) : ConfigError(msg) {}
+};
+
+/// A rank of a multi-rank job failed or stalled (its error, a communication
+/// deadline passed, a peer that is gone): what the other ranks, and the job, end with.
+class RankFailure : public Error {
+ public:
+  explicit RankFailure(const std::string& msg) : Error(msg) {}
+};
+
+/// The process exit codes of the braid CLI (documented in README, "Exit codes").
+enum class ExitCode : int {
+  ok = 0,
+  error = 1,         // an internal error (a failed invariant: a bug to report)
+  config = 2,        // a configuration the user can fix: a flag, a missing file, a layout that does not fit
+  data = 3,          // damaged or foreign input data: a checkpoint or token file
+  rank_failure = 4,  // a rank of a multi-rank job failed or stalled
+};
+
+/// The exit code for an exception reaching the CLI's top level.
+inline ExitCode exit_code_of(const std::exception& e) {
+  if (dynamic_cast<const DataError*>(&e)) return ExitCode::data;
+  if (dynamic_cast<const ConfigError*>(&e)) return ExitCode::config;
+  if (dynamic_cast<const RankFailure*>(&e)) return ExitCode::rank_failure;
+  return ExitCode::error;
+}
+
 namespace detail {
 template <typename... Args>
 std::string concat(Args&&... args) {

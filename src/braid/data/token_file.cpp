@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "braid/core/error.h"
+#include "braid/core/file_io.h"
 
 namespace braid::data {
 namespace {
@@ -21,11 +22,6 @@ uint64_t get_le(const unsigned char* p, int bytes) {
   uint64_t v = 0;
   for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
   return v;
-}
-
-[[noreturn]] void io_error(const std::string& what, const std::string& path) {
-  throw ConfigError(detail::concat("cannot ", what, " ", path, ": ", std::strerror(errno),
-                                   "; check the directory exists and is writable (--out-dir)"));
 }
 
 template <typename T>
@@ -45,36 +41,9 @@ void write_impl(const std::string& path, const std::vector<T>& ids, int64_t voca
     put_le(buf, static_cast<uint64_t>(id), 2);
   }
 
-  const std::filesystem::path p(path);
-  if (p.has_parent_path()) {
-    std::error_code ec;
-    std::filesystem::create_directories(p.parent_path(), ec);
-    if (ec)
-      throw ConfigError(detail::concat("cannot create directory ", p.parent_path().string(), ": ",
-                                       ec.message()));
-  }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) io_error("create", tmp);
-  size_t done = 0;
-  while (done < buf.size()) {
-    const ssize_t w = ::write(fd, buf.data() + done, buf.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      io_error("write", tmp);
-    }
-    done += static_cast<size_t>(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    io_error("fsync", tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    io_error("rename into place", path);
-  }
+  AtomicFile out(path, "token file");
+  out.writer().write(buf.data(), buf.size());
+  out.commit();
 }
 
 }  // namespace
@@ -95,7 +64,7 @@ TokenFile read_token_file(const std::string& path) {
     ~Closer() { std::fclose(f); }
   } closer{f};
   auto corrupt = [&](const std::string& why) {
-    return ConfigError(detail::concat("token file ", path, " is corrupt: ", why, fix));
+    return DataError(detail::concat("token file ", path, " is corrupt: ", why, fix));
   };
 
   unsigned char hdr[kTokenFileHeaderBytes];

@@ -33,8 +33,9 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& ids, 
 void write_token_file(const std::string& path, const std::vector<uint16_t>& ids, int64_t vocab_size);
 
 /// Reads and validates a token file (magic, version, size = header + 2N bytes,
-/// ids < vocab_size). Throws braid::ConfigError naming the path and the fix
-/// ("run `braid prepare-data`") when it is missing, truncated or corrupt.
+/// ids < vocab_size). Throws braid::ConfigError when it is missing and
+/// braid::DataError when it is truncated or corrupt, each naming the path and
+/// the fix ("run `braid prepare-data`").
 TokenFile read_token_file(const std::string& path);
 
 }  // namespace braid::data

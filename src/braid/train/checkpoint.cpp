@@ -1,93 +1,224 @@
 #include "braid/train/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
-#include <cstdio>
+#include <array>
+#include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <vector>
 
 #include "braid/core/error.h"
+#include "braid/core/file_io.h"
+#include "braid/core/parse.h"
 
 namespace braid::train {
 
 namespace {
 constexpr char kMagic[8] = {'B', 'R', 'A', 'I', 'D', 'C', 'K', 'P'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
+constexpr size_t kPreludeV1 = 20, kPreludeV2 = 24;
+constexpr uint64_t kMaxHeader = uint64_t{1} << 24;
+constexpr const char* kArrays[3] = {"parameters", "AdamW m", "AdamW v"};
 
-void write_all(int fd, const void* p, size_t n, const std::string& path) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t w = ::write(fd, c, n);
-    if (w < 0) {
-      ::close(fd);
-      ::unlink(path.c_str());
-      throw Error("writing checkpoint " + path + " failed: " + std::strerror(errno));
+uint32_t crc32_of(const void* p, size_t n, uint32_t crc = 0) {
+  return static_cast<uint32_t>(::crc32_z(crc, static_cast<const Bytef*>(p), n));
+}
+
+[[noreturn]] void die_here() {
+  std::raise(SIGKILL);
+  std::abort();  // not reached
+}
+
+// Writes the checkpoint's bytes in order, dying at the fault's byte offset.
+class FaultyWriter {
+ public:
+  FaultyWriter(FileWriter& w, const SaveFault& f) : w_(w), f_(f) {}
+  void write(const void* p, size_t n) {
+    if (f_.phase == SavePhase::payload && written_ + n > f_.at_byte) {
+      w_.write(p, static_cast<size_t>(f_.at_byte - written_));
+      die_here();
     }
-    c += w;
-    n -= static_cast<size_t>(w);
+    w_.write(p, n);
+    written_ += n;
   }
+
+ private:
+  FileWriter& w_;
+  const SaveFault& f_;
+  uint64_t written_ = 0;
+};
+
+[[noreturn]] void damaged(const std::string& path, const std::string& why) {
+  throw DataError(detail::concat("checkpoint ", path, " is damaged: ", why,
+                                 "; resume from an earlier checkpoint (`braid verify DIR` lists those that verify)"));
+}
+
+// Every header field, checked: a damaged or foreign header names the field.
+void validate_header(const std::string& path, const nlohmann::json& h, uint32_t version) {
+  if (!h.is_object()) damaged(path, "its header is not a JSON object");
+  auto field = [&](const char* k) -> const nlohmann::json& {
+    if (!h.contains(k)) damaged(path, detail::concat("header field '", k, "' is missing"));
+    return h.at(k);
+  };
+  auto integer = [&](const char* k, int64_t lo) {
+    const auto& v = field(k);
+    if (!v.is_number_integer() || v.get<int64_t>() < lo)
+      damaged(path, detail::concat("header field '", k, "' is ", v.dump(), ", expected an integer >= ", lo));
+  };
+  const auto& fmt = field("format");
+  if (!fmt.is_string() || fmt.get<std::string>() != "braid-checkpoint")
+    damaged(path, detail::concat("header field 'format' is ", fmt.dump(), ", expected \"braid-checkpoint\""));
+  if (!field("model").is_string()) damaged(path, "header field 'model' is not a string");
+  if (!field("seed").is_number_unsigned()) damaged(path, "header field 'seed' is not a non-negative integer");
+  for (const char* k : {"step", "n_params", "global_batch", "seq_len", "n_layer", "n_head", "n_embd", "vocab_size"})
+    integer(k, 1);
+  if (h.contains("loss_scale")) {
+    const auto& ls = h.at("loss_scale");
+    const bool ok = ls.is_object() && ls.contains("scale") && ls["scale"].is_number() &&
+                    ls["scale"].get<double>() > 0 && ls.contains("growth_tracker") &&
+                    ls["growth_tracker"].is_number_integer() && ls.contains("hysteresis_left") &&
+                    ls["hysteresis_left"].is_number_integer();
+    if (!ok) damaged(path, "header field 'loss_scale' is not {scale > 0, growth_tracker, hysteresis_left}");
+  }
+  if (version >= 2) {
+    const auto& c = field("crc32");
+    bool ok = c.is_array() && c.size() == 3;
+    for (size_t i = 0; ok && i < 3; ++i) ok = c[i].is_number_unsigned() && c[i].get<uint64_t>() <= 0xffffffffu;
+    if (!ok) damaged(path, "header field 'crc32' is not three 32-bit checksums");
+  }
+}
+
+// An open checkpoint whose prelude and header are read and checked; the
+// payload is next in `in`.
+struct OpenCheckpoint {
+  FileReader in;
+  CheckpointInfo info;
+  size_t n = 0;  // elements per array
+};
+
+OpenCheckpoint open_checkpoint(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  BRAID_CONFIG_CHECK(fs::exists(path, ec), "checkpoint ", path, " not found; check --resume");
+  BRAID_CONFIG_CHECK(!fs::is_directory(path, ec), "checkpoint ", path,
+                     " is a directory; pass it as --resume DIR or name a file inside it");
+  OpenCheckpoint ck{FileReader(path, "checkpoint"), {}, 0};
+  const uint64_t size = ck.in.size();
+  char magic[8];
+  if (size < kPreludeV1 || !ck.in.read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0)
+    throw DataError(detail::concat("checkpoint ", path, " is not a braid checkpoint (no \"BRAIDCKP\" magic in its ",
+                                   size, " bytes); pass a file written by `braid train --save`"));
+  uint32_t version = 0;
+  uint64_t hlen = 0;
+  ck.in.read(&version, 4);
+  ck.in.read(&hlen, 8);
+  if (version != 1 && version != kVersion)
+    damaged(path, detail::concat("its version is ", version, "; this braid reads versions 1 and ", kVersion));
+  uint32_t hcrc = 0;
+  if (version >= 2 && !ck.in.read(&hcrc, 4)) damaged(path, "it ends inside its prelude");
+  const uint64_t prelude = version >= 2 ? kPreludeV2 : kPreludeV1;
+  if (hlen == 0 || hlen >= kMaxHeader || hlen > size - prelude)
+    damaged(path, detail::concat("its header length ", hlen, " does not fit its ", size, " bytes"));
+  std::string hdr(hlen, '\0');
+  if (!ck.in.read(hdr.data(), hlen)) damaged(path, "its header is cut short");
+  if (version >= 2 && crc32_of(hdr.data(), hdr.size()) != hcrc) damaged(path, "its header's checksum does not match");
+  ck.info.header = nlohmann::json::parse(hdr, nullptr, false);
+  ck.info.version = version;
+  if (ck.info.header.is_discarded()) damaged(path, "its header is not valid JSON");
+  validate_header(path, ck.info.header, version);
+  ck.n = ck.info.header.at("n_params").get<size_t>();
+  const uint64_t room = size - prelude - hlen;  // bytes for the payload (no overflow: n is checked first)
+  if (ck.n > room / 12 || room != 12 * static_cast<uint64_t>(ck.n))
+    damaged(path, detail::concat("it has ", room, " payload bytes but its header's ", ck.n, " parameters need 3 x 4 x ",
+                                 ck.n, ck.n > room / 12 ? " (truncated)" : " (trailing bytes)"));
+  return ck;
+}
+
+// Reads array `a` of ck into dst (n floats), or streams it when dst is null;
+// checks its checksum on version 2 files.
+void read_array(OpenCheckpoint& ck, const std::string& path, int a, float* dst) {
+  constexpr size_t kPiece = size_t{1} << 18;  // floats: 1 MiB
+  std::vector<float> scratch(dst ? 0 : std::min(kPiece, ck.n));
+  uint32_t crc = 0;
+  for (size_t done = 0; done < ck.n;) {
+    const size_t k = std::min(kPiece, ck.n - done);
+    float* p = dst ? dst + done : scratch.data();
+    if (!ck.in.read(p, k * 4)) damaged(path, detail::concat("its ", kArrays[a], " are cut short"));
+    crc = crc32_of(p, k * 4, crc);
+    done += k;
+  }
+  if (ck.info.version >= 2 && crc != ck.info.header["crc32"][static_cast<size_t>(a)].get<uint32_t>())
+    damaged(path, detail::concat("the checksum of its ", kArrays[a], " does not match (a changed byte)"));
 }
 }  // namespace
 
-void save_checkpoint(const std::string& path, const CheckpointView& ck) {
-  const size_t n = ck.header.at("n_params").get<size_t>();
-  std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error("cannot create " + tmp + ": " + std::strerror(errno));
-  const std::string hdr = ck.header.dump();
-  const uint64_t hlen = hdr.size();
-  write_all(fd, kMagic, 8, tmp);
-  write_all(fd, &kVersion, 4, tmp);
-  write_all(fd, &hlen, 8, tmp);
-  write_all(fd, hdr.data(), hdr.size(), tmp);
-  write_all(fd, ck.params, n * 4, tmp);
-  write_all(fd, ck.m, n * 4, tmp);
-  write_all(fd, ck.v, n * 4, tmp);
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw Error("cannot flush " + tmp);
+SaveFault parse_save_fault(const std::string& spec) {
+  SaveFault f;
+  const std::string pre = "payload:";
+  uint64_t at = 0;
+  if (spec.rfind(pre, 0) == 0 && parse_count(spec.substr(pre.size()), at)) {
+    f.phase = SavePhase::payload;
+    f.at_byte = at;
+  } else if (spec == "before-file-fsync") {
+    f.phase = SavePhase::before_file_fsync;
+  } else if (spec == "before-rename") {
+    f.phase = SavePhase::before_rename;
+  } else if (spec == "before-dir-fsync") {
+    f.phase = SavePhase::before_dir_fsync;
+  } else {
+    throw ConfigError("--inject-save-fault '" + spec +
+                      "' is not known; use payload:BYTE, before-file-fsync, before-rename or before-dir-fsync");
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    ::unlink(tmp.c_str());
-    throw Error("cannot move checkpoint into place at " + path + ": " + ec.message());
-  }
+  return f;
 }
 
-nlohmann::json load_checkpoint(const std::string& path, size_t n_params, float* params, float* m,
-                               float* v) {
-  std::ifstream f(path, std::ios::binary);
-  BRAID_CONFIG_CHECK(f.good(), "checkpoint ", path, " not found; check --resume");
-  char magic[8];
-  uint32_t version = 0;
-  uint64_t hlen = 0;
-  f.read(magic, 8).read(reinterpret_cast<char*>(&version), 4).read(reinterpret_cast<char*>(&hlen), 8);
-  BRAID_CONFIG_CHECK(f.good() && std::memcmp(magic, kMagic, 8) == 0 && version == kVersion &&
-                         hlen < (size_t{1} << 24),
-                     "checkpoint ", path, " is not a braid v", kVersion, " checkpoint (bad header)");
-  std::string hdr(hlen, '\0');
-  f.read(hdr.data(), static_cast<std::streamsize>(hlen));
-  nlohmann::json header = nlohmann::json::parse(hdr, nullptr, false);
-  BRAID_CONFIG_CHECK(f.good() && header.is_object() && header.contains("n_params") && header.contains("step"),
-                     "checkpoint ", path, " is corrupt (unreadable header)");
-  const size_t n = header.at("n_params").get<size_t>();
-  BRAID_CONFIG_CHECK(n == n_params, "checkpoint ", path, " holds ", n,
-                     " parameters but the model has ", n_params,
-                     "; resume with the model of the saved run: --model ", header.value("model", std::string("?")),
-                     " --n-layer ", header.value("n_layer", int64_t{0}), " --n-head ", header.value("n_head", int64_t{0}),
-                     " --n-embd ", header.value("n_embd", int64_t{0}), " --vocab-size ",
-                     header.value("vocab_size", int64_t{0}));
-  for (float* dst : {params, m, v}) {
-    f.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(n * 4));
-    BRAID_CONFIG_CHECK(f.good(), "checkpoint ", path, " is truncated");
-  }
-  return header;
+void save_checkpoint(const std::string& path, const CheckpointView& ck, const SaveFault& fault) {
+  const size_t n = ck.header.at("n_params").get<size_t>();
+  nlohmann::json header = ck.header;
+  header["crc32"] = {crc32_of(ck.params, n * 4), crc32_of(ck.m, n * 4), crc32_of(ck.v, n * 4)};
+  const std::string hdr = header.dump();
+  const uint64_t hlen = hdr.size();
+  const uint32_t hcrc = crc32_of(hdr.data(), hdr.size());
+  const uint64_t total = kPreludeV2 + hlen + 12 * static_cast<uint64_t>(n);
+  BRAID_CONFIG_CHECK(fault.phase != SavePhase::payload || fault.at_byte < total, "--inject-save-fault payload:",
+                     fault.at_byte, " is past the checkpoint's ", total, " bytes, so the fault would never fire");
+  AtomicFile file(path, "checkpoint");
+  FaultyWriter w(file.writer(), fault);
+  w.write(kMagic, 8);
+  w.write(&kVersion, 4);
+  w.write(&hlen, 8);
+  w.write(&hcrc, 4);
+  w.write(hdr.data(), hdr.size());
+  for (const float* a : {ck.params, ck.m, ck.v}) w.write(a, n * 4);
+  if (fault.phase == SavePhase::before_file_fsync) die_here();
+  file.sync();
+  if (fault.phase == SavePhase::before_rename) die_here();
+  file.rename_into_place();
+  if (fault.phase == SavePhase::before_dir_fsync) die_here();
+  file.sync_directory();
+}
+
+CheckpointInfo load_checkpoint(const std::string& path, size_t n_params, float* params, float* m, float* v) {
+  OpenCheckpoint ck = open_checkpoint(path);
+  const auto& h = ck.info.header;
+  BRAID_CONFIG_CHECK(ck.n == n_params, "checkpoint ", path, " holds ", ck.n, " parameters but the model has ",
+                     n_params, "; resume with the model of the saved run: --model ", h["model"].get<std::string>(),
+                     " --n-layer ", h["n_layer"].get<int64_t>(), " --n-head ", h["n_head"].get<int64_t>(),
+                     " --n-embd ", h["n_embd"].get<int64_t>(), " --vocab-size ", h["vocab_size"].get<int64_t>());
+  float* dst[3] = {params, m, v};
+  for (int a = 0; a < 3; ++a) read_array(ck, path, a, dst[a]);
+  return ck.info;
+}
+
+CheckpointInfo verify_checkpoint(const std::string& path) {
+  OpenCheckpoint ck = open_checkpoint(path);
+  for (int a = 0; a < 3; ++a) read_array(ck, path, a, nullptr);
+  return ck.info;
 }
 
 }  // namespace braid::train

@@ -1,5 +1,6 @@
-// Checkpoints: parameters, AdamW moments and the step, written atomically
-// (temporary file, fsync, rename) so a crash never leaves a torn file.
+// Checkpoint files: parameters, AdamW moments and the step, each array
+// checksummed, written atomically (temporary file, fsync, rename, directory
+// fsync) so a crash at any point leaves either the old file or the new one.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,23 +9,55 @@
 
 namespace braid::train {
 
-/// File layout: 8-byte magic "BRAIDCKP", uint32 version (1), uint64 header
-/// length, header (JSON: model config, step, n_params, ...), then three f32
-/// arrays of n_params elements: parameters, AdamW m, AdamW v.
+/// File layout, version 2 (little-endian, as x86 stores it):
+///   offset 0    8 bytes  magic "BRAIDCKP"
+///   offset 8    uint32   version (2)
+///   offset 12   uint64   header length H (bytes, < 16 MiB)
+///   offset 20   uint32   CRC-32 (zlib's, ISO 3309) of the H header bytes
+///   offset 24   H bytes  header: JSON object (model sizes, step, n_params, seed,
+///                        global_batch, seq_len, optional loss_scale, and
+///                        "crc32": the CRC-32 of each payload array)
+///   offset 24+H          payload: three f32 arrays of n_params elements:
+///                        parameters, AdamW m, AdamW v; nothing after them.
+/// Version 1 (no checksums: magic, version, H, header, payload) is still read.
 struct CheckpointView {
-  nlohmann::json header;  // must contain "step" and "n_params"
+  nlohmann::json header;  // the fields above except "crc32", which the writer adds
   const float* params = nullptr;
   const float* m = nullptr;
   const float* v = nullptr;
 };
 
-/// Writes atomically to `path` (parent directories created). Throws Error on I/O failure.
-void save_checkpoint(const std::string& path, const CheckpointView& ck);
+/// Testing: where save_checkpoint kills its own process with SIGKILL, to show
+/// that a crash at any point of a save leaves the newest durable file loadable.
+enum class SavePhase { none, payload, before_file_fsync, before_rename, before_dir_fsync };
+struct SaveFault {
+  SavePhase phase = SavePhase::none;
+  uint64_t at_byte = 0;  // SavePhase::payload: die once this many bytes of the file are written
+};
 
-/// Reads the header and fills params/m/v (each n_params floats, caller-owned).
-/// Throws ConfigError naming the path when the file is missing, corrupt, or its
-/// n_params differs from `n_params` (a different model).
-nlohmann::json load_checkpoint(const std::string& path, size_t n_params, float* params, float* m,
-                               float* v);
+/// Parses "PHASE[:BYTE]" (payload:N, before-file-fsync, before-rename,
+/// before-dir-fsync). Throws ConfigError naming the accepted forms.
+SaveFault parse_save_fault(const std::string& spec);
+
+/// Writes `path` atomically: `<path>.tmp.<pid>`, fsync, rename, fsync of the
+/// directory. Throws Error (naming the file and errno's text) on I/O failure,
+/// removing the temporary file.
+void save_checkpoint(const std::string& path, const CheckpointView& ck, const SaveFault& fault = {});
+
+/// What load_checkpoint and verify_checkpoint found.
+struct CheckpointInfo {
+  nlohmann::json header;   // validated field by field
+  uint32_t version = 0;    // 1: written before checksums, loaded unverified
+};
+
+/// Reads `path` into params/m/v (each n_params floats, caller-owned) and checks
+/// every checksum. Throws DataError naming the file and the damaged part or
+/// header field, and ConfigError when its n_params differs from `n_params`
+/// (another model: the message names the saved model's flags).
+CheckpointInfo load_checkpoint(const std::string& path, size_t n_params, float* params, float* m, float* v);
+
+/// Checks `path` (header fields, size, every checksum) without keeping the
+/// payload (it is streamed in 1 MiB pieces). Throws DataError as load_checkpoint.
+CheckpointInfo verify_checkpoint(const std::string& path);
 
 }  // namespace braid::train

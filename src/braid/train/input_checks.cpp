@@ -1,11 +1,14 @@
 #include "braid/train/input_checks.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
 
 #include "braid/core/error.h"
+#include "braid/core/file_io.h"
+#include "braid/train/checkpoint_dir.h"
 
 namespace braid::train {
 
@@ -30,18 +33,32 @@ void check_token_data(const TrainOptions& opt, const model::GPTConfig& cfg, cons
                      " + 1; use more validation data, a shorter --seq-len, or --val-every 0");
 }
 
-void check_writable(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  BRAID_CONFIG_CHECK(!fs::is_directory(path, ec), "--save ", path, " is a directory; give a file name inside it");
-  const fs::path parent = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
-  fs::create_directories(parent, ec);
-  const fs::path probe = parent / (".braid_write_probe_" + std::to_string(::getpid()));
-  std::ofstream f(probe);
-  const bool ok = f.good();
-  f.close();
-  fs::remove(probe, ec);
-  BRAID_CONFIG_CHECK(ok, "--save ", path, ": cannot write in ", parent.string(), "; choose a writable location");
+void check_checkpoint_flags(const TrainOptions& opt) {
+  const bool save = !opt.save_dir.empty();
+  BRAID_CONFIG_CHECK(save || opt.save_every == 0, "--save-every ", opt.save_every,
+                     " has no effect without --save DIR; pass both or neither");
+  BRAID_CONFIG_CHECK(save || opt.keep_last == 0, "--keep-last ", opt.keep_last,
+                     " has no effect without --save DIR; pass both or neither");
+  BRAID_CONFIG_CHECK(opt.save_every >= 0 && opt.keep_last >= 0, "--save-every ", opt.save_every, " and --keep-last ",
+                     opt.keep_last, " must be >= 0 (0: at the end only / keep every checkpoint)");
+  BRAID_CONFIG_CHECK(opt.resume != "auto" || save,
+                     "--resume auto takes the newest checkpoint of --save DIR; pass --save DIR too");
+  if (opt.save_fault_step < 0) return;
+  const int64_t s = opt.save_fault_step + 1;  // the step of the checkpoint whose save fails
+  BRAID_CONFIG_CHECK(save && s <= opt.steps && (s == opt.steps || (opt.save_every > 0 && s % opt.save_every == 0)),
+                     "--inject-save-fault ", s, ": no checkpoint is saved at step ", s, " (--save DIR, --steps ",
+                     opt.steps, ", --save-every ", opt.save_every, "), so the fault would never fire");
+}
+
+void prepare_save_dir(const std::string& dir, bool resuming, bool verbose) {
+  make_writable_directory(dir, "--save");
+  for (const auto& f : remove_interrupted_saves(dir))
+    if (verbose) std::printf("braid train: removed %s, left by an interrupted save\n", f.c_str());
+  const auto held = list_checkpoints(dir);
+  BRAID_CONFIG_CHECK(resuming || held.empty(), "--save ", dir, " already holds ", held.size(),
+                     " checkpoints (the newest ", held.empty() ? "" : held.back().path,
+                     "); a fresh run would overwrite them: pass --resume ", dir,
+                     " (or --resume auto) to continue that run, or choose an empty directory");
 }
 
 }  // namespace braid::train

@@ -17,9 +17,14 @@ namespace braid::train {
 void check_token_data(const TrainOptions& opt, const model::GPTConfig& cfg, const std::vector<uint16_t>& train,
                       const std::vector<uint16_t>* val);
 
-/// Throws ConfigError when a checkpoint could not be written to `path` (a
-/// directory, or a folder this process cannot write in); creates missing
-/// parent folders. Probes with a file named by pid: call it on one rank.
-void check_writable(const std::string& path);
+/// --save / --save-every / --keep-last / --resume / --inject-save-fault taken
+/// together: throws ConfigError for a flag that would do nothing or a bad value.
+void check_checkpoint_flags(const TrainOptions& opt);
+
+/// Creates --save's directory (ConfigError when it is a file or not writable)
+/// and removes the temporary files of interrupted saves, saying so when
+/// verbose. Unless `resuming`, the directory must hold no checkpoint yet (a
+/// fresh run would overwrite another run's): ConfigError naming the newest.
+void prepare_save_dir(const std::string& dir, bool resuming, bool verbose);
 
 }  // namespace braid::train

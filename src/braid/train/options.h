@@ -6,6 +6,7 @@
 #include <string>
 
 #include "braid/comm/communicator.h"
+#include "braid/train/checkpoint.h"
 #include "braid/train/loss_scaler.h"
 
 namespace braid::train {
@@ -52,10 +53,14 @@ struct TrainOptions {
   comm::Algorithm algo = comm::Algorithm::ring;
   int64_t val_every = 50;    // 0 disables
   int64_t val_batches = 4;   // global batches per validation
-  std::string save_path;
-  int64_t save_every = 0;
-  std::string resume_path;
+  std::string save_dir;     // checkpoints go to save_dir/step_<N>.ckpt
+  int64_t save_every = 0;   // also save after every K steps (0: at the end only)
+  int64_t keep_last = 0;    // keep the newest K checkpoints of save_dir (0: all)
+  std::string resume;       // a checkpoint file, a directory (its newest that verifies), or "auto"
+  int64_t save_fault_step = -1;  // test hook: the save after this step ...
+  SaveFault save_fault;          // ... kills its writer here
   std::string metrics_out;
+  uint64_t max_memory = 0;      // bytes one rank may use (0: its share of the host's available memory)
   bool check_replicas = false;  // hash parameters every step and compare across DP ranks
   std::string sample_prompt = "The";
   int64_t sample_tokens = 0;

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <limits>
 
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
+#include "braid/train/checkpoint_dir.h"
 #include "braid/train/input_checks.h"
+#include "braid/train/memory_check.h"
 #include "braid/train/mfu.h"
 #include "braid/train/preemption.h"
 #include "braid/train/replica_check.h"
@@ -31,7 +34,9 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   dp_rank_ = ctx_->dp_rank();
   accum_steps_ = plan_.pp.micro_batches;
   check_token_data(opt, cfg, train, val);
-  if (!opt.save_path.empty() && world.rank() == 0) check_writable(opt.save_path);
+  check_memory_before_allocating(opt, world);
+  check_checkpoint_flags(opt);
+  if (!opt.save_dir.empty() && world.rank() == 0) prepare_save_dir(opt.save_dir, !opt.resume.empty(), opt.verbose);
   compute_ = plan_.compute;
   // The schedule (one stage: each micro-batch's forward then backward) and this rank's layers.
   parallel::ScheduleStats st;
@@ -189,6 +194,51 @@ std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t
 
 void Trainer::save(const std::string& path, int64_t next_step) { checkpoint_->save(path, next_step); }
 
+std::string Trainer::save_to_dir(int64_t next_step) {
+  const std::string path = checkpoint_path(opt_.save_dir, next_step);
+  const SaveFault none;
+  checkpoint_->save(path, next_step, opt_.save_fault_step + 1 == next_step ? opt_.save_fault : none);
+  // Older checkpoints go only once the new one is durable (save returned).
+  if (world_.rank() == 0) prune_checkpoints(opt_.save_dir, opt_.keep_last, next_step);
+  return path;
+}
+
+std::string Trainer::resume_file() {
+  const std::string& spec = opt_.resume;
+  std::error_code ec;
+  if (spec != "auto" && !std::filesystem::is_directory(spec, ec)) return spec;
+  const std::string dir = spec == "auto" ? opt_.save_dir : spec;
+  // Rank 0 verifies the candidates and tells the others what it found: a step,
+  // or why there is none (so no rank waits on a rank 0 that failed).
+  constexpr int64_t kEmpty = -1, kNoneVerifies = -2, kUnreadable = -3;
+  int64_t found = kEmpty;
+  std::string why;
+  if (world_.rank() == 0) {
+    try {
+      if (!list_checkpoints(dir).empty()) {
+        auto e = newest_verified(dir, [](const std::string& w) {
+          std::fprintf(stderr, "braid train: skipping a checkpoint that does not verify: %s\n", w.c_str());
+        });
+        found = e ? e->step : kNoneVerifies;
+      }
+    } catch (const std::exception& e) {
+      found = kUnreadable;
+      why = e.what();
+    }
+  }
+  // Raw 64-bit words travel as f32 pairs; broadcast copies bits.
+  if (world_.size() > 1) world_.broadcast(&found, 2, DType::f32, 0);
+  if (found >= 0) return checkpoint_path(dir, found);
+  BRAID_CHECK(found != kUnreadable, "--resume ", dir, ": rank 0 could not read the directory: ", why);
+  if (found == kNoneVerifies)
+    throw DataError(detail::concat("--resume ", dir, ": none of its ", list_checkpoints(dir).size(),
+                                   " checkpoints verifies (each is named above with the reason); pass an older "
+                                   "checkpoint file, or start afresh in an empty --save directory"));
+  BRAID_CONFIG_CHECK(spec == "auto", "--resume ", dir, " holds no step_<N>.ckpt checkpoint; pass a directory "
+                     "that `braid train --save` wrote, a checkpoint file, or drop --resume to start afresh");
+  return "";  // auto, nothing saved yet: a fresh start
+}
+
 int64_t Trainer::load(const std::string& path) { return checkpoint_->load(path); }
 
 std::vector<StepRecord> Trainer::run() {
@@ -196,9 +246,12 @@ std::vector<StepRecord> Trainer::run() {
   RunLog log(opt_, plan_, print, world_.rank() == 0);
   tracer_.start(world_, print);
   log.pipeline_summary(simulated_bubble_);
-  if (!opt_.resume_path.empty()) {
-    start_step_ = load(opt_.resume_path);
-    if (print) std::printf("resumed from %s at step %lld\n", opt_.resume_path.c_str(), static_cast<long long>(start_step_));
+  const std::string from = opt_.resume.empty() ? "" : resume_file();
+  if (!from.empty()) {
+    start_step_ = load(from);
+    if (print) std::printf("resumed from %s at step %lld\n", from.c_str(), static_cast<long long>(start_step_));
+  } else if (print && opt_.resume == "auto") {
+    std::printf("--resume auto: no checkpoint in %s yet; starting at step 0\n", opt_.save_dir.c_str());
   }
   log.open(start_step_);
   const bool validate = val_ && !val_->empty() && opt_.val_every > 0;
@@ -221,7 +274,7 @@ std::vector<StepRecord> Trainer::run_steps(RunLog& log, bool validate) {
     for (const auto& r : out) log.step(r);
     if (stopped_at_ >= 0) return out;
     if (validate) validate_now(log, opt_.steps);
-    if (!opt_.save_path.empty()) save(opt_.save_path, opt_.steps);
+    if (!opt_.save_dir.empty()) save_to_dir(opt_.steps);
     return out;
   }
   for (int64_t step = start_step_; step < opt_.steps; ++step) {
@@ -246,8 +299,8 @@ std::vector<StepRecord> Trainer::run_steps(RunLog& log, bool validate) {
         opt_.peak_flops_per_rank = std::max(opt_.peak_flops_per_rank, static_cast<double>(peak));
       }
     }
-    if (!opt_.save_path.empty() && ((opt_.save_every > 0 && (step + 1) % opt_.save_every == 0) || last))
-      save(opt_.save_path, step + 1);
+    if (!opt_.save_dir.empty() && ((opt_.save_every > 0 && (step + 1) % opt_.save_every == 0) || last))
+      save_to_dir(step + 1);
   }
   return out;
 }
@@ -263,15 +316,15 @@ bool Trainer::stop_agreed() {
 }
 
 void Trainer::finish_stopped_run() {
-  const bool saved = !opt_.save_path.empty();
-  if (saved) save(opt_.save_path, stopped_at_);
+  const bool saved = !opt_.save_dir.empty();
+  const std::string path = saved ? save_to_dir(stopped_at_) : "";
   if (world_.rank() != 0) return;
   std::printf("braid train: %s received: stopped after step %lld of %lld; ", stop_signal_name(stop_signal_),
               static_cast<long long>(stopped_at_), static_cast<long long>(opt_.steps));
   if (saved) {
-    std::printf("checkpoint saved to %s (resume with --resume %s)\n", opt_.save_path.c_str(), opt_.save_path.c_str());
+    std::printf("checkpoint saved to %s (resume with --resume %s)\n", path.c_str(), opt_.save_dir.c_str());
   } else {
-    std::printf("no checkpoint (pass --save FILE to write one)\n");
+    std::printf("no checkpoint (pass --save DIR to write one)\n");
   }
   std::fflush(stdout);
 }

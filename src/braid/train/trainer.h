@@ -38,7 +38,7 @@ class Trainer {
           const std::vector<uint16_t>* val);
   ~Trainer();
 
-  /// Runs steps [start, opt.steps): resumes from opt.resume_path if set, logs,
+  /// Runs steps [start, opt.steps): resumes from opt.resume if set, logs,
   /// validates, saves, samples. Returns the per-step records.
   std::vector<StepRecord> run();
   /// One optimizer step; returns its record.
@@ -66,7 +66,7 @@ class Trainer {
   /// FNV-1a hash of the parameter bytes.
   /// Under ZeRO-3/FSDP the hash covers each unit as gathered (collective).
   uint64_t param_hash();
-  /// Writes a checkpoint (collective under ZeRO: every rank must call it).
+  /// Writes a checkpoint file (collective: every rank must call it).
   void save(const std::string& path, int64_t next_step);
   /// Loads parameters and this rank's AdamW state; returns the step to resume at.
   int64_t load(const std::string& path);
@@ -138,6 +138,12 @@ class Trainer {
   void validate_now(RunLog& log, int64_t step);
   /// Saves (with --save) and prints where the run stopped; every rank calls it.
   void finish_stopped_run();
+  /// Saves save_dir/step_<next_step>.ckpt (with the test fault of that step),
+  /// then prunes to --keep-last; returns the file's path. Collective.
+  std::string save_to_dir(int64_t next_step);
+  /// The file --resume names: itself, or the newest that verifies in its
+  /// directory (or --save's for "auto"; "" when that holds none yet). Collective.
+  std::string resume_file();
   int stop_signal_ = 0;
   int64_t stopped_at_ = -1;
 };

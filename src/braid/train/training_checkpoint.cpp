@@ -1,6 +1,7 @@
 #include "braid/train/training_checkpoint.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "braid/core/error.h"
 #include "braid/train/checkpoint.h"
@@ -54,7 +55,7 @@ void TrainingCheckpoint::from_full(const float* full, float* local) const {
   }
 }
 
-void TrainingCheckpoint::save(const std::string& path, int64_t next_step) {
+void TrainingCheckpoint::save(const std::string& path, int64_t next_step, const SaveFault& fault) {
   // Checkpoints hold the full AdamW state whatever the sharding, so any layout
   // can resume any other. Under ZeRO the shards are assembled by a sum in
   // which every element has exactly one non-zero contributor (exact).
@@ -92,29 +93,33 @@ void TrainingCheckpoint::save(const std::string& path, int64_t next_step) {
   ck.params = params;
   ck.m = mp;
   ck.v = vp;
-  save_checkpoint(path, ck);
+  save_checkpoint(path, ck, fault);
 }
 
 int64_t TrainingCheckpoint::load(const std::string& path) {
   const size_t n = model_.num_params();
   std::vector<float> m(n), v(n), full(n);
   float* params = full.data();
-  nlohmann::json hdr;
+  CheckpointInfo info;
   if (tp_ > 1 || pp_ > 1) {
     // The file holds the whole model: take this stage's tensors, this TP rank's slices.
     const size_t nf = model::unit_bounds(model_.config(), 1).back();
     std::vector<float> pf(nf), mf(nf), vf(nf);
-    hdr = load_checkpoint(path, nf, pf.data(), mf.data(), vf.data());
+    info = load_checkpoint(path, nf, pf.data(), mf.data(), vf.data());
     from_full(pf.data(), params);
     from_full(mf.data(), m.data());
     from_full(vf.data(), v.data());
   } else {
-    hdr = load_checkpoint(path, n, params, m.data(), v.data());
+    info = load_checkpoint(path, n, params, m.data(), v.data());
   }
+  const nlohmann::json& hdr = info.header;
+  if (info.version < 2 && ctx_.world().rank() == 0)
+    std::fprintf(stderr, "braid train: checkpoint %s predates checksums (version 1): loaded unverified\n",
+                 path.c_str());
   // The data order depends on (seed, global batch, seq len): a resumed run only
   // continues the saved one if they match.
   auto same = [&](const char* key, int64_t now, const char* flag) {
-    const int64_t then = hdr.value(key, now);
+    const int64_t then = hdr.at(key).get<int64_t>();
     BRAID_CONFIG_CHECK(then == now, "checkpoint ", path, " was saved with ", flag, " ", then,
                        " but this run has ", flag, " ", now, "; resume with the same value");
   };

@@ -10,6 +10,7 @@
 
 #include "braid/model/gpt.h"
 #include "braid/parallel/data_parallel/grad_sync.h"
+#include "braid/train/checkpoint.h"
 #include "braid/train/loss_scaler.h"
 #include "braid/train/optimizer.h"
 #include "braid/train/options.h"
@@ -25,10 +26,12 @@ class TrainingCheckpoint {
 
   /// Writes `path` atomically on rank 0 with next_step as the step to resume
   /// at. Collective over the world (every rank calls it).
-  void save(const std::string& path, int64_t next_step);
+  /// `fault` is the test hook of save_checkpoint (checkpoint.h).
+  void save(const std::string& path, int64_t next_step, const SaveFault& fault = {});
   /// Loads this rank's part of `path`; returns the step to resume at. Throws
-  /// ConfigError when the file was saved with another seed, model size, batch
-  /// or sequence length, or leaves no step to train.
+  /// DataError when the file is damaged (checksum, size, header field) and
+  /// ConfigError when it was saved with another seed, model size, batch or
+  /// sequence length, or leaves no step to train.
   int64_t load(const std::string& path);
 
   /// This rank's flat array (its TP slices of its stage's tensors) -> the

@@ -36,7 +36,7 @@ struct Job {
   }
   // Records a rank's failure. A failure caused by the abort itself ("aborted: ...")
   // never replaces the original one.
-  void fail(int rank, const std::string& what) {
+  void fail(int rank, const std::string& what, ExitCode code = ExitCode::error) {
     std::lock_guard<std::mutex> lk(mu);
     const bool secondary = what.rfind("aborted: rank ", 0) == 0;
     if (!aborted.load()) {
@@ -46,13 +46,15 @@ struct Job {
     if (first_rank < 0 || (first_secondary && !secondary)) {
       first_rank = rank;
       first_what = what;
+      first_code = code;
       first_secondary = secondary;
     }
   }
   bool first_secondary = false;
+  ExitCode first_code = ExitCode::error;
   [[noreturn]] void throw_aborted() {
     std::lock_guard<std::mutex> lk(mu);
-    throw Error(reason);
+    throw RankFailure(reason);
   }
 };
 
@@ -312,15 +314,19 @@ void run_local(int world_size, const std::function<void(Communicator&)>& fn,
             world, r, monitor, std::make_shared<CommState>("world", ranks, r, monitor->origin()));
         fn(*comm);
       } catch (const std::exception& e) {
-        job->fail(r, e.what());
+        job->fail(r, e.what(), exit_code_of(e));
       } catch (...) {
         job->fail(r, "unknown exception");
       }
     });
   }
   for (auto& t : threads) t.join();
-  if (job->first_rank >= 0)
-    throw Error("rank " + std::to_string(job->first_rank) + ": " + job->first_what);
+  if (job->first_rank < 0) return;
+  // A configuration or data error is the user's to fix, whichever rank saw it;
+  // anything else is a failed rank.
+  if (job->first_code == ExitCode::data) throw DataError(job->first_what);
+  if (job->first_code == ExitCode::config) throw ConfigError(job->first_what);
+  throw RankFailure("rank " + std::to_string(job->first_rank) + ": " + job->first_what);
 }
 
 }  // namespace braid::comm

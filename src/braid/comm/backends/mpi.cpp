@@ -99,8 +99,10 @@ std::string mpi_error(int rc, const char* what) {
 class MpiWork final : public Work {
  public:
   // expected[i] = bytes request i must receive, or -1 for a send.
-  MpiWork(std::vector<MPI_Request> reqs, std::vector<int> expected)
-      : reqs_(std::move(reqs)), expected_(std::move(expected)) {}
+  // fence: the monitor's progress fence (watchdog.h), passed once the requests
+  // complete; null for the monitor's own communicator.
+  MpiWork(std::vector<MPI_Request> reqs, std::vector<int> expected, std::mutex* fence)
+      : reqs_(std::move(reqs)), expected_(std::move(expected)), fence_(fence) {}
   // Dropped before completion: a receive not yet matched is withdrawn (no message may
   // land in a buffer its owner frees next); sends are completed, or cancelled while an
   // exception unwinds (the peer may be gone).
@@ -133,6 +135,7 @@ class MpiWork final : public Work {
       throw;
     }
     done_ = true;
+    pass_fence();
     finish(rc, st);
   }
   bool test() override {
@@ -145,6 +148,7 @@ class MpiWork final : public Work {
     int rc = MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, st.data());
     if (rc == MPI_SUCCESS && !flag) return false;
     done_ = true;
+    pass_fence();
     finish(rc, st);
     return true;
   }
@@ -172,8 +176,12 @@ class MpiWork final : public Work {
       }
     }
   }
+  void pass_fence() {
+    if (fence_) std::lock_guard<std::mutex> g(*fence_);
+  }
   std::vector<MPI_Request> reqs_;
   std::vector<int> expected_;
+  std::mutex* fence_;
   bool done_ = false;
   std::string err_;
 };
@@ -205,25 +213,25 @@ class MpiComm final : public CommBase {
     std::vector<MPI_Request> reqs;
     std::vector<int> exp;
     post_send(buf, bytes, peer, tag, reqs, exp);
-    MpiWork(std::move(reqs), std::move(exp)).wait();
+    MpiWork(std::move(reqs), std::move(exp), fence()).wait();
   }
   void do_recv(void* buf, size_t bytes, int peer, int tag) override {
     std::vector<MPI_Request> reqs;
     std::vector<int> exp;
     post_recv(buf, bytes, peer, tag, reqs, exp);
-    MpiWork(std::move(reqs), std::move(exp)).wait();
+    MpiWork(std::move(reqs), std::move(exp), fence()).wait();
   }
   WorkPtr do_isend(const void* buf, size_t bytes, int peer, int tag) override {
     std::vector<MPI_Request> reqs;
     std::vector<int> exp;
     post_send(buf, bytes, peer, tag, reqs, exp);
-    return std::make_shared<MpiWork>(std::move(reqs), std::move(exp));
+    return std::make_shared<MpiWork>(std::move(reqs), std::move(exp), fence());
   }
   WorkPtr do_irecv(void* buf, size_t bytes, int peer, int tag) override {
     std::vector<MPI_Request> reqs;
     std::vector<int> exp;
     post_recv(buf, bytes, peer, tag, reqs, exp);
-    return std::make_shared<MpiWork>(std::move(reqs), std::move(exp));
+    return std::make_shared<MpiWork>(std::move(reqs), std::move(exp), fence());
   }
   void do_sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,
                    int tag) override {
@@ -231,7 +239,7 @@ class MpiComm final : public CommBase {
     std::vector<int> exp;
     post_recv(rbuf, rbytes, src, tag, reqs, exp);
     post_send(sbuf, sbytes, dst, tag, reqs, exp);
-    MpiWork(std::move(reqs), std::move(exp)).wait();
+    MpiWork(std::move(reqs), std::move(exp), fence()).wait();
   }
 
  public:
@@ -258,11 +266,13 @@ class MpiComm final : public CommBase {
     if (dtype == DType::f32) {
       BRAID_MPI_CHECK(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, c, MPI_FLOAT,
                                     mpi_op(op), comm_));
+      pass_fence();
       if (div > 0.f) divide_elems(recv, recv, count, dtype, div);
     } else {
       auto* f = static_cast<float*>(workspace_.get(2, count * 4));
       to_f32(f, send, count, dtype);
       BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, f, c, MPI_FLOAT, mpi_op(op), comm_));
+      pass_fence();
       from_f32(recv, f, count, dtype, div);
     }
   }
@@ -275,6 +285,7 @@ class MpiComm final : public CommBase {
     const int b = static_cast<int>(bytes);
     const bool in_place = send == static_cast<std::byte*>(recv) + static_cast<size_t>(rank_) * bytes;
     BRAID_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, b, MPI_BYTE, recv, b, MPI_BYTE, comm_));
+    pass_fence();
   }
 
   void native_reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
@@ -289,6 +300,7 @@ class MpiComm final : public CommBase {
     if (dtype == DType::f32 && !in_place) {
       BRAID_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), MPI_FLOAT,
                                                mpi_op(op), comm_));
+      pass_fence();
       if (div > 0.f) divide_elems(recv, recv, count, dtype, div);
       return;
     }
@@ -298,6 +310,7 @@ class MpiComm final : public CommBase {
     to_f32(f, send, total, dtype);
     BRAID_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, f, static_cast<int>(count), MPI_FLOAT,
                                              mpi_op(op), comm_));
+    pass_fence();
     from_f32(recv, f, count, dtype, div);
   }
 
@@ -308,6 +321,7 @@ class MpiComm final : public CommBase {
       return CommBase::native_all_to_all(send, recv, count, dtype);
     const int b = static_cast<int>(bytes);
     BRAID_MPI_CHECK(MPI_Alltoall(send, b, MPI_BYTE, recv, b, MPI_BYTE, comm_));
+    pass_fence();
   }
 
   void native_broadcast(void* buf, size_t count, DType dtype, int root) override {
@@ -316,11 +330,16 @@ class MpiComm final : public CommBase {
     if (bytes > static_cast<size_t>(INT_MAX))
       return CommBase::native_broadcast(buf, count, dtype, root);
     BRAID_MPI_CHECK(MPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, root, comm_));
+    pass_fence();
   }
 
   void native_barrier() override { BRAID_MPI_CHECK(MPI_Barrier(comm_)); }
 
  private:
+  std::mutex* fence() const { return monitor() ? &monitor()->progress_fence() : nullptr; }
+  void pass_fence() const {
+    if (auto* f = fence()) std::lock_guard<std::mutex> g(*f);
+  }
   void post_send(const void* buf, size_t bytes, int peer, int tag, std::vector<MPI_Request>& reqs,
                  std::vector<int>& exp) {
     const auto* p = static_cast<const std::byte*>(buf);
@@ -406,7 +425,7 @@ std::unique_ptr<Communicator> MpiRuntime::world(const CommOptions& options) {
       [me](const std::string& why) {
         std::fprintf(stderr, "braid: error: rank %d: %s\n", me, why.c_str());
         std::fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::rank_failure));
       },
       /*separate_processes=*/true);
   auto state = std::make_shared<CommState>("world", std::move(ranks), rank_, monitor->origin());
