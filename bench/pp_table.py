@@ -22,8 +22,10 @@ import json
 import os
 import re
 import statistics
-import struct
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import token_file  # noqa: E402  (braid token files, read and written independently)
 
 MIB = 1024.0 * 1024.0
 SCHEDS = ["naive", "gpipe", "1f1b", "zb-h1", "interleaved"]
@@ -58,18 +60,10 @@ def num(b):
 # ---------------------------------------------------------------- data
 
 def make_data(src, dst, vocab):
-    with open(src, "rb") as f:
-        raw = f.read()
-    magic, ver, hdr_vocab, n = struct.unpack_from("<8sIIQ", raw, 0)
-    assert magic == b"BRAIDTOK" and ver == 1 and len(raw) == 24 + 2 * n, "not a braid token file: " + src
-    ids = struct.unpack_from("<%dH" % n, raw, 24)
+    hdr_vocab, _, ids = token_file.read(src)
     # The header keeps the tokenizer's vocabulary (braid train insists on GPT-2's 50257);
     # the ids themselves are below `vocab`, which is what the model's check needs.
-    out = struct.pack("<8sIIQ", magic, ver, hdr_vocab, n) + struct.pack("<%dH" % n, *(i % vocab for i in ids))
-    tmp = dst + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(out)
-    os.replace(tmp, dst)
+    token_file.write(dst, [i % vocab for i in ids], hdr_vocab)
 
 
 # ---------------------------------------------------------------- parsing

@@ -9,7 +9,7 @@ cd "$root"
 
 pkgs=(g++ cmake ninja-build pkg-config openmpi-bin libopenmpi-dev libdnnl-dev
       libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
-      python3-torch python3-numpy libopenblas0-pthread nodejs npm)
+      python3-torch python3-numpy libopenblas0-pthread nodejs npm clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

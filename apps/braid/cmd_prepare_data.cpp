@@ -16,6 +16,7 @@
 
 #include "braid/commands.h"
 #include "braid/core/error.h"
+#include "braid/core/file_io.h"
 #include "braid/data/corpus.h"
 #include "braid/data/token_file.h"
 #include "braid/data/tokenizer.h"
@@ -112,11 +113,22 @@ std::vector<std::vector<int32_t>> encode_parallel(size_t n, int threads, Progres
   return out;
 }
 
+// --out-dir must be a writable directory (created when missing) and the
+// outputs no directories.
+void check_outputs(const std::string& dir, const std::vector<std::string>& files) {
+  make_writable_directory(dir, "--out-dir");
+  std::error_code ec;
+  for (const auto& f : files)
+    BRAID_CONFIG_CHECK(!std::filesystem::is_directory(f, ec), "prepare-data: ", f,
+                       " is a directory; choose another --out-dir or --name");
+}
+
 void run_prepare_data(const PrepareOptions& o) {
   const auto t0 = Clock::now();
   const auto tok = data::Gpt2Tokenizer::load(o.tokenizer_dir);
   const std::string train_path = o.out_dir + "/" + o.name + "_train.bin";
   const std::string val_path = o.out_dir + "/" + o.name + "_val.bin";
+  check_outputs(o.out_dir, {train_path, val_path});
   std::vector<int32_t> train, val;
   size_t n_docs = 0, n_train_docs = 0, n_val_docs = 0;
   int64_t bytes = 0;
@@ -149,7 +161,7 @@ void run_prepare_data(const PrepareOptions& o) {
     std::ostringstream ss;
     ss << f.rdbuf();
     const std::string text = ss.str();
-    BRAID_CONFIG_CHECK(!text.empty(), "--input ", o.input, " is empty; nothing to tokenize");
+    data::check_text_input(text, o.input);
     bytes = static_cast<int64_t>(text.size());
     n_docs = 1;
     // Chunks cut where BPE pieces never cross, so parallel == sequential ids.
@@ -170,10 +182,13 @@ void run_prepare_data(const PrepareOptions& o) {
     std::vector<int32_t> all{tok.eot()};
     for (const auto& v : ids) all.insert(all.end(), v.begin(), v.end());
     // Hold out the last val_fraction of tokens (at least one when the fraction is > 0).
-    size_t n_val = static_cast<size_t>(std::llround(static_cast<double>(all.size()) * o.val_fraction));
-    if (o.val_fraction > 0 && n_val == 0) n_val = 1;
-    BRAID_CONFIG_CHECK(n_val < all.size(), "--input ", o.input, " gives only ", all.size(),
-                       " tokens, too few to hold out --val-fraction ", o.val_fraction);
+    const size_t n_val = static_cast<size_t>(std::llround(static_cast<double>(all.size()) * o.val_fraction));
+    // Each side must hold a sequence of its own, or the two overlap in effect.
+    constexpr size_t kMinSplit = 64;
+    BRAID_DATA_CHECK(all.size() - n_val >= kMinSplit && (o.val_fraction == 0 || n_val >= kMinSplit), "--input ",
+                     o.input, " gives ", all.size(), " tokens: too small to split into training and validation "
+                     "(--val-fraction ", o.val_fraction, " holds out ", n_val, "; each side needs at least ",
+                     kMinSplit, "); use more text, or --val-fraction 0 for no validation set");
     train.assign(all.begin(), all.end() - static_cast<std::ptrdiff_t>(n_val));
     val.assign(all.end() - static_cast<std::ptrdiff_t>(n_val), all.end());
   }

@@ -9,6 +9,7 @@
 #include "braid/commands.h"
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
+#include "braid/core/file_io.h"
 #include "braid/core/host_memory.h"
 #include "braid/core/parse.h"
 #include "braid/data/token_file.h"
@@ -114,12 +115,36 @@ std::vector<uint16_t> load_tokens(const std::string& path, const char* what) {
                      "' not found; run `braid prepare-data` (or scripts/setup.sh) from the "
                      "repository root, or pass --", what, "-data FILE");
   data::TokenFile f = data::read_token_file(path);
+  if (f.version < data::kTokenFileVersion)
+    std::fprintf(stderr, "braid train: %s data file '%s' predates checksums (version %u): read unverified; "
+                 "re-create it with `braid prepare-data` to have it checked\n", what, path.c_str(), f.version);
   // Token files written for another vocabulary would train on meaningless ids.
   const int64_t v = model::GPTConfig::preset("gpt2").vocab_size;
-  BRAID_CONFIG_CHECK(f.vocab_size == v, what, " data file '", path, "' was tokenized for a vocabulary of ",
+  BRAID_DATA_CHECK(f.vocab_size == v, what, " data file '", path, "' was tokenized for a vocabulary of ",
                      f.vocab_size, " but braid's GPT-2 models use ", v,
                      "; re-create it with `braid prepare-data`");
   return std::move(f.tokens);
+}
+
+// Flags whose effect needs another flag: given alone they would silently do nothing.
+void check_flags_that_do_something(const CLI::App& c, const train::TrainOptions& o) {
+  auto given = [&](const char* f) { return c.count(f) > 0; };
+  for (const char* f : {"--top-k", "--temperature", "--prompt"})
+    BRAID_CONFIG_CHECK(!given(f) || o.sample_tokens > 0, f, " has no effect without --sample-tokens N; pass both");
+  BRAID_CONFIG_CHECK(!given("--virtual-stages") || o.virtual_stages == 1 || o.schedule == "interleaved",
+                     "--virtual-stages has no effect without --schedule interleaved");
+  BRAID_CONFIG_CHECK(!given("--ranks") || c.get_option("--backend")->as<std::string>() == "local",
+                     "--ranks sets the rank count of --backend local; under mpirun use -np");
+}
+
+// The output file's directory is created now; a directory or an unwritable
+// place is refused before training.
+void check_output_file(const char* flag, const std::string& file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  BRAID_CONFIG_CHECK(!fs::is_directory(file, ec), flag, " ", file, " is a directory; name a file inside it");
+  const fs::path p(file);
+  make_writable_directory(p.has_parent_path() ? p.parent_path().string() : ".", flag);
 }
 
 }  // namespace
@@ -222,7 +247,8 @@ void add_train(CLI::App& app) {
       ->type_name("RANK:STEP[:KIND]");
   c->add_flag("--quiet", [&o](int64_t) { o.verbose = false; }, "Print nothing per step");
 
-  c->callback([a] {
+  c->callback([a, c] {
+    check_flags_that_do_something(*c, a->opt);
     a->opt.algo = comm::parse_algorithm(a->algo);
     BRAID_CONFIG_CHECK(a->backend == "mpi" || a->backend == "local", "--backend '", a->backend,
                        "' is not known; use mpi or local");
@@ -230,6 +256,10 @@ void add_train(CLI::App& app) {
     std::vector<uint16_t> val;
     if (!a->val_data.empty()) val = load_tokens(a->val_data, "val");
     const std::vector<uint16_t>* valp = val.empty() ? nullptr : &val;
+    // Every output is created (its directory) or refused now, not after training.
+    for (const auto& [flag, file] : {std::pair<const char*, std::string>{"--metrics-out", a->opt.metrics_out},
+                                     {"--trace-out", a->opt.trace_out}})
+      if (!file.empty()) check_output_file(flag, file);
     if (!a->opt.metrics_out.empty())
       a->comm.record_dir = std::filesystem::path(a->opt.metrics_out).parent_path().string();
     if (a->comm.record_dir.empty() && !a->opt.metrics_out.empty()) a->comm.record_dir = ".";

@@ -25,18 +25,15 @@ for f in sample_train.bin sample_val.bin; do
 done
 ls "$TMP/out" | grep -q tmp && { echo "FAIL: temp file left behind"; exit 1; }
 
-python3 - "$TMP/out/sample_train.bin" "$TMP/out/sample_val.bin" "$TMP/ids.json" <<'PY'
-import json, struct, sys, os
+python3 - "$TMP/out/sample_train.bin" "$TMP/out/sample_val.bin" "$TMP/ids.json" "$SRC/tools" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[4])
+import token_file  # the independent reader: checks every checksum with zlib
 ids = []
 for path in sys.argv[1:3]:
-    data = open(path, "rb").read()
-    magic, version, vocab, count = struct.unpack("<8sIIQ", data[:24])
-    assert magic == b"BRAIDTOK", (path, magic)
-    assert version == 1, (path, version)
+    vocab, version, toks = token_file.read(path)
+    assert version == 2, (path, version)
     assert vocab == 50257, (path, vocab)
-    assert len(data) == 24 + 2 * count, (path, len(data), count)
-    toks = list(struct.unpack("<%dH" % count, data[24:]))
-    assert all(t < vocab for t in toks), path
     ids.append(toks)
 train, val = ids
 assert train[0] == 50256, "document must start with <|endoftext|>"

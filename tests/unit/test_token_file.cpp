@@ -1,6 +1,9 @@
 // Token file format: round trip, atomic write, and clear errors on bad files.
 #include <gtest/gtest.h>
 
+#include <zlib.h>
+
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -64,12 +67,49 @@ TEST_F(TokenFileTest, ExactLayout) {
   const std::string p = path("layout.bin");
   write_token_file(p, std::vector<uint16_t>{0x1234, 0xC350}, 50257);
   const std::string b = slurp(p);
-  ASSERT_EQ(b.size(), 24u + 4u);
+  ASSERT_EQ(b.size(), 32u + 4u + 4u);
   EXPECT_EQ(b.substr(0, 8), "BRAIDTOK");
-  EXPECT_EQ(b.substr(8, 4), std::string("\x01\x00\x00\x00", 4));        // version 1
+  EXPECT_EQ(b.substr(8, 4), std::string("\x02\x00\x00\x00", 4));        // version 2
   EXPECT_EQ(b.substr(12, 4), std::string("\x51\xC4\x00\x00", 4));       // 50257
   EXPECT_EQ(b.substr(16, 8), std::string("\x02\0\0\0\0\0\0\0", 8));     // count 2
-  EXPECT_EQ(b.substr(24), std::string("\x34\x12\x50\xC3", 4));          // little-endian ids
+  EXPECT_EQ(b.substr(24, 4), std::string("\x00\x00\x08\x00", 4));       // 524288 tokens per block
+  auto crc = [](const std::string& s) {
+    return static_cast<uint32_t>(::crc32_z(0, reinterpret_cast<const Bytef*>(s.data()), s.size()));
+  };
+  uint32_t h = 0, c = 0;
+  std::memcpy(&h, b.data() + 28, 4);
+  std::memcpy(&c, b.data() + 32, 4);
+  EXPECT_EQ(h, crc(b.substr(0, 28)));                                     // header checksum
+  EXPECT_EQ(c, crc(b.substr(36)));                                        // the one block's
+  EXPECT_EQ(b.substr(36), std::string("\x34\x12\x50\xC3", 4));          // little-endian ids
+}
+
+TEST_F(TokenFileTest, EveryFlippedBitIsCaughtAndVersionOneStillReads) {
+  std::vector<int32_t> ids(kTokenBlock + 1000);  // two blocks
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7919) % 50257);
+  const std::string p = path("two_blocks.bin");
+  write_token_file(p, ids, 50257);
+  const std::string good = slurp(p);
+  for (size_t at : {size_t{3}, size_t{13}, size_t{25}, size_t{30}, size_t{34}, size_t{40}, size_t{41},
+                    good.size() / 2, good.size() - 1}) {
+    std::string b = good;
+    b[at] = static_cast<char>(b[at] ^ 0x01);
+    spit(p, b);
+    EXPECT_NE(error_of(p), "") << "a flipped bit at byte " << at << " was read";
+  }
+  // A version 1 file: the 24-byte header, then the ids, no checksums.
+  std::string v1 = good.substr(0, 24);
+  v1[8] = 1;
+  v1 += good.substr(32 + 8);
+  spit(p, v1);
+  const TokenFile tf = read_token_file(p);
+  EXPECT_EQ(tf.version, 1u);
+  ASSERT_EQ(tf.tokens.size(), ids.size());
+  EXPECT_EQ(tf.tokens.back(), ids.back());
+  // Without checksums an id past the vocabulary is still caught.
+  v1[24] = '\xff', v1[25] = '\xff';
+  spit(p, v1);
+  EXPECT_NE(error_of(p).find("vocab_size"), std::string::npos) << error_of(p);
 }
 
 TEST_F(TokenFileTest, EmptyAndOverwrite) {
@@ -106,7 +146,7 @@ TEST_F(TokenFileTest, CorruptFilesAreConfigErrors) {
 
   const std::string version = path("version.bin");
   std::string v = bytes;
-  v[8] = 2;
+  v[8] = 3;
   spit(version, v);
   EXPECT_NE(error_of(version).find("version"), std::string::npos);
 
@@ -124,9 +164,9 @@ TEST_F(TokenFileTest, CorruptFilesAreConfigErrors) {
 
   const std::string bad_id = path("bad_id.bin");
   std::string b = bytes;
-  b[24] = '\xff', b[25] = '\xff';
+  b[36] = '\xff', b[37] = '\xff';
   spit(bad_id, b);
-  EXPECT_NE(error_of(bad_id).find("vocab_size"), std::string::npos);
+  EXPECT_NE(error_of(bad_id).find("checksum"), std::string::npos) << error_of(bad_id);
 
   for (const auto& p : {magic, version, truncated, header_only, longer, bad_id})
     EXPECT_NE(error_of(p).find(p), std::string::npos) << "error must name the path " << p;

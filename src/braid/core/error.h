@@ -83,6 +83,12 @@ std::string concat(Args&&... args) {
     }                                                                                      \
   } while (0)
 
+/// Throws braid::DataError with the concatenated message (naming the file).
+#define BRAID_DATA_CHECK(cond, ...)                                        \
+  do {                                                                     \
+    if (!(cond)) throw ::braid::DataError(::braid::detail::concat(__VA_ARGS__)); \
+  } while (0)
+
 /// Throws braid::ConfigError with the concatenated message (no file:line: the
 /// message is for the user and must name the values and the fix).
 #define BRAID_CONFIG_CHECK(cond, ...)                                      \

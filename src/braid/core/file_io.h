@@ -8,6 +8,15 @@
 
 namespace braid {
 
+/// False only in fuzzing builds (FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION, the
+/// libFuzzer convention: tests/fuzz), so the fuzzers reach the parsers behind
+/// the checksums instead of stopping at the first CRC-32.
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+inline constexpr bool kVerifyChecksums = false;
+#else
+inline constexpr bool kVerifyChecksums = true;
+#endif
+
 /// Sequential writes to an open descriptor (retried on EINTR and short writes). Throws ConfigError naming
 /// the file and errno's text on failure.
 class FileWriter {

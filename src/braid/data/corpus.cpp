@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -138,6 +139,42 @@ TrainValSplit split_train_val(std::vector<Document> docs, size_t every) {
     (i % every == every - 1 ? s.val : s.train).push_back(std::move(docs[i]));
   }
   return s;
+}
+
+namespace {
+// Length of the UTF-8 sequence starting at text[i], or 0 when it is invalid
+// (bad lead or continuation byte, overlong form, surrogate, past U+10FFFF).
+size_t utf8_length(std::string_view t, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(t[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+  if (n == 0 || c > 0xF4 || i + n > t.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+  const unsigned char d = b(i + 1);
+  if ((c == 0xE0 && d < 0xA0) || (c == 0xED && d > 0x9F) || (c == 0xF0 && d < 0x90) || (c == 0xF4 && d > 0x8F))
+    return 0;
+  return n;
+}
+}  // namespace
+
+void check_text_input(std::string_view text, const std::string& path) {
+  BRAID_DATA_CHECK(!text.empty(), "--input ", path, " is empty; nothing to tokenize (pass a UTF-8 text file)");
+  size_t line = 1;
+  for (size_t i = 0; i < text.size();) {
+    BRAID_DATA_CHECK(text[i] != '\0', "--input ", path, " holds a NUL byte at offset ", i, " (line ", line,
+                     "): a binary file, not text; pass a UTF-8 text file");
+    const size_t n = utf8_length(text, i);
+    if (n == 0) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(text[i]));
+      throw DataError(detail::concat("--input ", path, " is not valid UTF-8: byte ", hex, " at offset ", i,
+                                     " (line ", line, "); convert it first, e.g. `iconv -f latin1 -t utf-8`"));
+    }
+    line += text[i] == '\n';
+    i += n;
+  }
 }
 
 }  // namespace braid::data

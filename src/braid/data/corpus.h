@@ -40,4 +40,9 @@ std::vector<Document> read_brown_corpus(const std::string& dir);
 /// Throws braid::Error if every < 2.
 TrainValSplit split_train_val(std::vector<Document> docs, size_t every = 20);
 
+/// Checks that `text` (the contents of file `path`) is text braid can
+/// tokenize: not empty, no NUL byte (a binary file), valid UTF-8. Throws
+/// DataError naming the file, the byte offset and line, and the fix.
+void check_text_input(std::string_view text, const std::string& path);
+
 }  // namespace braid::data

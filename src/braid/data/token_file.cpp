@@ -1,12 +1,10 @@
 #include "braid/data/token_file.h"
 
-#include <cerrno>
-#include <cstdio>
+#include <zlib.h>
+
+#include <algorithm>
 #include <cstring>
-#include <fcntl.h>
 #include <filesystem>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "braid/core/error.h"
 #include "braid/core/file_io.h"
@@ -24,25 +22,36 @@ uint64_t get_le(const unsigned char* p, int bytes) {
   return v;
 }
 
+uint32_t crc32_of(const void* p, size_t n, uint32_t crc = 0) {
+  return static_cast<uint32_t>(::crc32_z(crc, static_cast<const Bytef*>(p), n));
+}
+
 template <typename T>
 void write_impl(const std::string& path, const std::vector<T>& ids, int64_t vocab_size) {
   BRAID_CHECK(vocab_size > 0 && vocab_size <= 65536, "token file ", path, ": vocab_size ",
               vocab_size, " does not fit uint16 ids");
-  std::vector<unsigned char> buf;
-  buf.reserve(kTokenFileHeaderBytes + 2 * ids.size());
-  buf.insert(buf.end(), kTokenFileMagic, kTokenFileMagic + 8);
-  put_le(buf, kTokenFileVersion, 4);
-  put_le(buf, static_cast<uint64_t>(vocab_size), 4);
-  put_le(buf, ids.size(), 8);
+  std::vector<unsigned char> body;
+  body.reserve(2 * ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t id = static_cast<int64_t>(ids[i]);
     BRAID_CHECK(id >= 0 && id < vocab_size, "token file ", path, ": id ", id, " at position ", i,
                 " is outside [0, ", vocab_size, ")");
-    put_le(buf, static_cast<uint64_t>(id), 2);
+    put_le(body, static_cast<uint64_t>(id), 2);
   }
+  std::vector<unsigned char> head;
+  head.insert(head.end(), kTokenFileMagic, kTokenFileMagic + 8);
+  put_le(head, kTokenFileVersion, 4);
+  put_le(head, static_cast<uint64_t>(vocab_size), 4);
+  put_le(head, ids.size(), 8);
+  put_le(head, kTokenBlock, 4);
+  put_le(head, crc32_of(head.data(), head.size()), 4);
+  const size_t block_bytes = 2 * size_t{kTokenBlock};
+  for (size_t a = 0; a < body.size(); a += block_bytes)
+    put_le(head, crc32_of(body.data() + a, std::min(block_bytes, body.size() - a)), 4);
 
   AtomicFile out(path, "token file");
-  out.writer().write(buf.data(), buf.size());
+  out.writer().write(head.data(), head.size());
+  out.writer().write(body.data(), body.size());
   out.commit();
 }
 
@@ -57,36 +66,47 @@ void write_token_file(const std::string& path, const std::vector<uint16_t>& ids,
 
 TokenFile read_token_file(const std::string& path) {
   const std::string fix = "; run `braid prepare-data` to (re)create it";
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw ConfigError(detail::concat("token file ", path, " not found", fix));
-  struct Closer {
-    std::FILE* f;
-    ~Closer() { std::fclose(f); }
-  } closer{f};
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw ConfigError(detail::concat("token file ", path, " not found", fix));
+  FileReader in(path, "token file");
   auto corrupt = [&](const std::string& why) {
     return DataError(detail::concat("token file ", path, " is corrupt: ", why, fix));
   };
-
+  const uint64_t size = in.size();
   unsigned char hdr[kTokenFileHeaderBytes];
-  if (std::fread(hdr, 1, sizeof(hdr), f) != sizeof(hdr)) throw corrupt("shorter than the 24-byte header");
+  if (size < 24 || !in.read(hdr, 24)) throw corrupt("shorter than the 24-byte header");
   if (std::memcmp(hdr, kTokenFileMagic, 8) != 0) throw corrupt("bad magic (expected \"BRAIDTOK\")");
-  const uint32_t version = static_cast<uint32_t>(get_le(hdr + 8, 4));
-  if (version != kTokenFileVersion)
-    throw corrupt(detail::concat("version ", version, ", this build reads version ", kTokenFileVersion));
   TokenFile tf;
+  tf.version = static_cast<uint32_t>(get_le(hdr + 8, 4));
+  if (tf.version != 1 && tf.version != kTokenFileVersion)
+    throw corrupt(detail::concat("version ", tf.version, ", this build reads versions 1 and ", kTokenFileVersion));
+  uint64_t block = 0;
+  uint64_t head = 24;
+  if (tf.version >= 2) {
+    if (!in.read(hdr + 24, 8)) throw corrupt("shorter than the 32-byte header");
+    if (kVerifyChecksums && crc32_of(hdr, 28) != get_le(hdr + 28, 4)) throw corrupt("the header's checksum does not match");
+    block = get_le(hdr + 24, 4);
+    if (block == 0) throw corrupt("a checksum block of 0 tokens");
+    head = kTokenFileHeaderBytes;
+  }
   tf.vocab_size = static_cast<uint32_t>(get_le(hdr + 12, 4));
   if (tf.vocab_size == 0 || tf.vocab_size > 65536)
     throw corrupt(detail::concat("vocab_size ", tf.vocab_size, " is not in [1, 65536]"));
   const uint64_t count = get_le(hdr + 16, 8);
-
-  struct stat st {};
-  if (::fstat(::fileno(f), &st) != 0) throw corrupt("cannot stat");
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (count > (size - kTokenFileHeaderBytes) / 2 || size != kTokenFileHeaderBytes + 2 * count)
-    throw corrupt(detail::concat("header says ", count, " tokens (", kTokenFileHeaderBytes + 2 * count,
+  const uint64_t blocks = block ? (count + block - 1) / block : 0;
+  if (count > size / 2 || size != head + 4 * blocks + 2 * count)
+    throw corrupt(detail::concat("header says ", count, " tokens (", head + 4 * blocks + 2 * count,
                                  " bytes) but the file has ", size, " bytes (truncated?)"));
+  std::vector<unsigned char> crcs(4 * blocks);
+  if (blocks && !in.read(crcs.data(), crcs.size())) throw corrupt("short read");
   std::vector<unsigned char> raw(2 * count);
-  if (count && std::fread(raw.data(), 1, raw.size(), f) != raw.size()) throw corrupt("short read");
+  if (count && !in.read(raw.data(), raw.size())) throw corrupt("short read");
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint64_t a = 2 * b * block, n = std::min<uint64_t>(2 * block, raw.size() - a);
+    if (kVerifyChecksums && crc32_of(raw.data() + a, n) != get_le(crcs.data() + 4 * b, 4))
+      throw corrupt(detail::concat("the checksum of tokens ", b * block, "..", b * block + n / 2 - 1,
+                                   " does not match (a changed byte)"));
+  }
   tf.tokens.resize(count);
   for (uint64_t i = 0; i < count; ++i) {
     tf.tokens[i] = static_cast<uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8));

@@ -1,12 +1,16 @@
 // Token files: the tokenized corpus that `braid prepare-data` writes and the
 // data loader reads.
 //
-// Format (all little-endian):
+// Format, version 2 (all little-endian):
 //   offset 0   8 bytes  magic "BRAIDTOK"
-//   offset 8   uint32   version (1)
+//   offset 8   uint32   version (2)
 //   offset 12  uint32   vocab_size (every id is < vocab_size <= 65536)
 //   offset 16  uint64   token count N
-//   offset 24  N x uint16 token ids
+//   offset 24  uint32   tokens per checksum block B (524288: 1 MiB of ids)
+//   offset 28  uint32   CRC-32 (zlib's) of bytes 0..27
+//   offset 32  ceil(N / B) x uint32: CRC-32 of each block's id bytes
+//   then       N x uint16 token ids
+// Version 1 (no checksums: the 24-byte header, then the ids) is still read.
 // Each document is preceded by the end-of-text token (50256 for GPT-2).
 #pragma once
 #include <cstddef>
@@ -17,11 +21,13 @@
 namespace braid::data {
 
 inline constexpr char kTokenFileMagic[8] = {'B', 'R', 'A', 'I', 'D', 'T', 'O', 'K'};
-inline constexpr uint32_t kTokenFileVersion = 1;
-inline constexpr size_t kTokenFileHeaderBytes = 24;
+inline constexpr uint32_t kTokenFileVersion = 2;
+inline constexpr size_t kTokenFileHeaderBytes = 32;   // version 2; version 1's is 24
+inline constexpr uint32_t kTokenBlock = 1u << 19;     // tokens per checksummed block
 
 struct TokenFile {
   uint32_t vocab_size = 0;
+  uint32_t version = 0;          // 1: read without checksums
   std::vector<uint16_t> tokens;  // (N,)
 };
 
@@ -32,8 +38,8 @@ struct TokenFile {
 void write_token_file(const std::string& path, const std::vector<int32_t>& ids, int64_t vocab_size);
 void write_token_file(const std::string& path, const std::vector<uint16_t>& ids, int64_t vocab_size);
 
-/// Reads and validates a token file (magic, version, size = header + 2N bytes,
-/// ids < vocab_size). Throws braid::ConfigError when it is missing and
+/// Reads and validates a token file (magic, version, header checksum, size,
+/// each block's checksum as it is read, ids < vocab_size). Throws braid::ConfigError when it is missing and
 /// braid::DataError when it is truncated or corrupt, each naming the path and
 /// the fix ("run `braid prepare-data`").
 TokenFile read_token_file(const std::string& path);

