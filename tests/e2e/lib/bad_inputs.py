@@ -126,6 +126,7 @@ CASES = [
     ("--virtual-stages without interleaved", tr("--virtual-stages", "2"), 2, "--virtual-stages"),
     ("--staleness without --ps-async", tr("--staleness", "2"), 2, "--staleness"),
     ("--fsdp-shard-size without --fsdp", tr("--fsdp-shard-size", "2"), 2, "--fsdp-shard-size"),
+    ("--ranks without --backend local", tr("--ranks", "2"), 2, "under mpirun use -np"),
     ("--inject-save-fault that never fires", tr("--save", p("s3"), "--inject-save-fault", "1:before-rename"), 2,
      "never fire"),
     # outputs
