@@ -1,6 +1,5 @@
 #include "braid/data/token_file.h"
 
-#include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
@@ -8,6 +7,7 @@
 
 #include "braid/core/error.h"
 #include "braid/core/file_io.h"
+#include "braid/core/hash.h"
 
 namespace braid::data {
 namespace {
@@ -20,10 +20,6 @@ uint64_t get_le(const unsigned char* p, int bytes) {
   uint64_t v = 0;
   for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
   return v;
-}
-
-uint32_t crc32_of(const void* p, size_t n, uint32_t crc = 0) {
-  return static_cast<uint32_t>(::crc32_z(crc, static_cast<const Bytef*>(p), n));
 }
 
 template <typename T>
@@ -44,10 +40,10 @@ void write_impl(const std::string& path, const std::vector<T>& ids, int64_t voca
   put_le(head, static_cast<uint64_t>(vocab_size), 4);
   put_le(head, ids.size(), 8);
   put_le(head, kTokenBlock, 4);
-  put_le(head, crc32_of(head.data(), head.size()), 4);
+  put_le(head, crc32(head.data(), head.size()), 4);
   const size_t block_bytes = 2 * size_t{kTokenBlock};
   for (size_t a = 0; a < body.size(); a += block_bytes)
-    put_le(head, crc32_of(body.data() + a, std::min(block_bytes, body.size() - a)), 4);
+    put_le(head, crc32(body.data() + a, std::min(block_bytes, body.size() - a)), 4);
 
   AtomicFile out(path, "token file");
   out.writer().write(head.data(), head.size());
@@ -84,7 +80,7 @@ TokenFile read_token_file(const std::string& path) {
   uint64_t head = 24;
   if (tf.version >= 2) {
     if (!in.read(hdr + 24, 8)) throw corrupt("shorter than the 32-byte header");
-    if (kVerifyChecksums && crc32_of(hdr, 28) != get_le(hdr + 28, 4)) throw corrupt("the header's checksum does not match");
+    if (kVerifyChecksums && crc32(hdr, 28) != get_le(hdr + 28, 4)) throw corrupt("the header's checksum does not match");
     block = get_le(hdr + 24, 4);
     if (block == 0) throw corrupt("a checksum block of 0 tokens");
     head = kTokenFileHeaderBytes;
@@ -103,7 +99,7 @@ TokenFile read_token_file(const std::string& path) {
   if (count && !in.read(raw.data(), raw.size())) throw corrupt("short read");
   for (uint64_t b = 0; b < blocks; ++b) {
     const uint64_t a = 2 * b * block, n = std::min<uint64_t>(2 * block, raw.size() - a);
-    if (kVerifyChecksums && crc32_of(raw.data() + a, n) != get_le(crcs.data() + 4 * b, 4))
+    if (kVerifyChecksums && crc32(raw.data() + a, n) != get_le(crcs.data() + 4 * b, 4))
       throw corrupt(detail::concat("the checksum of tokens ", b * block, "..", b * block + n / 2 - 1,
                                    " does not match (a changed byte)"));
   }

@@ -1,12 +1,6 @@
 #include "braid/train/checkpoint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
 
-#include <array>
-#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +8,7 @@
 
 #include "braid/core/error.h"
 #include "braid/core/file_io.h"
+#include "braid/core/hash.h"
 #include "braid/core/parse.h"
 
 namespace braid::train {
@@ -24,10 +19,6 @@ constexpr uint32_t kVersion = 2;
 constexpr size_t kPreludeV1 = 20, kPreludeV2 = 24;
 constexpr uint64_t kMaxHeader = uint64_t{1} << 24;
 constexpr const char* kArrays[3] = {"parameters", "AdamW m", "AdamW v"};
-
-uint32_t crc32_of(const void* p, size_t n, uint32_t crc = 0) {
-  return static_cast<uint32_t>(::crc32_z(crc, static_cast<const Bytef*>(p), n));
-}
 
 [[noreturn]] void die_here() {
   std::raise(SIGKILL);
@@ -126,7 +117,7 @@ OpenCheckpoint open_checkpoint(const std::string& path) {
     damaged(path, detail::concat("its header length ", hlen, " does not fit its ", size, " bytes"));
   std::string hdr(hlen, '\0');
   if (!ck.in.read(hdr.data(), hlen)) damaged(path, "its header is cut short");
-  if (kVerifyChecksums && version >= 2 && crc32_of(hdr.data(), hdr.size()) != hcrc) damaged(path, "its header's checksum does not match");
+  if (kVerifyChecksums && version >= 2 && crc32(hdr.data(), hdr.size()) != hcrc) damaged(path, "its header's checksum does not match");
   ck.info.header = nlohmann::json::parse(hdr, nullptr, false);
   ck.info.version = version;
   if (ck.info.header.is_discarded()) damaged(path, "its header is not valid JSON");
@@ -149,7 +140,7 @@ void read_array(OpenCheckpoint& ck, const std::string& path, int a, float* dst) 
     const size_t k = std::min(kPiece, ck.n - done);
     float* p = dst ? dst + done : scratch.data();
     if (!ck.in.read(p, k * 4)) damaged(path, detail::concat("its ", kArrays[a], " are cut short"));
-    crc = crc32_of(p, k * 4, crc);
+    crc = crc32(p, k * 4, crc);
     done += k;
   }
   if (kVerifyChecksums && ck.info.version >= 2 && crc != ck.info.header["crc32"][static_cast<size_t>(a)].get<uint32_t>())
@@ -180,10 +171,10 @@ SaveFault parse_save_fault(const std::string& spec) {
 void save_checkpoint(const std::string& path, const CheckpointView& ck, const SaveFault& fault) {
   const size_t n = ck.header.at("n_params").get<size_t>();
   nlohmann::json header = ck.header;
-  header["crc32"] = {crc32_of(ck.params, n * 4), crc32_of(ck.m, n * 4), crc32_of(ck.v, n * 4)};
+  header["crc32"] = {crc32(ck.params, n * 4), crc32(ck.m, n * 4), crc32(ck.v, n * 4)};
   const std::string hdr = header.dump();
   const uint64_t hlen = hdr.size();
-  const uint32_t hcrc = crc32_of(hdr.data(), hdr.size());
+  const uint32_t hcrc = crc32(hdr.data(), hdr.size());
   const uint64_t total = kPreludeV2 + hlen + 12 * static_cast<uint64_t>(n);
   BRAID_CONFIG_CHECK(fault.phase != SavePhase::payload || fault.at_byte < total, "--inject-save-fault payload:",
                      fault.at_byte, " is past the checkpoint's ", total, " bytes, so the fault would never fire");

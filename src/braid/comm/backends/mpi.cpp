@@ -96,6 +96,12 @@ std::string mpi_error(int rc, const char* what) {
   return detail::concat(__FILE__, ":", __LINE__, ": ", what, " failed: ", std::string(s, l));
 }
 
+// Passes the monitor's progress fence (watchdog.h) once this thread's request
+// completed, so TSan sees the order MPI made; null: the monitor's own comm.
+void pass_fence(std::mutex* fence) {
+  if (fence) std::lock_guard<std::mutex> g(*fence);
+}
+
 class MpiWork final : public Work {
  public:
   // expected[i] = bytes request i must receive, or -1 for a send.
@@ -135,7 +141,7 @@ class MpiWork final : public Work {
       throw;
     }
     done_ = true;
-    pass_fence();
+    pass_fence(fence_);
     finish(rc, st);
   }
   bool test() override {
@@ -148,7 +154,7 @@ class MpiWork final : public Work {
     int rc = MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, st.data());
     if (rc == MPI_SUCCESS && !flag) return false;
     done_ = true;
-    pass_fence();
+    pass_fence(fence_);
     finish(rc, st);
     return true;
   }
@@ -175,9 +181,6 @@ class MpiWork final : public Work {
         throw Error(err_);
       }
     }
-  }
-  void pass_fence() {
-    if (fence_) std::lock_guard<std::mutex> g(*fence_);
   }
   std::vector<MPI_Request> reqs_;
   std::vector<int> expected_;
@@ -266,13 +269,13 @@ class MpiComm final : public CommBase {
     if (dtype == DType::f32) {
       BRAID_MPI_CHECK(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, c, MPI_FLOAT,
                                     mpi_op(op), comm_));
-      pass_fence();
+      pass_fence(fence());
       if (div > 0.f) divide_elems(recv, recv, count, dtype, div);
     } else {
       auto* f = static_cast<float*>(workspace_.get(2, count * 4));
       to_f32(f, send, count, dtype);
       BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, f, c, MPI_FLOAT, mpi_op(op), comm_));
-      pass_fence();
+      pass_fence(fence());
       from_f32(recv, f, count, dtype, div);
     }
   }
@@ -285,7 +288,7 @@ class MpiComm final : public CommBase {
     const int b = static_cast<int>(bytes);
     const bool in_place = send == static_cast<std::byte*>(recv) + static_cast<size_t>(rank_) * bytes;
     BRAID_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : send, b, MPI_BYTE, recv, b, MPI_BYTE, comm_));
-    pass_fence();
+    pass_fence(fence());
   }
 
   void native_reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
@@ -300,7 +303,7 @@ class MpiComm final : public CommBase {
     if (dtype == DType::f32 && !in_place) {
       BRAID_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), MPI_FLOAT,
                                                mpi_op(op), comm_));
-      pass_fence();
+      pass_fence(fence());
       if (div > 0.f) divide_elems(recv, recv, count, dtype, div);
       return;
     }
@@ -310,7 +313,7 @@ class MpiComm final : public CommBase {
     to_f32(f, send, total, dtype);
     BRAID_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, f, static_cast<int>(count), MPI_FLOAT,
                                              mpi_op(op), comm_));
-    pass_fence();
+    pass_fence(fence());
     from_f32(recv, f, count, dtype, div);
   }
 
@@ -321,7 +324,7 @@ class MpiComm final : public CommBase {
       return CommBase::native_all_to_all(send, recv, count, dtype);
     const int b = static_cast<int>(bytes);
     BRAID_MPI_CHECK(MPI_Alltoall(send, b, MPI_BYTE, recv, b, MPI_BYTE, comm_));
-    pass_fence();
+    pass_fence(fence());
   }
 
   void native_broadcast(void* buf, size_t count, DType dtype, int root) override {
@@ -330,16 +333,13 @@ class MpiComm final : public CommBase {
     if (bytes > static_cast<size_t>(INT_MAX))
       return CommBase::native_broadcast(buf, count, dtype, root);
     BRAID_MPI_CHECK(MPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, root, comm_));
-    pass_fence();
+    pass_fence(fence());
   }
 
   void native_barrier() override { BRAID_MPI_CHECK(MPI_Barrier(comm_)); }
 
  private:
   std::mutex* fence() const { return monitor() ? &monitor()->progress_fence() : nullptr; }
-  void pass_fence() const {
-    if (auto* f = fence()) std::lock_guard<std::mutex> g(*f);
-  }
   void post_send(const void* buf, size_t bytes, int peer, int tag, std::vector<MPI_Request>& reqs,
                  std::vector<int>& exp) {
     const auto* p = static_cast<const std::byte*>(buf);
