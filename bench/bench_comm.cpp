@@ -71,6 +71,23 @@ struct Timing {
   double algbw = 0, busbw = 0;  // GB/s
 };
 
+// The copy ceiling of the collectives: every rank copies `bytes` from src to
+// dst at the same time (a barrier before each copy), the median over `iters`
+// of the slowest rank; returns GB/s per rank (bytes / t).
+double memcpy_ceiling(Communicator& c, const void* src, void* dst, size_t bytes, int iters) {
+  std::memcpy(dst, src, bytes);  // touched
+  std::vector<float> t(static_cast<size_t>(iters));
+  for (int i = 0; i < iters; ++i) {
+    c.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(dst, src, bytes);
+    t[static_cast<size_t>(i)] = std::chrono::duration<float>(std::chrono::steady_clock::now() - t0).count();
+  }
+  c.all_reduce(t.data(), t.data(), t.size(), DType::f32, comm::ReduceOp::max, Algorithm::ring);
+  std::sort(t.begin(), t.end());
+  return static_cast<double>(bytes) / t[t.size() / 2] / 1e9;
+}
+
 void run_bench(const BenchCommArgs& a, Communicator& c) {
   const int n = c.size(), r = c.rank();
   const DType dt = parse_dtype(a.dtype);
@@ -94,10 +111,13 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
   Buffer sbuf(max_elems * esz, MemCategory::comm), rbuf(max_elems * esz, MemCategory::comm);
   for (size_t i = 0; i < max_elems; ++i) store_from_f32(sbuf.data(), i, dt, 1.f);
 
+  const double copy_gbps = memcpy_ceiling(c, sbuf.data(), rbuf.data(), a.max_bytes, a.iters);
   if (r == 0) {
     std::printf("# braid bench-comm: %d ranks (%s backend), dtype %s, %d iters (+%d warm-up), "
                 "median of the slowest rank; GB/s = 1e9 B/s\n",
                 n, c.backend().c_str(), dtype_name(dt), a.iters, a.warmup);
+    std::printf("# memcpy ceiling: %.3f GB/s per rank (%zu bytes, all ranks copying at once)\n", copy_gbps,
+                a.max_bytes);
     std::printf("%-15s %12s %11s", "collective", "bytes", "count");
     for (Algorithm al : algos) {
       const char* nm = al == Algorithm::ring ? "ours" : "native";
@@ -153,7 +173,8 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
       if (r == 0) {
         std::printf("%-15s %12zu %11zu", op.c_str(), size_bytes, count);
         nlohmann::json row = {{"collective", op}, {"bytes", size_bytes}, {"count", count},
-                              {"dtype", dtype_name(dt)}, {"ranks", n}, {"backend", c.backend()}};
+                              {"dtype", dtype_name(dt)}, {"ranks", n}, {"backend", c.backend()},
+                              {"memcpy_GBps", copy_gbps}};
         for (size_t k = 0; k < algos.size(); ++k) {
           std::printf(" | %9.1f %8.3f %8.3f", res[k].median_s * 1e6, res[k].algbw, res[k].busbw);
           row[algos[k] == Algorithm::ring ? "ours" : "native"] = {

@@ -1,83 +1,95 @@
-// `braid bench-step`: training-step throughput of one rank (forward, backward,
-// AdamW) and MFU against the fp32 matmul throughput measured in the same run.
+// `braid bench-step`: the training step of `braid train` on one rank (forward
+// and backward of every micro-batch, gradient sync, AdamW), on random tokens,
+// in any precision. Reports tokens/s and MFU against two ceilings measured in
+// the same run: the matmul at the run's MLP shape (the median of 5 probes) and
+// the cores' FMA peak; forward + backward MFU beside the whole step's.
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "braid/comm/backends/local.h"
 #include "braid/commands.h"
-#include "braid/core/memory.h"
 #include "braid/core/rng.h"
 #include "braid/core/threads.h"
-#include "braid/kernels/cpu/adamw.h"
-#include "braid/model/gpt.h"
 #include "braid/train/mfu.h"
+#include "braid/train/trainer.h"
 
 namespace braid::cli {
 
 namespace {
 struct StepBenchArgs {
   std::string model = "gpt2";
-  int64_t B = 4, T = 64, steps = 10, warmup = 2;
+  std::string precision = "fp32";
+  int64_t B = 4, T = 64, accum = 1, steps = 10, warmup = 2;
   int threads = 0;
   std::string json;
 };
 
-void run_step_bench(const StepBenchArgs& a) {
-  if (a.threads > 0) braid::set_omp_threads(a.threads);
-  const auto cfg = model::GPTConfig::preset(a.model);
-  MemoryLedger ledger;
-  model::GPT gpt(cfg, a.B, a.T, &ledger);
-  gpt.init_weights(1);
-  const size_t n = gpt.num_params();
-  Buffer m(n * 4, MemCategory::optimizer, &ledger), v(n * 4, MemCategory::optimizer, &ledger);
-  std::vector<int32_t> tok(static_cast<size_t>(a.B * (a.T + 1)));
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+train::TrainOptions step_options(const StepBenchArgs& a) {
+  train::TrainOptions o;
+  o.model = a.model;
+  o.precision = a.precision;
+  o.micro_batch = a.B;
+  o.global_batch = a.B * a.accum;
+  o.seq_len = a.T;
+  o.steps = a.warmup + a.steps;
+  o.warmup_steps = 1;
+  o.lr = 1e-4f, o.min_lr = 1e-5f;
+  o.val_every = 0;
+  o.verbose = false;
+  return o;
+}
+
+void run_step_bench(const StepBenchArgs& a, comm::Communicator& world) {
+  if (a.threads > 0) braid::set_omp_threads(a.threads);  // this rank's thread
+  const train::TrainOptions opt = step_options(a);
+  // Random tokens: enough windows for every step without repeats.
+  std::vector<uint16_t> tokens(size_t(std::max<int64_t>(opt.global_batch * (a.T + 1) * opt.steps * 2, 1 << 16)));
   Rng rng(5);
-  for (auto& t : tok) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(cfg.vocab_size)));
-  std::vector<int32_t> x(static_cast<size_t>(a.B * a.T)), y(x.size());
-  for (int64_t b = 0; b < a.B; ++b)
-    for (int64_t t = 0; t < a.T; ++t) {
-      x[static_cast<size_t>(b * a.T + t)] = tok[static_cast<size_t>(b * (a.T + 1) + t)];
-      y[static_cast<size_t>(b * a.T + t)] = tok[static_cast<size_t>(b * (a.T + 1) + t + 1)];
-    }
-  const double peak = train::measure_matmul_peak_flops(1.0);
-  using Clock = std::chrono::steady_clock;
-  std::vector<double> ms, fwd_ms;
-  for (int64_t s = 0; s < a.warmup + a.steps; ++s) {
-    const auto t0 = Clock::now();
-    gpt.zero_grad();
-    gpt.forward(x.data(), y.data(), a.B, a.T);
-    const auto t1 = Clock::now();
-    gpt.backward(1.0f);
-    for (const auto& p : gpt.param_table())
-      kernels::adamw_update(gpt.params() + p.offset, gpt.grads() + p.offset, m.as<float>() + p.offset,
-                            v.as<float>() + p.offset, p.numel, 1e-4f, 0.9f, 0.95f, 1e-8f,
-                            p.weight_decay ? 0.1f : 0.f, s + 1);
-    const auto t2 = Clock::now();
-    if (s >= a.warmup) {
-      ms.push_back(std::chrono::duration<double, std::milli>(t2 - t0).count());
-      fwd_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-    }
+  for (auto& t : tokens) t = static_cast<uint16_t>(rng.below(50257));
+  train::Trainer trainer(opt, world, tokens, nullptr);
+  const auto& pl = trainer.plan();
+  const int64_t C = trainer.model().config().n_embd, BT = a.B * a.T;
+  const train::MatmulCeiling ceil = train::measure_matmul_ceiling(BT, C, 4 * C, DType::f32);
+  const double fma = train::measure_fma_peak_flops();
+  const auto records = trainer.run();
+  std::vector<double> ms, fb_ms;
+  for (size_t i = size_t(a.warmup); i < records.size(); ++i) {
+    ms.push_back(records[i].ms);
+    fb_ms.push_back(records[i].fwd_bwd_ms);
   }
-  std::sort(ms.begin(), ms.end());
-  std::sort(fwd_ms.begin(), fwd_ms.end());
-  const double med = ms[ms.size() / 2], fmed = fwd_ms[fwd_ms.size() / 2];
-  const double tps = static_cast<double>(a.B * a.T) / (med * 1e-3);
-  const double flops_tok = static_cast<double>(gpt.flops_per_token(a.T));
-  const double mfu = flops_tok * tps / peak;
-  std::printf("bench-step | model %s (%.1fM params) | B=%lld T=%lld | threads %d\n", cfg.name.c_str(),
-              n / 1e6, (long long)a.B, (long long)a.T, braid::omp_threads());
-  std::printf("matmul peak (fp32, oneDNN, same run): %.1f GFLOP/s\n", peak / 1e9);
-  std::printf("step: median %.1f ms (forward %.1f ms) over %lld steps | %.1f tokens/s | %.2f GFLOP/token | MFU %.1f%%\n",
-              med, fmed, (long long)a.steps, tps, flops_tok / 1e9, mfu * 100);
-  std::printf("memory: %s\n", ledger.report().c_str());
+  const double med = median(ms), fb = median(fb_ms);
+  const double tokens_step = double(opt.global_batch * a.T);
+  const double tps = tokens_step / (med * 1e-3);
+  const double flops_tok = double(trainer.model().flops_per_token(a.T));
+  const double mfu = flops_tok * tps / ceil.flops, mfu_fb = flops_tok * tokens_step / (fb * 1e-3) / ceil.flops;
+  std::printf("bench-step | model %s (%.1fM params) | %s | B=%lld T=%lld x %lld micro-batches | threads %d\n",
+              trainer.model().config().name.c_str(), double(trainer.model().num_params()) / 1e6,
+              dtype_name(pl.compute), (long long)a.B, (long long)a.T, (long long)a.accum, braid::omp_threads());
+  std::printf("matmul ceiling: %s | FMA peak %.1f GFLOP/s\n%s\n", ceil.describe().c_str(), fma / 1e9,
+              train::matmul_path(pl.compute, ceil).c_str());
+  std::printf("step: median %.1f ms (forward+backward %.1f ms) over %lld steps | %.1f tokens/s | %.3f GFLOP/token\n",
+              med, fb, (long long)a.steps, tps, flops_tok / 1e9);
+  std::printf("MFU: step %.1f%% | forward+backward %.1f%% | step vs FMA peak %.1f%%\n", mfu * 100, mfu_fb * 100,
+              flops_tok * tps / fma * 100);
   if (!a.json.empty()) {
-    nlohmann::json j = {{"impl", "braid"}, {"model", cfg.name}, {"B", a.B}, {"T", a.T},
-                        {"threads", braid::omp_threads()}, {"step_ms", med}, {"tokens_per_sec", tps},
-                        {"mfu", mfu}, {"matmul_peak_flops", peak}, {"flops_per_token", flops_tok}};
+    nlohmann::json j = {{"impl", "braid"},        {"model", trainer.model().config().name},
+                        {"precision", a.precision}, {"B", a.B},
+                        {"T", a.T},                {"accum", a.accum},
+                        {"threads", braid::omp_threads()}, {"step_ms", med},
+                        {"fwd_bwd_ms", fb},        {"tokens_per_sec", tps},
+                        {"mfu", mfu},              {"mfu_fwd_bwd", mfu_fb},
+                        {"mfu_fma", flops_tok * tps / fma}, {"matmul_ceiling_flops", ceil.flops},
+                        {"matmul_ceiling_spread", ceil.spread}, {"fma_peak_flops", fma},
+                        {"flops_per_token", flops_tok}};
     std::ofstream(a.json) << j.dump() << "\n";
   }
 }
@@ -87,13 +99,21 @@ void add_bench_step(CLI::App& app) {
   auto a = std::make_shared<StepBenchArgs>();
   CLI::App* c = app.add_subcommand("bench-step", "Training-step tokens/s and MFU on one rank");
   c->add_option("--model", a->model, "tiny, small or gpt2")->capture_default_str();
-  c->add_option("--batch", a->B, "Sequences per step")->capture_default_str();
-  c->add_option("--seq-len", a->T, "Sequence length")->capture_default_str();
-  c->add_option("--steps", a->steps, "Timed steps")->capture_default_str();
-  c->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str();
+  c->add_option("--precision", a->precision, "fp32, bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}, CLI::ignore_case))
+      ->capture_default_str();
+  c->add_option("--batch", a->B, "Sequences per micro-batch")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--seq-len", a->T, "Sequence length")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--accum", a->accum, "Micro-batches per step (gradient accumulation)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--steps", a->steps, "Timed steps")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--warmup", a->warmup, "Untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
   c->add_option("--threads", a->threads, "OpenMP threads (0: OMP_NUM_THREADS)")->capture_default_str();
   c->add_option("--json", a->json, "Write the result as JSON");
-  c->callback([a] { run_step_bench(*a); });
+  c->callback([a] {
+    comm::run_local(1, [&](comm::Communicator& world) { run_step_bench(*a, world); });
+  });
 }
 
 }  // namespace braid::cli

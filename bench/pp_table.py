@@ -117,12 +117,13 @@ def parse_metrics(path, steps):
 
 
 def parse_header(path):
-    """Model sizes and the matmul peak from `braid train`'s header line; model FLOPs per token
+    """Model sizes and the matmul ceiling from `braid train`'s header lines; model FLOPs per token
     6N + 12·L·C·T with N the matmul weights, the head over the padded vocabulary (PaLM, app. B)."""
     if not os.path.exists(path):
         return None
     text = open(path).read()
-    m = re.search(r"\(L=(\d+) H=(\d+) C=(\d+) V=(\d+)->(\d+).*?\| T=(\d+) \| matmul peak ([\d.]+) GFLOP/s", text)
+    m = re.search(r"\(L=(\d+) H=(\d+) C=(\d+) V=(\d+)->(\d+).*?\| T=(\d+)\s+matmul ceiling per rank: \S+ \S+ ([\d.]+) GFLOP/s",
+                  text)
     if not m:
         return None
     L, _, C, _, Vp, T = (int(m.group(i)) for i in range(1, 7))

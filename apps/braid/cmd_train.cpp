@@ -35,33 +35,46 @@ struct TrainArgs {
   comm::CommOptions comm;
 };
 
+// Each rank measures the matmul ceiling at its MLP shape; the best median is
+// the reference, so a rank slowed by a noisy neighbour does not inflate
+// everyone's MFU. Sets the trainer's ceiling and returns this rank's.
+train::MatmulCeiling measure_ceiling(train::Trainer& trainer, comm::Communicator& world) {
+  const auto& pl = trainer.plan();
+  const int64_t C = trainer.model().config().n_embd;
+  train::MatmulCeiling c = train::measure_matmul_ceiling(pl.micro_batch * pl.seq_len, C, 4 * C / pl.tp.degree,
+                                                         DType::f32);
+  float best = static_cast<float>(c.flops);
+  if (world.size() > 1) world.all_reduce(&best, &best, 1, DType::f32, comm::ReduceOp::max);
+  trainer.set_peak_flops_per_rank(static_cast<double>(best));
+  return c;
+}
+
 void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<uint16_t>& train,
               const std::vector<uint16_t>* val) {
   try {
     train::TrainOptions opt = a.opt;
     const bool log = opt.verbose && world.rank() == 0;
-    // Each rank measures its matmul ceiling; the best of them is the reference,
-    // so a rank slowed by a noisy neighbour does not inflate everyone's MFU.
-    float peak = static_cast<float>(train::measure_matmul_peak_flops(1.0));
-    if (world.size() > 1) world.all_reduce(&peak, &peak, 1, DType::f32, comm::ReduceOp::max);
-    opt.peak_flops_per_rank = static_cast<double>(peak);
     // The tokenizer is needed only to sample after training: load it now, so a
     // missing vocabulary file fails before the run, not after it.
     std::unique_ptr<data::Gpt2Tokenizer> tok;
     if (opt.sample_tokens > 0)
       tok = std::make_unique<data::Gpt2Tokenizer>(data::Gpt2Tokenizer::load(data::Gpt2Tokenizer::default_dir()));
     train::Trainer trainer(opt, world, train, val);
+    const train::MatmulCeiling ceiling = measure_ceiling(trainer, world);
+    const double fma_peak = train::measure_fma_peak_flops();
+    const std::string path = log ? train::matmul_path(trainer.plan().compute, ceiling) : std::string();
     opt = trainer.options();
     if (log) {
       const auto& c = trainer.model().config();
       const auto& pl = trainer.plan();
       std::printf("braid train | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params on rank 0) | ranks %d (%s, %s) | "
-                  "batch %lld = %d x %lld x %lld accum | T=%lld | matmul peak %.1f GFLOP/s per rank\n",
+                  "batch %lld = %d x %lld x %lld accum | T=%lld\n"
+                  "matmul ceiling per rank: %s | FMA peak %.1f GFLOP/s | %s\n",
                   c.name.c_str(), (long long)c.n_layer, (long long)c.n_head, (long long)c.n_embd,
                   (long long)c.vocab_size, (long long)c.padded_vocab_size,
                   trainer.model().num_params() / 1e6, world.size(), pl.describe().c_str(),
                   world.backend().c_str(), (long long)pl.global_batch, pl.dp.degree, (long long)pl.micro_batch,
-                  (long long)pl.pp.micro_batches, (long long)pl.seq_len, opt.peak_flops_per_rank / 1e9);
+                  (long long)pl.pp.micro_batches, (long long)pl.seq_len, ceiling.describe().c_str(), fma_peak / 1e9, path.c_str());
       std::fflush(stdout);
     }
     trainer.run();

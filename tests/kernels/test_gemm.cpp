@@ -2,6 +2,7 @@
 // throughput figure (DISABLED_: run with --gtest_also_run_disabled_tests).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -109,4 +110,117 @@ TEST(Gemm, DISABLED_Throughput) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("  %s  %.1f GFLOP/s\n", c.name, 2.0 * c.M * c.N * c.K * reps / s * 1e-9);
   }
+}
+
+namespace {
+
+// (rows, cols) row-major naive product helpers in double for the backward checks.
+std::vector<double> naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const std::vector<float>& A,
+                          const std::vector<float>& B) {
+  std::vector<double> C(size_t(M * N), 0.0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k) {
+      const double a = ta ? A[size_t(k * M + i)] : A[size_t(i * K + k)];
+      for (int64_t j = 0; j < N; ++j) C[size_t(i * N + j)] += a * (tb ? B[size_t(j * K + k)] : B[size_t(k * N + j)]);
+    }
+  return C;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<double>& ref, int64_t K, const char* what) {
+  ASSERT_EQ(got.size(), ref.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], ref[i], 1e-5 * std::sqrt(double(K) + 1) * 4) << what << " i=" << i;
+}
+
+}  // namespace
+
+// The transposed-copy layouts of matmul_backward (weight blocks of 4096 rows,
+// inputs of >= 2048 columns) against the naive products and the plain layout.
+TEST(Gemm, MatmulBackwardWithScratchMatchesNaive) {
+  struct Case { int64_t BT, C, OC; };
+  for (const Case c : {Case{512, 2048, 8}, Case{520, 16, 4100}, Case{64, 2050, 5}, Case{600, 33, 7}}) {
+    const size_t need = braid::kernels::matmul_backward_scratch_floats(c.BT, c.C, c.OC);
+    ASSERT_GT(need, 0u) << "case must take a transposed path";
+    auto dout = randvec(size_t(c.BT * c.OC), 11), inp = randvec(size_t(c.BT * c.C), 12),
+         w = randvec(size_t(c.OC * c.C), 13), dw0 = randvec(size_t(c.OC * c.C), 14);
+    std::vector<float> scratch(need, NAN), dinp(size_t(c.BT * c.C), NAN), dw = dw0, db(size_t(c.OC), 0.f);
+    braid::kernels::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), c.BT,
+                                    c.C, c.OC, scratch.data());
+    expect_close(dinp, naive(false, false, c.BT, c.C, c.OC, dout, w), c.OC, "dinp");
+    auto ref_dw = naive(true, false, c.OC, c.C, c.BT, dout, inp);
+    for (size_t i = 0; i < ref_dw.size(); ++i) ref_dw[i] += dw0[i];
+    expect_close(dw, ref_dw, c.BT, "dweight");
+    // Without scratch: the plain layout, the same values to rounding.
+    std::vector<float> dinp2(dinp.size()), dw2 = dw0, db2(db.size(), 0.f);
+    braid::kernels::matmul_backward(dinp2.data(), dw2.data(), db2.data(), dout.data(), inp.data(), w.data(), c.BT,
+                                    c.C, c.OC);
+    EXPECT_EQ(db, db2) << "the bias gradient does not depend on the layout";
+  }
+  EXPECT_EQ(braid::kernels::matmul_backward_scratch_floats(256, 768, 3072), 0u);
+  EXPECT_EQ(braid::kernels::matmul_backward_scratch_floats(1024, 768, 50304), size_t(4096 * 768));
+}
+
+// bf16 x bf16 -> f32: the products of bf16 values are exact in f32, so the
+// result equals the f32 product of the same (widened) values to f32 summation error.
+TEST(Gemm, HalfOperandsMatchF32OnTheSameValues) {
+  for (braid::DType t : {braid::DType::bf16, braid::DType::f16}) {
+    const int64_t M = 33, N = 40, K = 129;
+    auto A = randvec(size_t(M * K), 21), B = randvec(size_t(N * K), 22);
+    std::vector<uint16_t> Ah(A.size()), Bh(B.size());
+    for (size_t i = 0; i < A.size(); ++i) {
+      braid::store_from_f32(Ah.data(), i, t, A[i]);
+      A[i] = braid::load_as_f32(Ah.data(), i, t);
+    }
+    for (size_t i = 0; i < B.size(); ++i) {
+      braid::store_from_f32(Bh.data(), i, t, B[i]);
+      B[i] = braid::load_as_f32(Bh.data(), i, t);
+    }
+    std::vector<float> C(size_t(M * N), NAN);
+    if (!braid::kernels::half_matmul_supported(t)) {
+      EXPECT_THROW(braid::kernels::gemm_typed(false, true, M, N, K, 1.f, Ah.data(), Bh.data(), t, 0.f, C.data()),
+                   braid::Error)
+          << braid::dtype_name(t);
+      continue;
+    }
+    braid::kernels::gemm_typed(false, true, M, N, K, 1.f, Ah.data(), Bh.data(), t, 0.f, C.data());
+    expect_close(C, naive(false, true, M, N, K, A, B), K, braid::dtype_name(t));
+  }
+  EXPECT_TRUE(braid::kernels::half_matmul_supported(braid::DType::f32));
+}
+
+// matmul_backward at GPT-2's shapes (BT = 1024 token rows, C = 768), with and
+// without its scratch (transposed copies), alternated; prints the medians.
+// A figure for docs/BENCHMARKS.md, not a test (DISABLED_).
+TEST(Gemm, DISABLED_BackwardLayouts) {
+  const int64_t BT = 1024, C = 768;
+  struct Layer { const char* name; int64_t in, out; };
+  const Layer layers[] = {{"attn.c_attn", C, 3 * C}, {"attn.c_proj", C, C}, {"mlp.c_fc", C, 4 * C},
+                          {"mlp.c_proj", 4 * C, C},  {"lm_head", C, 50304}};
+  std::printf("matmul_backward (dinp + dweight), BT=%lld, %d threads: median ms of 7, plain | transposed copies\n",
+              (long long)BT, braid::omp_threads());
+  double total[2] = {0, 0};
+  for (const Layer& l : layers) {
+    auto dout = randvec(size_t(BT * l.out), 1), inp = randvec(size_t(BT * l.in), 2), w = randvec(size_t(l.out * l.in), 3);
+    std::vector<float> dinp(size_t(BT * l.in)), dw(size_t(l.out * l.in), 0.f);
+    std::vector<float> scratch(braid::kernels::matmul_backward_scratch_floats(BT, l.in, l.out));
+    std::vector<double> ms[2];
+    for (int rep = 0; rep < 8; ++rep)
+      for (int v = 0; v < 2; ++v) {
+        const auto t0 = std::chrono::steady_clock::now();
+        braid::kernels::matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(), BT, l.in,
+                                        l.out, v ? scratch.data() : nullptr);
+        if (rep > 0) ms[v].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+    double med[2];
+    for (int v = 0; v < 2; ++v) {
+      std::sort(ms[v].begin(), ms[v].end());
+      med[v] = ms[v][ms[v].size() / 2];
+      total[v] += med[v] * (l.out == 50304 ? 1 : 12);
+    }
+    const double gflop = 4.0 * double(BT) * double(l.in) * double(l.out) / 1e9;
+    std::printf("  %-12s %6.1f ms (%5.1f GFLOP/s) | %6.1f ms (%5.1f GFLOP/s)  x%.2f\n", l.name, med[0],
+                gflop / med[0] * 1e3, med[1], gflop / med[1] * 1e3, med[0] / med[1]);
+  }
+  std::printf("  gpt2 backward matmuls (12 blocks + head): %.0f ms | %.0f ms  x%.2f\n", total[0], total[1],
+              total[0] / total[1]);
 }

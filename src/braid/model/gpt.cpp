@@ -99,7 +99,9 @@ void GPT::layout_scratch(const GPTMemoryPlan& plan) {
   if (tpn_ > 1) ce_stats_ = s, s += 3 * BT;
   float* gather = nullptr;
   if (tp_.sequence_parallel) gather = s, s += BT * C;
-  tpl_ = parallel::tensor::TensorParallelLayers(tp_, cfg_.n_embd, gather);
+  float* mm_scratch = plan.matmul_scratch_floats ? s : nullptr;
+  s += plan.matmul_scratch_floats;
+  tpl_ = parallel::tensor::TensorParallelLayers(tp_, cfg_.n_embd, gather, mm_scratch);
   if (dropout_ > 0) dtmp_ = s, s += rows * C;
   att_scratch_ = s;
   BRAID_CHECK(size_t(s - scratch_.as<float>()) <= plan.scratch_floats, "scratch layout out of sync with memory_plan");

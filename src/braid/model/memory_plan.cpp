@@ -4,6 +4,7 @@
 
 #include "braid/core/error.h"
 #include "braid/kernels/cpu/attention.h"
+#include "braid/kernels/cpu/matmul.h"
 #include "braid/model/param_layout.h"
 
 namespace braid::model {
@@ -102,11 +103,20 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   const size_t att_scratch =
       std::max(k::attention_forward_scratch_floats(max_B, max_T, int64_t(Cl)),
                k::attention_backward_scratch_floats(max_B, max_T, int64_t(Cl), int64_t(NHl)));
+  // The linear layers' backward copies (kernels::matmul_backward): the largest
+  // over this rank's (in, out) features: c_attn, attn.c_proj, c_fc, mlp.c_proj, head.
+  const std::pair<size_t, size_t> linears[] = {{C, 3 * Cl}, {Cl, C}, {C, 4 * Cl}, {4 * Cl, C}, {C, Vpl}};
+  const size_t n_linears = head ? 5 : 4;
+  for (size_t i = 0; i < n_linears; ++i)
+    m.matmul_scratch_floats =
+        std::max(m.matmul_scratch_floats, k::matmul_backward_scratch_floats(int64_t(BT), int64_t(linears[i].first),
+                                                                          int64_t(linears[i].second)));
   // dres (rows x C), dln (BT x C), datty (BT x C/tp), dqkv (3 BT x C/tp), dfch
-  // (4 BT x C/tp), dlogits (BT x Vp/tp), attention scratch; with TP > 1 the
-  // vocab-parallel loss statistics (3 BT) and, with sequence parallelism, a
-  // gather buffer (BT x C); with dropout a masked-gradient buffer (rows x C).
-  m.scratch_floats = rows * C + BT * C + BT * Cl * 8 + (head ? BT * Vpl : 0) + att_scratch;
+  // (4 BT x C/tp), dlogits (BT x Vp/tp), attention scratch, the linear layers'
+  // copies; with TP > 1 the vocab-parallel loss statistics (3 BT) and, with
+  // sequence parallelism, a gather buffer (BT x C); with dropout a
+  // masked-gradient buffer (rows x C).
+  m.scratch_floats = rows * C + BT * C + BT * Cl * 8 + (head ? BT * Vpl : 0) + att_scratch + m.matmul_scratch_floats;
   if (tp > 1) m.scratch_floats += 3 * BT;
   if (sp) m.scratch_floats += BT * C;
   if (dropout > 0) m.scratch_floats += rows * C;

@@ -20,6 +20,7 @@ struct GPTMemoryPlan {
   size_t shared_act_floats = 0; // recomputation workspace shared by all blocks (activations)
   size_t act_floats = 0;        // floats of the activation buffer (all blocks + head)
   size_t scratch_floats = 0;    // floats of the backward scratch buffer
+  size_t matmul_scratch_floats = 0;  // of which the linear layers' transposed copies
   size_t params_bytes = 0;      // compute_params: num_params f32
   size_t grads_bytes = 0;       // grads: num_params f32
   size_t acts_bytes = 0;        // activations: act_floats f32

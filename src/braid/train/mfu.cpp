@@ -1,35 +1,112 @@
 #include "braid/train/mfu.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <vector>
 
+#include "braid/core/error.h"
 #include "braid/core/memory.h"
 #include "braid/kernels/cpu/matmul.h"
 
 namespace braid::train {
 
-double measure_matmul_peak_flops(double seconds) {
-  // The largest matmul of a GPT-2 small step (MLP c_fc at 256 tokens); the
-  // backend's throughput here is the ceiling the model's matmuls can reach.
-  const int64_t M = 256, K = 768, N = 3072;
-  Buffer a(M * K * 4, MemCategory::workspace), b(K * N * 4, MemCategory::workspace),
-      c(M * N * 4, MemCategory::workspace);
-  for (int64_t i = 0; i < M * K; ++i) a.as<float>()[i] = 0.001f * static_cast<float>(i % 97);
-  for (int64_t i = 0; i < K * N; ++i) b.as<float>()[i] = 0.001f * static_cast<float>(i % 89);
-  using Clock = std::chrono::steady_clock;
-  kernels::gemm(false, true, M, N, K, 1.f, a.as<float>(), b.as<float>(), 0.f, c.as<float>());  // warm-up
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// n elements of `dtype` with small deterministic values.
+Buffer operand(int64_t n, DType dtype, int salt) {
+  Buffer b(size_t(n) * dtype_size(dtype), MemCategory::workspace);
+  for (int64_t i = 0; i < n; ++i) store_from_f32(b.data(), size_t(i), dtype, 0.001f * float((i + salt) % 97));
+  return b;
+}
+}  // namespace
+
+std::string MatmulCeiling::describe() const {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s (%lldx%lld)(%lldx%lld): %.1f GFLOP/s (median of %d, spread %.1f%%)",
+                dtype_name(dtype), (long long)M, (long long)K, (long long)K, (long long)N, flops / 1e9, probes,
+                spread * 100);
+  return buf;
+}
+
+MatmulCeiling measure_matmul_ceiling(int64_t M, int64_t K, int64_t N, DType dtype, int probes,
+                                     double probe_seconds) {
+  BRAID_CHECK(M > 0 && K > 0 && N > 0 && probes > 0, "matmul ceiling: M=", M, " K=", K, " N=", N,
+              " probes=", probes, " must be positive");
+  Buffer a = operand(M * K, dtype, 0), w = operand(N * K, dtype, 1);
+  Buffer c(size_t(M * N) * sizeof(float), MemCategory::workspace);
+  auto run = [&] {
+    kernels::gemm_typed(false, true, M, N, K, 1.f, a.data(), w.data(), dtype, 0.f, c.as<float>());
+  };
+  run();  // creates the primitive and touches the buffers
+  const double flop = 2.0 * double(M) * double(N) * double(K);
   std::vector<double> rates;
-  const auto start = Clock::now();
-  do {
+  for (int p = 0; p < probes; ++p) {
     const auto t0 = Clock::now();
-    kernels::gemm(false, true, M, N, K, 1.f, a.as<float>(), b.as<float>(), 0.f, c.as<float>());
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    rates.push_back(2.0 * M * N * K / dt);
-  } while (std::chrono::duration<double>(Clock::now() - start).count() < seconds || rates.size() < 3);
-  // Best of the runs: the ceiling, not a noisy average.
-  double best = 0;
-  for (double r : rates) best = r > best ? r : best;
-  return best;
+    int64_t calls = 0;
+    do {
+      run();
+      ++calls;
+    } while (seconds_since(t0) < probe_seconds);
+    rates.push_back(flop * double(calls) / seconds_since(t0));
+  }
+  std::sort(rates.begin(), rates.end());
+  MatmulCeiling r;
+  r.dtype = dtype, r.M = M, r.N = N, r.K = K, r.probes = probes;
+  r.flops = rates[rates.size() / 2];
+  r.spread = (rates.back() - rates.front()) / r.flops;
+  return r;
+}
+
+std::string matmul_path(DType compute, const MatmulCeiling& f32) {
+  if (compute == DType::f32) return "matmuls run in f32";
+  std::string s = std::string("matmuls run in f32 on ") + dtype_name(compute) + "-rounded operands";
+  if (compute == DType::bf16 && kernels::half_matmul_supported(DType::bf16)) {
+    const MatmulCeiling b = measure_matmul_ceiling(f32.M, f32.K, f32.N, DType::bf16, f32.probes);
+    char buf[128];
+    std::snprintf(buf, sizeof buf, " (oneDNN bf16 x bf16 here: %.1f GFLOP/s, %.2fx f32)", b.flops / 1e9,
+                  b.flops / f32.flops);
+    s += buf;
+  } else if (compute == DType::f16 && !kernels::half_matmul_supported(DType::f16)) {
+    s += " (oneDNN has no f16 matmul on this CPU)";
+  }
+  return s;
+}
+
+double measure_fma_peak_flops(double seconds) {
+  typedef float v16 __attribute__((vector_size(64)));
+  constexpr int kChains = 16, kInner = 4096;
+  const int threads = omp_get_max_threads();
+  std::vector<double> flops(size_t(threads), 0.0);
+  std::vector<float> sink(size_t(threads), 0.f);
+  const auto t0 = Clock::now();
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    v16 acc[kChains];
+    for (int j = 0; j < kChains; ++j) acc[j] = v16{} + float(j) * 1e-3f;
+    const v16 m = v16{} + 0.999999f, b = v16{} + 1e-7f;
+    int64_t fmas = 0;
+    do {
+      for (int i = 0; i < kInner; ++i)
+        for (int j = 0; j < kChains; ++j) acc[j] = acc[j] * m + b;  // contracted to one FMA per vector
+      fmas += int64_t(kInner) * kChains;
+    } while (seconds_since(t0) < seconds);
+    float s = 0;
+    for (int j = 0; j < kChains; ++j)
+      for (int l = 0; l < 16; ++l) s += acc[j][l];
+    *static_cast<volatile float*>(&sink[size_t(t)]) = s;  // keeps the chains live
+    flops[size_t(t)] = double(fmas) * 16 * 2;
+  }
+  const double elapsed = seconds_since(t0);
+  double total = 0;
+  for (double f : flops) total += f;
+  return total / elapsed;
 }
 
 }  // namespace braid::train

@@ -1,11 +1,47 @@
-// Model FLOPs utilisation: achieved model FLOP/s over the fp32 matmul
-// throughput of the backend, measured on this machine in the same run.
+// Model FLOPs utilisation (MFU): achieved model FLOP/s over a ceiling measured
+// on this machine in the same run. Two ceilings: the backend's matmul at the
+// run's own MLP shape and dtype (what the model's matmuls could reach), and the
+// FMA peak of the cores (what the silicon could reach).
 #pragma once
+#include <cstdint>
+#include <string>
+
+#include "braid/core/dtype.h"
 
 namespace braid::train {
 
-/// Times the matmul backend (fp32, shapes of a GPT-2 small MLP: 256x768 @ 768x3072)
-/// for about `seconds` on the calling thread's OpenMP team; returns FLOP/s.
-double measure_matmul_peak_flops(double seconds);
+/// The matmul ceiling of a run: `probes` timings of the forward MLP matmul
+/// out (M, N) = x (M, K) @ W^T (W stored (N, K), as c_fc's weight), M = B*T
+/// token rows, K = n_embd, N = 4 n_embd / TP, in `dtype` (f32 or bf16 operands,
+/// f32 output), each probe at least `probe_seconds` of back-to-back calls on the
+/// calling thread's OpenMP team.
+struct MatmulCeiling {
+  DType dtype = DType::f32;
+  int64_t M = 0, N = 0, K = 0;
+  int probes = 0;
+  double flops = 0;   // median probe, FLOP/s: the MFU denominator
+  double spread = 0;  // (max - min) / median over the probes
+  /// "f32 (1024x768)(768x3072): 295.1 GFLOP/s (median of 5, spread 3.2%)".
+  std::string describe() const;
+};
+
+/// Measures a MatmulCeiling. Throws braid::Error on non-positive sizes or
+/// probes, or when oneDNN has no matmul for `dtype` here.
+MatmulCeiling measure_matmul_ceiling(int64_t M, int64_t K, int64_t N, DType dtype, int probes = 5,
+                                     double probe_seconds = 0.05);
+
+/// The dtype the run's matmuls execute in, and why, for a run of compute dtype
+/// `compute` whose f32 ceiling is `f32`: today every precision multiplies in
+/// f32 (bf16 / fp16 runs round the operands to their dtype first). For bf16 the
+/// line gives oneDNN's bf16 x bf16 -> f32 throughput at the same shape beside
+/// it (measured here), the figure that decides whether half-precision operands
+/// would pay on this CPU.
+std::string matmul_path(DType compute, const MatmulCeiling& f32);
+
+/// FMA peak of the calling thread's OpenMP team in FLOP/s: every thread runs
+/// 16 independent chains of fused multiply-adds on the widest vectors the build
+/// targets (-march=native: 16 f32 lanes with AVX-512) for about `seconds`;
+/// 2 FLOP per lane per FMA, summed over the threads.
+double measure_fma_peak_flops(double seconds = 0.2);
 
 }  // namespace braid::train

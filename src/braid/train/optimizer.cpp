@@ -48,12 +48,20 @@ double sumsq(const void* g, DType t, size_t len, float mult) {
     for (int64_t i = 0; i < n; ++i) part += static_cast<double>(p[i]) * p[i];
     return part;
   }
-#pragma omp parallel for reduction(+ : part) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = static_cast<double>(load_as_f32(g, static_cast<size_t>(i), t) * mult);
-    part += v * v;
-  }
-  return part;
+  // One loop per dtype, so the widening vectorises (a per-element switch does not).
+  auto sum = [n, mult](auto widen) {
+    double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = static_cast<double>(widen(i) * mult);
+      s += v * v;
+    }
+    return s;
+  };
+  const uint16_t* h = static_cast<const uint16_t*>(g);
+  if (t == DType::f32) return sum([p = static_cast<const float*>(g)](int64_t i) { return p[i]; });
+  if (t == DType::bf16) return sum([h](int64_t i) { return bf16_to_f32(h[i]); });
+  return sum([h](int64_t i) { return f16_to_f32(h[i]); });
 }
 
 // Sum over `group` of one double per rank, added in rank order: the same value

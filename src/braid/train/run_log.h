@@ -14,6 +14,7 @@ struct StepRecord {
   int64_t step = 0;
   float loss = 0, lr = 0, grad_norm = 0;
   double ms = 0, tokens_per_sec = 0, mfu = 0;
+  double fwd_bwd_ms = 0;             // forward and backward of every micro-batch (wall, this rank)
   size_t peak_mem_bytes = 0;
   uint64_t comm_bytes_sent = 0;      // payload this rank sent during the step (all collectives)
   uint64_t comm_bytes_received = 0;  // payload this rank received during the step

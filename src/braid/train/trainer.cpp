@@ -11,7 +11,6 @@
 #include "braid/train/checkpoint_dir.h"
 #include "braid/train/input_checks.h"
 #include "braid/train/memory_check.h"
-#include "braid/train/mfu.h"
 #include "braid/train/preemption.h"
 #include "braid/train/replica_check.h"
 #include "braid/train/sampling.h"
@@ -289,16 +288,7 @@ std::vector<StepRecord> Trainer::run_steps(RunLog& log, bool validate) {
       break;
     }
     const bool last = step + 1 == opt_.steps;
-    if (validate && ((step + 1) % opt_.val_every == 0 || last)) {
-      validate_now(log, step + 1);
-      if (opt_.peak_flops_per_rank > 0 && !last) {
-        // A start-up measurement on a busy machine reads low; refresh the
-        // ceiling now and then and keep the best, so MFU stays honest.
-        float peak = static_cast<float>(measure_matmul_peak_flops(0.2));
-        if (world_.size() > 1) world_.all_reduce(&peak, &peak, 1, DType::f32, comm::ReduceOp::max);
-        opt_.peak_flops_per_rank = std::max(opt_.peak_flops_per_rank, static_cast<double>(peak));
-      }
-    }
+    if (validate && ((step + 1) % opt_.val_every == 0 || last)) validate_now(log, step + 1);
     if (!opt_.save_dir.empty() && ((opt_.save_every > 0 && (step + 1) % opt_.save_every == 0) || last))
       save_to_dir(step + 1);
   }

@@ -56,6 +56,8 @@ class Trainer {
   }
   /// The options in force (model-dependent defaults resolved).
   const TrainOptions& options() const { return opt_; }
+  /// The per-rank matmul ceiling MFU is reported against (FLOP/s; 0: no MFU).
+  void set_peak_flops_per_rank(double flops) { opt_.peak_flops_per_rank = flops; }
   const MemoryLedger& ledger() const { return ledger_; }
   /// The resolved parallel layout.
   const ParallelPlan& plan() const { return plan_; }

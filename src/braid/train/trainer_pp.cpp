@@ -91,6 +91,7 @@ StepRecord Trainer::train_step(int64_t step) {
   sync_->begin_step(step);
   double compute = 0;
   float loss = sync_->computes() ? static_cast<float>(forward_backward(step, &compute)) : 0.f;
+  r.fwd_bwd_ms = secs(t0, Clock::now()) * 1e3;
   const double s0 = TraceRecorder::now_us();
   if (pp_size_ > 1) {
     // The tied embedding's copies on the first and the last stage get the sum of

@@ -49,8 +49,15 @@ void adamw_update_mixed(float* params, const void* grads, DType gdt, float grad_
                weight_decay, t);
     return;
   }
-  adamw_loop(params, [=](int64_t i) { return load_as_f32(grads, size_t(i), gdt) * grad_mult; }, m, v,
-             n, lr, beta1, beta2, eps, weight_decay, t);
+  // One loop per dtype, so the widening vectorises (a per-element switch does not).
+  const uint16_t* h = static_cast<const uint16_t*>(grads);
+  if (gdt == DType::bf16) {
+    adamw_loop(params, [=](int64_t i) { return bf16_to_f32(h[i]) * grad_mult; }, m, v, n, lr, beta1, beta2, eps,
+               weight_decay, t);
+  } else {
+    adamw_loop(params, [=](int64_t i) { return f16_to_f32(h[i]) * grad_mult; }, m, v, n, lr, beta1, beta2, eps,
+               weight_decay, t);
+  }
 }
 
 }  // namespace braid::kernels

@@ -16,9 +16,12 @@ struct GemmKey {
   int64_t M, N, K, batch;
   uint32_t alpha_bits, beta_bits;
   bool ta, tb, has_bias;
+  DType ab;
+  int64_t lda = 0;  // row stride of a plain A (batch 1) when it is not K; 0: contiguous
   bool operator==(const GemmKey& o) const {
     return M == o.M && N == o.N && K == o.K && batch == o.batch && alpha_bits == o.alpha_bits &&
-           beta_bits == o.beta_bits && ta == o.ta && tb == o.tb && has_bias == o.has_bias;
+           beta_bits == o.beta_bits && ta == o.ta && tb == o.tb && has_bias == o.has_bias && ab == o.ab &&
+           lda == o.lda;
   }
 };
 
@@ -26,9 +29,9 @@ struct GemmKeyHash {
   size_t operator()(const GemmKey& k) const {
     uint64_t h = 1469598103934665603ull;
     auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-    mix(uint64_t(k.M)); mix(uint64_t(k.N)); mix(uint64_t(k.K)); mix(uint64_t(k.batch));
+    mix(uint64_t(k.M)); mix(uint64_t(k.N)); mix(uint64_t(k.K)); mix(uint64_t(k.batch)); mix(uint64_t(k.lda));
     mix(k.alpha_bits); mix(k.beta_bits);
-    mix(uint64_t(k.ta) | uint64_t(k.tb) << 1 | uint64_t(k.has_bias) << 2);
+    mix(uint64_t(k.ta) | uint64_t(k.tb) << 1 | uint64_t(k.has_bias) << 2 | uint64_t(k.ab) << 3);
     return size_t(h);
   }
 };
@@ -58,16 +61,26 @@ uint32_t bits(float f) {
   return u;
 }
 
-// Row-major (batch, rows, cols) descriptor; transposed storage = swapped strides.
-dnnl::memory::desc make_md(int64_t batch, int64_t rows, int64_t cols, bool trans) {
+dnnl::memory::data_type dnnl_type(DType t) {
   using dt = dnnl::memory::data_type;
-  if (trans) return dnnl::memory::desc({batch, rows, cols}, dt::f32, {rows * cols, 1, rows});
-  return dnnl::memory::desc({batch, rows, cols}, dt::f32, {rows * cols, cols, 1});
+  switch (t) {
+    case DType::f32: return dt::f32;
+    case DType::bf16: return dt::bf16;
+    case DType::f16: return dt::f16;
+  }
+  return dt::undef;
+}
+
+// Row-major (batch, rows, cols) descriptor; transposed storage = swapped strides.
+dnnl::memory::desc make_md(int64_t batch, int64_t rows, int64_t cols, bool trans, DType t = DType::f32) {
+  if (trans) return dnnl::memory::desc({batch, rows, cols}, dnnl_type(t), {rows * cols, 1, rows});
+  return dnnl::memory::desc({batch, rows, cols}, dnnl_type(t), {rows * cols, cols, 1});
 }
 
 GemmEntry make_entry(GemmContext& ctx, const GemmKey& k, float alpha, float beta) {
-  auto a_md = make_md(k.batch, k.M, k.K, k.ta);
-  auto b_md = make_md(k.batch, k.K, k.N, k.tb);
+  auto a_md = k.lda ? dnnl::memory::desc({1, k.M, k.K}, dnnl_type(k.ab), {k.M * k.lda, k.lda, 1})
+                    : make_md(k.batch, k.M, k.K, k.ta, k.ab);
+  auto b_md = make_md(k.batch, k.K, k.N, k.tb, k.ab);
   auto c_md = make_md(k.batch, k.M, k.N, false);
   dnnl::memory::desc bias_md;
   if (k.has_bias)
@@ -95,11 +108,40 @@ GemmEntry make_entry(GemmContext& ctx, const GemmKey& k, float alpha, float beta
   return e;
 }
 
+// Runs the cached primitive for `key` (made on first use).
+void run_gemm(const GemmKey& key, float alpha, float beta, const void* A, const void* B, float* C,
+              const float* bias) {
+  GemmContext& ctx = context();
+  auto it = ctx.cache.find(key);
+  try {
+    if (it == ctx.cache.end()) it = ctx.cache.emplace(key, make_entry(ctx, key, alpha, beta)).first;
+    GemmEntry& e = it->second;
+    e.a.set_data_handle(const_cast<void*>(A));
+    e.b.set_data_handle(const_cast<void*>(B));
+    e.c.set_data_handle(C);
+    if (bias) e.bias.set_data_handle(const_cast<float*>(bias));
+    e.prim.execute(ctx.strm, e.args);
+    ctx.strm.wait();
+  } catch (const dnnl::error& err) {
+    throw Error(detail::concat(__FILE__, ":", __LINE__, ": oneDNN matmul failed (", dtype_name(key.ab),
+                               " M=", key.M, " N=", key.N, " K=", key.K, " batch=", key.batch, "): ",
+                               err.what()));
+  }
+}
+
+// C (M, N) = beta C + A (M, K; rows lda apart) @ B^T, B stored (N, K): f32, one batch.
+void gemm_strided_a(int64_t M, int64_t N, int64_t K, int64_t lda, const float* A, const float* B, float beta,
+                    float* C) {
+  if (M == 0 || N == 0 || K == 0) return;
+  run_gemm({M, N, K, 1, bits(1.0f), bits(beta), false, true, false, DType::f32, lda == K ? 0 : lda}, 1.0f,
+           beta, A, B, C, nullptr);
+}
+
 }  // namespace
 
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, const float* B, float beta, float* C, const float* bias,
-          int64_t batch) {
+void gemm_typed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const void* A, const void* B, DType ab_type, float beta, float* C, const float* bias,
+                int64_t batch) {
   BRAID_CHECK(M >= 0 && N >= 0 && K >= 0 && batch >= 0, "gemm: negative size M=", M, " N=", N,
               " K=", K, " batch=", batch);
   BRAID_CHECK(bias == nullptr || alpha == 1.0f, "gemm: bias needs alpha == 1, got ", alpha);
@@ -112,21 +154,24 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
     }
     return;
   }
-  GemmContext& ctx = context();
-  GemmKey key{M, N, K, batch, bits(alpha), bits(beta), trans_a, trans_b, bias != nullptr};
-  auto it = ctx.cache.find(key);
+  run_gemm({M, N, K, batch, bits(alpha), bits(beta), trans_a, trans_b, bias != nullptr, ab_type}, alpha, beta, A,
+           B, C, bias);
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          const float* B, float beta, float* C, const float* bias, int64_t batch) {
+  gemm_typed(trans_a, trans_b, M, N, K, alpha, A, B, DType::f32, beta, C, bias, batch);
+}
+
+bool half_matmul_supported(DType t) {
+  if (t == DType::f32) return true;
   try {
-    if (it == ctx.cache.end()) it = ctx.cache.emplace(key, make_entry(ctx, key, alpha, beta)).first;
-    GemmEntry& e = it->second;
-    e.a.set_data_handle(const_cast<float*>(A));
-    e.b.set_data_handle(const_cast<float*>(B));
-    e.c.set_data_handle(C);
-    if (bias) e.bias.set_data_handle(const_cast<float*>(bias));
-    e.prim.execute(ctx.strm, e.args);
-    ctx.strm.wait();
-  } catch (const dnnl::error& err) {
-    throw Error(detail::concat(__FILE__, ":", __LINE__, ": oneDNN matmul failed (M=", M, " N=", N,
-                               " K=", K, " batch=", batch, "): ", err.what()));
+    GemmContext& ctx = context();
+    const GemmKey key{16, 16, 16, 1, bits(1.0f), bits(0.0f), false, true, false, t};
+    make_entry(ctx, key, 1.0f, 0.0f);
+    return true;
+  } catch (const dnnl::error&) {
+    return false;
   }
 }
 
@@ -138,12 +183,55 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
   gemm(false, true, BT, OC, C, 1.0f, inp, weight, 0.0f, out, bias);
 }
 
+void transpose(float* dst, const float* src, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 32;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t i0 = 0; i0 < rows; i0 += kTile)
+    for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+      const int64_t i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
+      for (int64_t j = j0; j < j1; ++j)
+        for (int64_t i = i0; i < i1; ++i) dst[j * rows + i] = src[i * cols + j];
+    }
+}
+
+namespace {
+// Layout rules of matmul_backward (measured: docs/BENCHMARKS.md). Copying the
+// weight costs about 120 / BT of its product's time, so below 512 rows it does
+// not pay; inp's copy pays for wide inputs, whose plain layout is the slow one.
+constexpr int64_t kMinRowsForWeightCopy = 512;
+constexpr int64_t kMinColsForInputCopy = 2048;
+constexpr int64_t kWeightBlockRows = 4096;
+}  // namespace
+
+size_t matmul_backward_scratch_floats(int64_t BT, int64_t C, int64_t OC) {
+  size_t n = 0;
+  if (BT >= kMinRowsForWeightCopy) n = size_t(std::min(OC, kWeightBlockRows) * C);
+  if (C >= kMinColsForInputCopy) n = std::max(n, size_t(BT * C));
+  return n;
+}
+
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int64_t BT, int64_t C, int64_t OC) {
+                     const float* inp, const float* weight, int64_t BT, int64_t C, int64_t OC,
+                     float* scratch) {
   // dinp (BT, C) = dout (BT, OC) @ weight (OC, C)
-  if (dinp) gemm(false, false, BT, C, OC, 1.0f, dout, weight, 0.0f, dinp);
+  if (dinp && scratch && BT >= kMinRowsForWeightCopy) {
+    // Block by block of weight rows: dinp += dout[:, o0:o1] @ (weight[o0:o1, :]^T)^T.
+    for (int64_t o0 = 0; o0 < OC; o0 += kWeightBlockRows) {
+      const int64_t rows = std::min(kWeightBlockRows, OC - o0);
+      transpose(scratch, weight + o0 * C, rows, C);  // (C, rows)
+      // dout's columns [o0, o0 + rows): a (BT, rows) operand with rows OC apart.
+      gemm_strided_a(BT, C, rows, OC, dout + o0, scratch, o0 == 0 ? 0.0f : 1.0f, dinp);
+    }
+  } else if (dinp) {
+    gemm(false, false, BT, C, OC, 1.0f, dout, weight, 0.0f, dinp);
+  }
   // dweight (OC, C) += dout^T (OC, BT) @ inp (BT, C)
-  if (dweight) gemm(true, false, OC, C, BT, 1.0f, dout, inp, 1.0f, dweight);
+  if (dweight && scratch && C >= kMinColsForInputCopy) {
+    transpose(scratch, inp, BT, C);  // (C, BT)
+    gemm(true, true, OC, C, BT, 1.0f, dout, scratch, 1.0f, dweight);
+  } else if (dweight) {
+    gemm(true, false, OC, C, BT, 1.0f, dout, inp, 1.0f, dweight);
+  }
   // Column sum over the rows, in row order (deterministic).
   if (dbias) add_rows_in_order([&](int64_t) { return dbias; }, dout, BT, OC, 64);
 }

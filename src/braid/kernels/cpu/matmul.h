@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "braid/core/dtype.h"
+
 namespace braid::kernels {
 
 /// Batched, dense, row-major fp32 GEMM:
@@ -24,8 +26,26 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const float* A, const float* B, float beta, float* C, const float* bias = nullptr,
           int64_t batch = 1);
 
+/// gemm with A and B in `ab_type` (f32 or bf16; products exact in f32) and C,
+/// bias in f32: C = alpha * op(A) @ op(B) + beta * C (+ bias), accumulated in
+/// f32 (oneDNN's bf16 x bf16 -> f32 matmul: AVX512-BF16 dot products, AMX
+/// tiles where the CPU has them). Shapes and flags as gemm. Throws
+/// braid::Error when oneDNN has no matmul for `ab_type` on this CPU (f16 with
+/// oneDNN 2.6 on CPUs without AVX512-FP16 kernels; see
+/// half_matmul_supported).
+void gemm_typed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const void* A, const void* B, DType ab_type, float beta, float* C,
+                const float* bias = nullptr, int64_t batch = 1);
+
+/// True when oneDNN builds a `t` x `t` -> f32 matmul on this CPU (f32: always).
+bool half_matmul_supported(DType t);
+
 /// Number of oneDNN matmul primitives cached by the calling thread (for tests).
 size_t gemm_cache_size();
+
+/// dst (cols, rows) = src (rows, cols)^T, row-major f32, in 32 x 32 tiles
+/// spread over the OpenMP team. dst and src must not overlap.
+void transpose(float* dst, const float* src, int64_t rows, int64_t cols);
 
 /// Linear layer as torch.nn.Linear: out = inp @ weight^T + bias.
 ///   out    (BT, OC)  written
@@ -43,7 +63,23 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 ///   inp     (BT, C)
 ///   weight  (OC, C)   (unused when dinp is nullptr)
 /// dbias is a column sum in a fixed order (deterministic, independent of threads).
+///
+/// With `scratch` of at least matmul_backward_scratch_floats(BT, C, OC) floats
+/// the products run in oneDNN's fast layout: the backend multiplies a plain
+/// right operand of many columns at 55-65 % of its rate with a transposed one
+/// (docs/BENCHMARKS.md, "Backward matmul layouts"), so dinp multiplies by a
+/// transposed copy of the weight (in blocks of at most 4096 of its OC rows,
+/// accumulated in block order), and dweight, when C >= 2048, by a transposed
+/// copy of inp. Without scratch (nullptr) the operands are used as stored. The
+/// result depends only on the sizes and on whether scratch is given, never on
+/// the thread count.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int64_t BT, int64_t C, int64_t OC);
+                     const float* inp, const float* weight, int64_t BT, int64_t C, int64_t OC,
+                     float* scratch = nullptr);
+
+/// Floats of scratch matmul_backward uses for (BT, C, OC): max(min(OC, 4096) x C
+/// when BT >= 512 (the weight's transposed block), BT x C when C >= 2048 (inp
+/// transposed)); 0 when no operand is transposed.
+size_t matmul_backward_scratch_floats(int64_t BT, int64_t C, int64_t OC);
 
 }  // namespace braid::kernels

@@ -18,9 +18,9 @@ namespace k = braid::kernels;
 int TensorParallel::size() const { return comm ? comm->size() : 1; }
 int TensorParallel::rank() const { return comm ? comm->rank() : 0; }
 
-TensorParallelLayers::TensorParallelLayers(const TensorParallel& tp, int64_t C, float* gather)
+TensorParallelLayers::TensorParallelLayers(const TensorParallel& tp, int64_t C, float* gather, float* matmul_scratch)
     : comm_(tp.comm), sp_(tp.sequence_parallel && tp.size() > 1), size_(tp.size()), rank_(tp.rank()), C_(C),
-      gather_(gather) {
+      gather_(gather), mm_scratch_(matmul_scratch) {
   BRAID_CHECK(!sp_ || gather_, "sequence parallelism needs a gather buffer");
 }
 
@@ -82,22 +82,22 @@ void TensorParallelLayers::row_forward(float* out, const float* in, const float*
 
 float* TensorParallelLayers::column_backward(float* din_full, float* dW, float* db, const float* dout,
                                              const float* in, const float* W, int64_t K, int64_t Nl) {
-  k::matmul_backward(din_full, dW, db, dout, gather_rows(in), W, BT_, K, Nl);
+  k::matmul_backward(din_full, dW, db, dout, gather_rows(in), W, BT_, K, Nl, mm_scratch_);
   return reduce_input_grad(din_full);
 }
 
 void TensorParallelLayers::column_weight_grad(float* dW, const float* dout, const float* in, int64_t K, int64_t Nl) {
-  k::matmul_backward(nullptr, dW, nullptr, dout, gather_rows(in), nullptr, BT_, K, Nl);
+  k::matmul_backward(nullptr, dW, nullptr, dout, gather_rows(in), nullptr, BT_, K, Nl, mm_scratch_);
 }
 
 void TensorParallelLayers::row_backward(float* din, float* dW, float* db, const float* dout_local, const float* in,
                                         const float* W, int64_t Kl, int64_t N) {
-  k::matmul_backward(din, dW, db, gather_rows(dout_local), in, W, BT_, Kl, N);
+  k::matmul_backward(din, dW, db, gather_rows(dout_local), in, W, BT_, Kl, N, mm_scratch_);
 }
 
 void TensorParallelLayers::row_weight_grad(float* dW, const float* dout_local, const float* in, int64_t Kl,
                                            int64_t N) {
-  k::matmul_backward(nullptr, dW, nullptr, gather_rows(dout_local), in, nullptr, BT_, Kl, N);
+  k::matmul_backward(nullptr, dW, nullptr, gather_rows(dout_local), in, nullptr, BT_, Kl, N, mm_scratch_);
 }
 
 void TensorParallelLayers::embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,

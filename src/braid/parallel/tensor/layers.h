@@ -32,10 +32,13 @@ struct TensorParallel {
 /// One rank's tensor-parallel layers for micro-batches of BT token rows. Holds
 /// no tensors: weights, activations and gradients are the caller's. `gather`
 /// is scratch of BT x C floats the caller allocates when sequence parallelism
-/// is on (size > 1), used for gathered rows and partial sums.
+/// is on (size > 1), used for gathered rows and partial sums. `matmul_scratch`
+/// (or nullptr) is the linear layers' backward scratch: at least
+/// kernels::matmul_backward_scratch_floats(BT, in, out) floats for each layer
+/// the caller runs (model::memory_plan sizes it).
 class TensorParallelLayers {
  public:
-  TensorParallelLayers(const TensorParallel& tp, int64_t C, float* gather);
+  TensorParallelLayers(const TensorParallel& tp, int64_t C, float* gather, float* matmul_scratch = nullptr);
 
   /// Sets the token rows of the next calls (BT = B * T). Throws braid::Error
   /// when sequence parallelism is on and TP does not divide BT.
@@ -108,6 +111,7 @@ class TensorParallelLayers {
   int size_, rank_;
   int64_t C_;
   float* gather_;
+  float* mm_scratch_;
   int64_t BT_ = 0, rows_ = 0, row0_ = 0;
 };
 

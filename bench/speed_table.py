@@ -1,0 +1,68 @@
+"""The table of bench/speed_table.sh from the JSON files it wrote (argument: its folder)."""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def load_steps(d):
+    runs = {}
+    for f in glob.glob(os.path.join(d, "step_*_r*.json")):
+        name = re.match(r"step_(.+)_r\d+\.json", os.path.basename(f)).group(1)
+        runs.setdefault(name, []).append(json.load(open(f)))
+    return runs
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def step_table(runs):
+    print("| run | rounds | step ms | fwd+bwd ms | tokens/s | matmul ceiling GFLOP/s (spread) | MFU step | MFU fwd+bwd | step vs FMA peak |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name in sorted(runs):
+        rs = runs[name]
+        get = lambda k: med([r.get(k, float("nan")) for r in rs])
+        print(f"| {name} | {len(rs)} | {get('step_ms'):.0f} | {get('fwd_bwd_ms'):.0f} | {get('tokens_per_sec'):.1f} | "
+              f"{get('matmul_ceiling_flops') / 1e9:.0f} ({100 * get('matmul_ceiling_spread'):.0f} %) | "
+              f"{100 * get('mfu'):.1f} % | {100 * get('mfu_fwd_bwd'):.1f} % | {100 * get('mfu_fma'):.1f} % |")
+    ratios = [("bf16 / fp32, B=8 T=128", "bf16_8x128", "fp32_8x128"), ("bf16 / fp32, B=4 T=64", "bf16_4x64", "fp32_4x64"),
+              ("fp32 / baseline fp32, B=8 T=128", "fp32_8x128", "base_8x128")]
+    for label, a, b in ratios:
+        if a in runs and b in runs:
+            r = med([y["step_ms"] / x["step_ms"] for x, y in zip(runs[a], runs[b])])
+            print(f"\nstep speed {label}: {r:.2f}x (median over rounds of the step-time ratio)")
+
+
+def comm_table(d):
+    f = os.path.join(d, "comm_np2.json")
+    if not os.path.exists(f):
+        return
+    rows = json.load(open(f))
+    print("\n| collective | bytes | ours busbw GB/s | MPI busbw GB/s | ours / MPI | ours / memcpy |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        ours, nat = r["ours"]["busbw_GBps"], r["native"]["busbw_GBps"]
+        print(f"| {r['collective']} | {r['bytes']} | {ours:.2f} | {nat:.2f} | {ours / nat:.2f}x | {ours / r['memcpy_GBps']:.2f} |")
+    print(f"\nmemcpy ceiling (both ranks copying at once): {rows[0]['memcpy_GBps']:.2f} GB/s per rank")
+
+
+def dp_table(d):
+    def step_ms(f):
+        ms = [json.loads(l)["ms"] for l in open(f) if '"ms"' in l][2:]
+        return med(ms)
+    one = [step_ms(f) for f in sorted(glob.glob(os.path.join(d, "dp_1x2_r*.jsonl")))]
+    two = [step_ms(f) for f in sorted(glob.glob(os.path.join(d, "dp_2x1_r*.jsonl")))]
+    if one and two:
+        ratios = [a / b for a, b in zip(one, two)]
+        print(f"\ndata parallelism, small, batch 16: 1 rank x 2 threads {med(one):.0f} ms, 2 ranks x 1 thread {med(two):.0f} ms"
+              f" per step: 2x1 / 1x2 throughput {med(ratios):.2f}x (median over {len(ratios)} rounds)")
+
+
+if __name__ == "__main__":
+    d = sys.argv[1]
+    step_table(load_steps(d))
+    comm_table(d)
+    dp_table(d)

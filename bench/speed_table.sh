@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Every speed figure of docs/BENCHMARKS.md ("As fast as the silicon") in one
+# run, each beside its ceiling or peer measured in the same run, then a table:
+#   step    bench-step, gpt2, one rank, THREADS threads: fp32 and bf16 at B=8 T=128
+#           and B=4 T=64, bf16 with 4 micro-batches; with BASELINE set (another
+#           braid binary), its fp32 step alternated with ours
+#   layouts the backward matmuls with and without their transposed copies
+#   comm    bench-comm on 2 ranks (ours vs MPI's own, 64 MiB all-reduce vs memcpy)
+#   dp      `small`: 2 ranks x 1 thread (DDP) vs 1 rank x 2 threads
+# Usage: bench/speed_table.sh [rounds]   (env: BRAID, BASELINE, THREADS, OUT)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+braid="${BRAID:-$root/build/braid}"
+rounds="${1:-3}"
+threads="${THREADS:-2}"
+out="${OUT:-$root/out/speed_table}"
+py=/usr/bin/python3
+mkdir -p "$out"
+rm -f "$out"/*.json
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+
+grep -m1 "model name" /proc/cpuinfo | sed 's/^model name\s*: /cpu: /'
+echo "flags: $(grep -m1 flags /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512f|avx512_bf16|avx512_fp16|amx_bf16|amx_tile|avx2|fma)$' | tr '\n' ' ')"
+echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+step() {  # name binary precision B T accum round
+  OMP_NUM_THREADS="$threads" "$2" bench-step --model gpt2 --precision "$3" --batch "$4" --seq-len "$5" \
+    --accum "$6" --steps 3 --warmup 1 --threads "$threads" --json "$out/step_$1_r$7.json" | sed "s/^/[$1 r$7] /"
+}
+
+for r in $(seq 1 "$rounds"); do
+  step fp32_8x128 "$braid" fp32 8 128 1 "$r"
+  step bf16_8x128 "$braid" bf16 8 128 1 "$r"
+  step fp32_4x64 "$braid" fp32 4 64 1 "$r"
+  step bf16_4x64 "$braid" bf16 4 64 1 "$r"
+  if [ -n "${BASELINE:-}" ]; then
+    # An older bench-step has no --precision / --accum: fp32, one micro-batch.
+    OMP_NUM_THREADS="$threads" "$BASELINE" bench-step --model gpt2 --batch 8 --seq-len 128 --steps 3 --warmup 1 \
+      --threads "$threads" --json "$out/step_base_8x128_r$r.json" | sed "s/^/[base r$r] /"
+  fi
+done
+step bf16_8x128_accum4 "$braid" bf16 8 128 4 1
+step fp32_8x128_accum4 "$braid" fp32 8 128 4 1
+
+echo "== backward matmul layouts"
+OMP_NUM_THREADS="$threads" "$root/build/tests/test_kernels" --gtest_also_run_disabled_tests \
+  --gtest_filter='Gemm.DISABLED_BackwardLayouts' | grep -v '^\['
+
+echo "== collectives, 2 ranks"
+mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$braid" bench-comm --min-bytes 262144 --json "$out/comm_np2.json"
+
+echo "== data-parallel scaling, small"
+dp_run() {  # name ranks threads
+  OMP_NUM_THREADS="$3" mpirun --oversubscribe -np "$2" -x OMP_NUM_THREADS "$braid" train --model small --batch 16 \
+    --micro-batch $((16 / $2)) --steps 12 --warmup 2 --val-every 0 --quiet --metrics-out "$out/dp_$1.jsonl" >/dev/null
+}
+for r in $(seq 1 "$rounds"); do
+  dp_run "1x2_r$r" 1 2
+  dp_run "2x1_r$r" 2 1
+done
+
+"$py" "$root/bench/speed_table.py" "$out"
