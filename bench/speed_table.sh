@@ -47,11 +47,13 @@ OMP_NUM_THREADS="$threads" "$root/build/tests/test_kernels" --gtest_also_run_dis
   --gtest_filter='Gemm.DISABLED_BackwardLayouts' | grep -v '^\['
 
 echo "== collectives, 2 ranks"
-mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$braid" bench-comm --min-bytes 262144 --json "$out/comm_np2.json"
+mpirun --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 "$braid" bench-comm --min-bytes 262144 --json "$out/comm_np2.json"
 
 echo "== data-parallel scaling, small"
 dp_run() {  # name ranks threads
-  OMP_NUM_THREADS="$3" mpirun --oversubscribe -np "$2" -x OMP_NUM_THREADS "$braid" train --model small --batch 16 \
+  # --bind-to none: by default OpenMPI binds each of <= 2 processes to one core,
+  # which would put the single rank's 2 threads on one core.
+  OMP_NUM_THREADS="$3" mpirun --oversubscribe --bind-to none -np "$2" -x OMP_NUM_THREADS "$braid" train --model small --batch 16 \
     --micro-batch $((16 / $2)) --steps 12 --warmup 2 --val-every 0 --quiet --metrics-out "$out/dp_$1.jsonl" >/dev/null
 }
 for r in $(seq 1 "$rounds"); do

@@ -18,6 +18,8 @@ CommBase::CommBase(std::shared_ptr<Monitor> monitor, std::shared_ptr<CommState> 
     if (const char* s = std::getenv(name)) v = std::strtoull(s, nullptr, 10);
   };
   env_bytes("BRAID_COMM_AR_HALVING_MAX", ring_opts_.halving_all_reduce_max_bytes);
+  env_bytes("BRAID_COMM_AR_DOUBLING_MAX", ring_opts_.doubling_all_reduce_max_bytes);
+  env_bytes("BRAID_COMM_AR_DOUBLING_MAX_2RANKS", ring_opts_.doubling_all_reduce_max_bytes_2ranks);
   env_bytes("BRAID_COMM_AG_DOUBLING_MAX", ring_opts_.doubling_all_gather_max_bytes);
   env_bytes("BRAID_COMM_AG_DIRECT_MAX", ring_opts_.direct_all_gather_max_bytes);
   env_bytes("BRAID_COMM_BCAST_TREE_MAX", ring_opts_.chain_broadcast_min_bytes);

@@ -25,11 +25,13 @@ struct RingOptions {
   size_t chain_broadcast_min_bytes = size_t{256} << 10;  // pipelined chain above this
   // All-reduce of at most this many bytes on a power-of-two group uses recursive
   // doubling (log2 n rounds instead of 2(n-1): fewer round trips where latency
-  // dominates). Thresholds measured on the 2-core dev machine (OpenMPI 4.1, vader/CMA):
-  // with 2 ranks a single whole-buffer exchange beats the ring up to 4 MiB; with 4
-  // ranks doubling wins up to ~64 KiB, Rabenseifner to ~1 MiB, the ring above.
+  // dominates). Thresholds measured on the 2-core dev machines (OpenMPI 4.1, vader/CMA):
+  // with 2 ranks a single whole-buffer exchange ties the ring at 1 MiB and loses to it
+  // from 2 MiB on (at 2-4 MiB by 20-30 %, docs/BENCHMARKS.md); with 4 ranks doubling
+  // wins up to ~64 KiB, Rabenseifner to ~1 MiB, the ring above. Environment overrides:
+  // BRAID_COMM_AR_DOUBLING_MAX, BRAID_COMM_AR_DOUBLING_MAX_2RANKS (bytes).
   size_t doubling_all_reduce_max_bytes = size_t{128} << 10;
-  size_t doubling_all_reduce_max_bytes_2ranks = size_t{4} << 20;
+  size_t doubling_all_reduce_max_bytes_2ranks = size_t{1} << 20;
   // Above that and up to this, power-of-two groups of more than 2 ranks use
   // Rabenseifner's algorithm (2 log2 n steps instead of the ring's 2(n-1)).
   size_t halving_all_reduce_max_bytes = size_t{1} << 20;
@@ -37,7 +39,7 @@ struct RingOptions {
   // groups use recursive doubling up to doubling_all_gather_max_bytes (log2 n exchanges of
   // whole block ranges); otherwise direct (every block posted to every peer at once) up to
   // direct_all_gather_max_bytes; the pipelined ring above. With 2 ranks all are one
-  // exchange and the ring (unchunked) is used.
+  // exchange: direct, with the local copy overlapping it.
   size_t doubling_all_gather_max_bytes = size_t{32} << 20;
   size_t direct_all_gather_max_bytes = size_t{32} << 20;
   // All-to-all: post every receive and send at once (one round) instead of n-1 pairwise
@@ -126,6 +128,9 @@ struct AllToAllBlocks {
   AllToAllBlocks(Communicator& comm, const void* send, void* recv, size_t count, DType dtype);
   const std::byte* in_block(int q) const { return in + static_cast<size_t>(q) * blk; }
   std::byte* out_block(int q) const { return out + static_cast<size_t>(q) * blk; }
+  /// This rank's own block, copied locally (after the messages are posted, so
+  /// the copy overlaps the transfers).
+  void copy_own() const;
   int n, r;
   size_t blk;
   const std::byte* in;

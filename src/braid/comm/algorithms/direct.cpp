@@ -22,6 +22,8 @@ void all_gather(Communicator& comm, const RingOptions& opts, const void* send, v
                 size_t count, DType dtype) {
   const int n = comm.size();
   const size_t total = static_cast<size_t>(n) * count * dtype_size(dtype);
+  // Two ranks exchange one block each way: nothing to forward or pipeline.
+  if (n == 2) return direct_all_gather(comm, send, recv, count, dtype);
   if (n > 2 && count > 0) {
     if (pow2(n) && total <= opts.doubling_all_gather_max_bytes)
       return doubling_all_gather(comm, send, recv, count, dtype);
@@ -56,20 +58,22 @@ void direct_all_gather(Communicator& comm, const void* send, void* recv, size_t 
   if (blk == 0) return;
   auto* out = static_cast<std::byte*>(recv);
   std::byte* mine = out + static_cast<size_t>(r) * blk;
-  if (static_cast<const std::byte*>(send) != mine) std::memcpy(mine, send, blk);
   std::vector<WorkPtr> ws;
   ws.reserve(2 * static_cast<size_t>(n));
   for (int s = 1; s < n; ++s) {
     const int src = (r - s + n) % n;
     ws.push_back(comm.irecv(out + static_cast<size_t>(src) * blk, blk, src, kCollectiveTag));
   }
-  for (int s = 1; s < n; ++s) ws.push_back(comm.isend(mine, blk, (r + s) % n, kCollectiveTag));
+  for (int s = 1; s < n; ++s) ws.push_back(comm.isend(send, blk, (r + s) % n, kCollectiveTag));
+  // The local copy overlaps the transfers (the sends read `send`, not `mine`).
+  if (static_cast<const std::byte*>(send) != mine) std::memcpy(mine, send, blk);
   wait_all(ws);
 }
 
 void all_to_all(Communicator& comm, const RingOptions& opts, const void* send, void* recv,
                 size_t count, DType dtype) {
-  if (opts.direct_all_to_all && comm.size() > 2)
+  // Two ranks: one exchange either way; direct overlaps it with the local copy.
+  if ((opts.direct_all_to_all && comm.size() > 2) || comm.size() == 2)
     return direct_all_to_all(comm, send, recv, count, dtype);
   pairwise_all_to_all(comm, send, recv, count, dtype);
 }
@@ -78,6 +82,9 @@ AllToAllBlocks::AllToAllBlocks(Communicator& comm, const void* send, void* recv,
     : n(comm.size()), r(comm.rank()), blk(count * dtype_size(dtype)), in(static_cast<const std::byte*>(send)),
       out(static_cast<std::byte*>(recv)) {
   BRAID_CHECK(blk == 0 || in + n * blk <= out || out + n * blk <= in, "all_to_all buffers overlap");
+}
+
+void AllToAllBlocks::copy_own() const {
   if (blk > 0) std::memcpy(out_block(r), in_block(r), blk);
 }
 
@@ -85,6 +92,7 @@ void direct_all_to_all(Communicator& comm, const void* send, void* recv, size_t 
                        DType dtype) {
   const AllToAllBlocks b(comm, send, recv, count, dtype);
   if (b.blk == 0) return;
+  if (b.n == 1) return b.copy_own();
   const int n = b.n, r = b.r;
   std::vector<WorkPtr> ws;
   ws.reserve(2 * static_cast<size_t>(n));
@@ -96,6 +104,7 @@ void direct_all_to_all(Communicator& comm, const void* send, void* recv, size_t 
     const int dst = (r + s) % n;
     ws.push_back(comm.isend(b.in_block(dst), b.blk, dst, kCollectiveTag));
   }
+  b.copy_own();
   wait_all(ws);
 }
 

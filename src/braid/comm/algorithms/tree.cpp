@@ -116,6 +116,7 @@ void broadcast(Communicator& comm, const RingOptions& opts, void* buf, size_t co
 void pairwise_all_to_all(Communicator& comm, const void* send, void* recv, size_t count,
                          DType dtype) {
   const AllToAllBlocks b(comm, send, recv, count, dtype);
+  b.copy_own();
   for (int s = 1; s < b.n && b.blk > 0; ++s) {
     const int dst = (b.r + s) % b.n, src = (b.r - s + b.n) % b.n;
     comm.sendrecv(b.in_block(dst), b.blk, dst, b.out_block(src), b.blk, src, kCollectiveTag);
