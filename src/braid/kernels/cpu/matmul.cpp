@@ -214,7 +214,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* inp, const float* weight, int64_t BT, int64_t C, int64_t OC,
                      float* scratch) {
   // dinp (BT, C) = dout (BT, OC) @ weight (OC, C)
-  if (dinp && scratch && BT >= kMinRowsForWeightCopy) {
+  if (dinp && scratch && BT >= kMinRowsForWeightCopy && OC > 0) {
     // Block by block of weight rows: dinp += dout[:, o0:o1] @ (weight[o0:o1, :]^T)^T.
     for (int64_t o0 = 0; o0 < OC; o0 += kWeightBlockRows) {
       const int64_t rows = std::min(kWeightBlockRows, OC - o0);

@@ -70,9 +70,9 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 /// (docs/BENCHMARKS.md, "Backward matmul layouts"), so dinp multiplies by a
 /// transposed copy of the weight (in blocks of at most 4096 of its OC rows,
 /// accumulated in block order), and dweight, when C >= 2048, by a transposed
-/// copy of inp. Without scratch (nullptr) the operands are used as stored. The
-/// result depends only on the sizes and on whether scratch is given, never on
-/// the thread count.
+/// copy of inp. Without scratch (nullptr) the operands are used as stored.
+/// Which layout runs depends only on the sizes and on whether scratch is given,
+/// so every rank of a layout rounds alike.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int64_t BT, int64_t C, int64_t OC,
                      float* scratch = nullptr);
