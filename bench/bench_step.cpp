@@ -58,7 +58,8 @@ void run_step_bench(const StepBenchArgs& a, comm::Communicator& world) {
   train::Trainer trainer(opt, world, tokens, nullptr);
   const auto& pl = trainer.plan();
   const int64_t C = trainer.model().config().n_embd, BT = a.B * a.T;
-  const train::MatmulCeiling ceil = train::measure_matmul_ceiling(BT, C, 4 * C, DType::f32);
+  // The probe's rows are capped as braid train caps them.
+  const train::MatmulCeiling ceil = train::measure_matmul_ceiling(std::min<int64_t>(BT, 4096), C, 4 * C, DType::f32);
   const double fma = train::measure_fma_peak_flops();
   const auto records = trainer.run();
   std::vector<double> ms, fb_ms;
@@ -80,6 +81,7 @@ void run_step_bench(const StepBenchArgs& a, comm::Communicator& world) {
               med, fb, (long long)a.steps, tps, flops_tok / 1e9);
   std::printf("MFU: step %.1f%% | forward+backward %.1f%% | step vs FMA peak %.1f%%\n", mfu * 100, mfu_fb * 100,
               flops_tok * tps / fma * 100);
+  std::printf("memory: %s\n", trainer.ledger().report().c_str());
   if (!a.json.empty()) {
     nlohmann::json j = {{"impl", "braid"},        {"model", trainer.model().config().name},
                         {"precision", a.precision}, {"B", a.B},

@@ -53,12 +53,14 @@ def dp_table(d):
     def step_ms(f):
         ms = [json.loads(l)["ms"] for l in open(f) if '"ms"' in l][2:]
         return med(ms)
-    one = [step_ms(f) for f in sorted(glob.glob(os.path.join(d, "dp_1x2_r*.jsonl")))]
-    two = [step_ms(f) for f in sorted(glob.glob(os.path.join(d, "dp_2x1_r*.jsonl")))]
-    if one and two:
-        ratios = [a / b for a, b in zip(one, two)]
-        print(f"\ndata parallelism, small, batch 16: 1 rank x 2 threads {med(one):.0f} ms, 2 ranks x 1 thread {med(two):.0f} ms"
-              f" per step: 2x1 / 1x2 throughput {med(ratios):.2f}x (median over {len(ratios)} rounds)")
+    runs = lambda name: [step_ms(f) for f in sorted(glob.glob(os.path.join(d, f"dp_{name}_r*.jsonl")))]
+    one = runs("1x2")
+    for name, label in (("2x1", "DDP"), ("2x1zero1", "ZeRO-1")):
+        two = runs(name)
+        if one and two:
+            ratios = [a / b for a, b in zip(one, two)]
+            print(f"\ndata parallelism, small, batch 16: 1 rank x 2 threads {med(one):.0f} ms, 2 ranks x 1 thread ({label}) "
+                  f"{med(two):.0f} ms per step: 2x1 / 1x2 throughput {med(ratios):.2f}x (median over {len(ratios)} rounds)")
 
 
 if __name__ == "__main__":

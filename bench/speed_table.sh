@@ -6,17 +6,20 @@
 #           braid binary), its fp32 step alternated with ours
 #   layouts the backward matmuls with and without their transposed copies
 #   comm    bench-comm on 2 ranks (ours vs MPI's own, 64 MiB all-reduce vs memcpy)
-#   dp      `small`: 2 ranks x 1 thread (DDP) vs 1 rank x 2 threads
-# Usage: bench/speed_table.sh [rounds]   (env: BRAID, BASELINE, THREADS, OUT)
+#   dp      `small`: 2 ranks x 1 thread (DDP, and ZeRO-1) vs 1 rank x 2 threads
+# Usage: bench/speed_table.sh [rounds]   (env: BRAID, BASELINE, THREADS, OUT, and
+# PARTS: a subset of "step layouts comm dp", all by default)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 braid="${BRAID:-$root/build/braid}"
 rounds="${1:-3}"
 threads="${THREADS:-2}"
 out="${OUT:-$root/out/speed_table}"
+parts="${PARTS:-step layouts comm dp}"
 py=/usr/bin/python3
+want() { [[ " $parts " == *" $1 "* ]]; }
 mkdir -p "$out"
-rm -f "$out"/*.json
+rm -f "$out"/*.json "$out"/*.jsonl
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
 grep -m1 "model name" /proc/cpuinfo | sed 's/^model name\s*: /cpu: /'
@@ -28,7 +31,7 @@ step() {  # name binary precision B T accum round
     --accum "$6" --steps 3 --warmup 1 --threads "$threads" --json "$out/step_$1_r$7.json" | sed "s/^/[$1 r$7] /"
 }
 
-for r in $(seq 1 "$rounds"); do
+want step && for r in $(seq 1 "$rounds"); do
   step fp32_8x128 "$braid" fp32 8 128 1 "$r"
   step bf16_8x128 "$braid" bf16 8 128 1 "$r"
   step fp32_4x64 "$braid" fp32 4 64 1 "$r"
@@ -39,26 +42,31 @@ for r in $(seq 1 "$rounds"); do
       --threads "$threads" --json "$out/step_base_8x128_r$r.json" | sed "s/^/[base r$r] /"
   fi
 done
-step bf16_8x128_accum4 "$braid" bf16 8 128 4 1
-step fp32_8x128_accum4 "$braid" fp32 8 128 4 1
+if want step; then
+  step bf16_8x128_accum4 "$braid" bf16 8 128 4 1
+  step fp32_8x128_accum4 "$braid" fp32 8 128 4 1
+fi
 
-echo "== backward matmul layouts"
-OMP_NUM_THREADS="$threads" "$root/build/tests/test_kernels" --gtest_also_run_disabled_tests \
-  --gtest_filter='Gemm.DISABLED_BackwardLayouts' | grep -v '^\['
+if want layouts; then
+  echo "== backward matmul layouts"
+  OMP_NUM_THREADS="$threads" "$root/build/tests/test_kernels" --gtest_also_run_disabled_tests \
+    --gtest_filter='Gemm.DISABLED_BackwardLayouts' | grep -v '^\['
+fi
 
-echo "== collectives, 2 ranks"
-mpirun --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 "$braid" bench-comm --min-bytes 262144 --json "$out/comm_np2.json"
+want comm && echo "== collectives, 2 ranks" && mpirun --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 "$braid" bench-comm --min-bytes 262144 --json "$out/comm_np2.json"
 
-echo "== data-parallel scaling, small"
-dp_run() {  # name ranks threads
+want dp && echo "== data-parallel scaling, small"
+dp_run() {  # name ranks threads [train flags]
   # --bind-to none: by default OpenMPI binds each of <= 2 processes to one core,
   # which would put the single rank's 2 threads on one core.
-  OMP_NUM_THREADS="$3" mpirun --oversubscribe --bind-to none -np "$2" -x OMP_NUM_THREADS "$braid" train --model small --batch 16 \
-    --micro-batch $((16 / $2)) --steps 12 --warmup 2 --val-every 0 --quiet --metrics-out "$out/dp_$1.jsonl" >/dev/null
+  OMP_NUM_THREADS="$3" mpirun --oversubscribe --bind-to none -np "$2" -x OMP_NUM_THREADS "$braid" train --model small \
+    --batch 16 --micro-batch $((16 / $2)) --steps 12 --warmup 2 --val-every 0 --quiet "${@:4}" \
+    --metrics-out "$out/dp_$1.jsonl" >/dev/null
 }
-for r in $(seq 1 "$rounds"); do
+want dp && for r in $(seq 1 "$rounds"); do
   dp_run "1x2_r$r" 1 2
   dp_run "2x1_r$r" 2 1
+  dp_run "2x1zero1_r$r" 2 1 --zero 1
 done
 
 "$py" "$root/bench/speed_table.py" "$out"
