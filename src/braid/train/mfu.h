@@ -40,8 +40,9 @@ std::string matmul_path(DType compute, const MatmulCeiling& f32);
 
 /// FMA peak of the calling thread's OpenMP team in FLOP/s: every thread runs
 /// 16 independent chains of fused multiply-adds on the widest vectors the build
-/// targets (-march=native: 16 f32 lanes with AVX-512) for about `seconds`;
-/// 2 FLOP per lane per FMA, summed over the threads.
+/// targets (-march=native: 16 f32 lanes with AVX-512); 2 FLOP per lane per FMA,
+/// summed over the threads; the best of 5 windows of `seconds` / 5 (a peak is
+/// an upper bound: a busy core only lowers a window).
 double measure_fma_peak_flops(double seconds = 0.2);
 
 }  // namespace braid::train
