@@ -49,6 +49,21 @@ def comm_table(d):
     print(f"\nmemcpy ceiling (both ranks copying at once): {rows[0]['memcpy_GBps']:.2f} GB/s per rank")
 
 
+def comm4_table(d):
+    files = sorted(glob.glob(os.path.join(d, "comm_np4_r*.json")))
+    if not files:
+        return
+    ratios = {}
+    for f in files:
+        for r in json.load(open(f)):
+            ratios.setdefault((r["collective"], r["bytes"]), []).append(r["ours_over_native"])
+    print(f"\n4 ranks (oversubscribed), ours / MPI busbw, median of {len(files)} runs:\n")
+    print("| collective | bytes | ours / MPI (median) | min | max |")
+    print("| --- | --- | --- | --- | --- |")
+    for (op, b), rs in sorted(ratios.items()):
+        print(f"| {op} | {b} | {med(rs):.2f}x | {min(rs):.2f}x | {max(rs):.2f}x |")
+
+
 def dp_table(d):
     def step_ms(f):
         ms = [json.loads(l)["ms"] for l in open(f) if '"ms"' in l][2:]
@@ -67,4 +82,5 @@ if __name__ == "__main__":
     d = sys.argv[1]
     step_table(load_steps(d))
     comm_table(d)
+    comm4_table(d)
     dp_table(d)

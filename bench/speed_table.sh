@@ -6,16 +6,17 @@
 #           braid binary), its fp32 step alternated with ours
 #   layouts the backward matmuls with and without their transposed copies
 #   comm    bench-comm on 2 ranks (ours vs MPI's own, 64 MiB all-reduce vs memcpy)
+#   comm4   all-gather, reduce-scatter, all-to-all on 4 ranks: median of 7 runs
 #   dp      `small`: 2 ranks x 1 thread (DDP, and ZeRO-1) vs 1 rank x 2 threads
 # Usage: bench/speed_table.sh [rounds]   (env: BRAID, BASELINE, THREADS, OUT, and
-# PARTS: a subset of "step layouts comm dp", all by default)
+# PARTS: a subset of "step layouts comm comm4 dp", all by default)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 braid="${BRAID:-$root/build/braid}"
 rounds="${1:-3}"
 threads="${THREADS:-2}"
 out="${OUT:-$root/out/speed_table}"
-parts="${PARTS:-step layouts comm dp}"
+parts="${PARTS:-step layouts comm comm4 dp}"
 py=/usr/bin/python3
 want() { [[ " $parts " == *" $1 "* ]]; }
 mkdir -p "$out"
@@ -54,6 +55,11 @@ if want layouts; then
 fi
 
 want comm && echo "== collectives, 2 ranks" && mpirun --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 "$braid" bench-comm --min-bytes 262144 --json "$out/comm_np2.json"
+# 4 ranks on 2 cores (oversubscribed): 7 runs, each alternating ours and MPI's per size.
+want comm4 && echo "== collectives, 4 ranks, 7 runs" && for i in 1 2 3 4 5 6 7; do
+  mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 "$braid" bench-comm --min-bytes 262144 \
+    --ops all_gather,reduce_scatter,all_to_all --json "$out/comm_np4_r$i.json" >/dev/null
+done
 
 want dp && echo "== data-parallel scaling, small"
 dp_run() {  # name ranks threads [train flags]
