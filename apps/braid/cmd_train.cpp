@@ -38,7 +38,8 @@ struct TrainArgs {
 
 // Each rank measures the matmul ceiling at its MLP shape; the best median is
 // the reference, so a rank slowed by a noisy neighbour does not inflate
-// everyone's MFU. Sets the trainer's ceiling and returns this rank's. The
+// everyone's MFU. Sets the trainer's ceiling and returns it (with this rank's
+// spread). The
 // probe's rows are capped at 4096 (its buffers stay small beside the run's;
 // the backend's throughput is flat in the row count well before that).
 train::MatmulCeiling measure_ceiling(train::Trainer& trainer, comm::Communicator& world) {
@@ -48,7 +49,8 @@ train::MatmulCeiling measure_ceiling(train::Trainer& trainer, comm::Communicator
   train::MatmulCeiling c = train::measure_matmul_ceiling(rows, C, 4 * C / pl.tp.degree, DType::f32);
   float best = static_cast<float>(c.flops);
   if (world.size() > 1) world.all_reduce(&best, &best, 1, DType::f32, comm::ReduceOp::max);
-  trainer.set_peak_flops_per_rank(static_cast<double>(best));
+  c.flops = static_cast<double>(best);
+  trainer.set_peak_flops_per_rank(c.flops);
   return c;
 }
 
