@@ -1,0 +1,37 @@
+// The MFU ceilings: the matmul probe's shape, statistics and errors, the FMA
+// peak's sign, and the line that says which path a run's matmuls take.
+#include <gtest/gtest.h>
+
+#include "braid/core/error.h"
+#include "braid/kernels/cpu/matmul.h"
+#include "braid/train/mfu.h"
+
+namespace t = braid::train;
+
+TEST(Mfu, MatmulCeilingIsTheMedianOfItsProbes) {
+  const t::MatmulCeiling c = t::measure_matmul_ceiling(64, 32, 128, braid::DType::f32, 3, 0.005);
+  EXPECT_EQ(c.M, 64);
+  EXPECT_EQ(c.K, 32);
+  EXPECT_EQ(c.N, 128);
+  EXPECT_EQ(c.probes, 3);
+  EXPECT_GT(c.flops, 0.0);
+  EXPECT_GE(c.spread, 0.0);
+  EXPECT_NE(c.describe().find("f32 (64x32)(32x128)"), std::string::npos) << c.describe();
+  EXPECT_NE(c.describe().find("median of 3"), std::string::npos) << c.describe();
+  EXPECT_THROW(t::measure_matmul_ceiling(0, 32, 128, braid::DType::f32), braid::Error);
+  EXPECT_THROW(t::measure_matmul_ceiling(64, 32, 128, braid::DType::f32, 0), braid::Error);
+}
+
+TEST(Mfu, FmaPeakIsPositive) { EXPECT_GT(t::measure_fma_peak_flops(0.01), 0.0); }
+
+TEST(Mfu, MatmulPathNamesWhatRuns) {
+  const t::MatmulCeiling c = t::measure_matmul_ceiling(64, 32, 128, braid::DType::f32, 1, 0.001);
+  EXPECT_EQ(t::matmul_path(braid::DType::f32, c), "matmuls run in f32");
+  const std::string bf = t::matmul_path(braid::DType::bf16, c);
+  EXPECT_EQ(bf.rfind("matmuls run in f32 on bf16-rounded operands", 0), 0u) << bf;
+  if (braid::kernels::half_matmul_supported(braid::DType::bf16))
+    EXPECT_NE(bf.find("oneDNN bf16 x bf16 here"), std::string::npos) << bf;
+  const std::string h = t::matmul_path(braid::DType::f16, c);
+  EXPECT_EQ(h.find("no f16 matmul") != std::string::npos, !braid::kernels::half_matmul_supported(braid::DType::f16))
+      << h;
+}
