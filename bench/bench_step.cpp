@@ -58,8 +58,7 @@ void run_step_bench(const StepBenchArgs& a, comm::Communicator& world) {
   train::Trainer trainer(opt, world, tokens, nullptr);
   const auto& pl = trainer.plan();
   const int64_t C = trainer.model().config().n_embd, BT = a.B * a.T;
-  // The probe's rows are capped as braid train caps them.
-  const train::MatmulCeiling ceil = train::measure_matmul_ceiling(std::min<int64_t>(BT, 4096), C, 4 * C, DType::f32);
+  const train::MatmulCeiling ceil = train::measure_mlp_ceiling(BT, C, 1);
   const double fma = train::measure_fma_peak_flops();
   const auto records = trainer.run();
   std::vector<double> ms, fb_ms;

@@ -1,7 +1,6 @@
 // `braid train`: the main job. Launch with `mpirun -np N braid train ...` (one
 // process per rank), as a single process, or with `--backend local --ranks N`
 // (ranks as threads in one process, used by tests).
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -39,14 +38,11 @@ struct TrainArgs {
 // Each rank measures the matmul ceiling at its MLP shape; the best median is
 // the reference, so a rank slowed by a noisy neighbour does not inflate
 // everyone's MFU. Sets the trainer's ceiling and returns it (with this rank's
-// spread). The
-// probe's rows are capped at 4096 (its buffers stay small beside the run's;
-// the backend's throughput is flat in the row count well before that).
+// spread).
 train::MatmulCeiling measure_ceiling(train::Trainer& trainer, comm::Communicator& world) {
   const auto& pl = trainer.plan();
-  const int64_t C = trainer.model().config().n_embd;
-  const int64_t rows = std::min<int64_t>(pl.micro_batch * pl.seq_len, 4096);
-  train::MatmulCeiling c = train::measure_matmul_ceiling(rows, C, 4 * C / pl.tp.degree, DType::f32);
+  train::MatmulCeiling c =
+      train::measure_mlp_ceiling(pl.micro_batch * pl.seq_len, trainer.model().config().n_embd, pl.tp.degree);
   float best = static_cast<float>(c.flops);
   if (world.size() > 1) world.all_reduce(&best, &best, 1, DType::f32, comm::ReduceOp::max);
   c.flops = static_cast<double>(best);

@@ -29,8 +29,9 @@ TEST(Mfu, MatmulPathNamesWhatRuns) {
   EXPECT_EQ(t::matmul_path(braid::DType::f32, c), "matmuls run in f32");
   const std::string bf = t::matmul_path(braid::DType::bf16, c);
   EXPECT_EQ(bf.rfind("matmuls run in f32 on bf16-rounded operands", 0), 0u) << bf;
-  if (braid::kernels::half_matmul_supported(braid::DType::bf16))
+  if (braid::kernels::half_matmul_supported(braid::DType::bf16)) {
     EXPECT_NE(bf.find("oneDNN bf16 x bf16 here"), std::string::npos) << bf;
+  }
   const std::string h = t::matmul_path(braid::DType::f16, c);
   EXPECT_EQ(h.find("no f16 matmul") != std::string::npos, !braid::kernels::half_matmul_supported(braid::DType::f16))
       << h;

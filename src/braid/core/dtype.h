@@ -69,6 +69,21 @@ inline float load_as_f32(const void* p, size_t i, DType t) {
   return 0.f;
 }
 
+/// Calls f(load) with load(i) = element i of p (n, t) widened to f32: one
+/// instantiation of f per dtype, so a loop over load(i) vectorises (a
+/// per-element switch, as load_as_f32, does not). Returns what f returns.
+template <typename F>
+auto with_f32_loader(const void* p, DType t, F&& f) {
+  const uint16_t* h = static_cast<const uint16_t*>(p);
+  switch (t) {
+    case DType::bf16: return f([h](int64_t i) { return bf16_to_f32(h[i]); });
+    case DType::f16: return f([h](int64_t i) { return f16_to_f32(h[i]); });
+    case DType::f32: break;
+  }
+  const float* x = static_cast<const float*>(p);
+  return f([x](int64_t i) { return x[i]; });
+}
+
 inline void store_from_f32(void* p, size_t i, DType t, float v) {
   switch (t) {
     case DType::f32: static_cast<float*>(p)[i] = v; break;

@@ -63,6 +63,10 @@ MatmulCeiling measure_matmul_ceiling(int64_t M, int64_t K, int64_t N, DType dtyp
   return r;
 }
 
+MatmulCeiling measure_mlp_ceiling(int64_t tokens, int64_t n_embd, int tp, DType dtype) {
+  return measure_matmul_ceiling(std::min<int64_t>(tokens, 4096), n_embd, 4 * n_embd / tp, dtype);
+}
+
 std::string matmul_path(DType compute, const MatmulCeiling& f32) {
   if (compute == DType::f32) return "matmuls run in f32";
   std::string s = std::string("matmuls run in f32 on ") + dtype_name(compute) + "-rounded operands";

@@ -30,6 +30,12 @@ struct MatmulCeiling {
 MatmulCeiling measure_matmul_ceiling(int64_t M, int64_t K, int64_t N, DType dtype, int probes = 5,
                                      double probe_seconds = 0.05);
 
+/// The ceiling of a run: measure_matmul_ceiling at its forward MLP shape,
+/// M = min(tokens, 4096) rows (B*T of a micro-batch, capped: the probe's buffers
+/// stay small beside the run's, and the backend's throughput is flat in the row
+/// count well before that), K = n_embd, N = 4 n_embd / tp.
+MatmulCeiling measure_mlp_ceiling(int64_t tokens, int64_t n_embd, int tp, DType dtype = DType::f32);
+
 /// The dtype the run's matmuls execute in, and why, for a run of compute dtype
 /// `compute` whose f32 ceiling is `f32`: today every precision multiplies in
 /// f32 (bf16 / fp16 runs round the operands to their dtype first). For bf16 the

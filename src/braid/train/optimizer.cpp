@@ -41,27 +41,15 @@ std::vector<AdamW::Segment> cut_segments(const std::vector<parallel::OwnedRange>
 
 double sumsq(const void* g, DType t, size_t len, float mult) {
   const int64_t n = static_cast<int64_t>(len);
-  double part = 0;
-  if (t == DType::f32 && mult == 1.0f) {
-    const float* p = static_cast<const float*>(g);
-#pragma omp parallel for reduction(+ : part) schedule(static)
-    for (int64_t i = 0; i < n; ++i) part += static_cast<double>(p[i]) * p[i];
-    return part;
-  }
-  // One loop per dtype, so the widening vectorises (a per-element switch does not).
-  auto sum = [n, mult](auto widen) {
+  return with_f32_loader(g, t, [n, mult](auto load) {
     double s = 0;
 #pragma omp parallel for reduction(+ : s) schedule(static)
     for (int64_t i = 0; i < n; ++i) {
-      const double v = static_cast<double>(widen(i) * mult);
+      const double v = static_cast<double>(load(i) * mult);
       s += v * v;
     }
     return s;
-  };
-  const uint16_t* h = static_cast<const uint16_t*>(g);
-  if (t == DType::f32) return sum([p = static_cast<const float*>(g)](int64_t i) { return p[i]; });
-  if (t == DType::bf16) return sum([h](int64_t i) { return bf16_to_f32(h[i]); });
-  return sum([h](int64_t i) { return f16_to_f32(h[i]); });
+  });
 }
 
 // Sum over `group` of one double per rank, added in rank order: the same value

@@ -42,22 +42,10 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
 void adamw_update_mixed(float* params, const void* grads, DType gdt, float grad_mult, float* m,
                         float* v, size_t n, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int64_t t) {
-  if (gdt == DType::f32) {
-    // f32 gradients: a plain multiply, which the loop vectorises.
-    const float* g = static_cast<const float*>(grads);
-    adamw_loop(params, [=](int64_t i) { return g[i] * grad_mult; }, m, v, n, lr, beta1, beta2, eps,
-               weight_decay, t);
-    return;
-  }
-  // One loop per dtype, so the widening vectorises (a per-element switch does not).
-  const uint16_t* h = static_cast<const uint16_t*>(grads);
-  if (gdt == DType::bf16) {
-    adamw_loop(params, [=](int64_t i) { return bf16_to_f32(h[i]) * grad_mult; }, m, v, n, lr, beta1, beta2, eps,
-               weight_decay, t);
-  } else {
-    adamw_loop(params, [=](int64_t i) { return f16_to_f32(h[i]) * grad_mult; }, m, v, n, lr, beta1, beta2, eps,
-               weight_decay, t);
-  }
+  with_f32_loader(grads, gdt, [&](auto load) {
+    adamw_loop(params, [=](int64_t i) { return load(i) * grad_mult; }, m, v, n, lr, beta1, beta2, eps, weight_decay,
+               t);
+  });
 }
 
 }  // namespace braid::kernels
