@@ -20,6 +20,8 @@ def med(xs):
 
 
 def step_table(runs):
+    if not runs:
+        return
     print("| run | rounds | step ms | fwd+bwd ms | tokens/s | matmul ceiling GFLOP/s (spread) | MFU step | MFU fwd+bwd | step vs FMA peak |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in sorted(runs):
@@ -78,9 +80,33 @@ def dp_table(d):
                   f"{med(two):.0f} ms per step: 2x1 / 1x2 throughput {med(ratios):.2f}x (median over {len(ratios)} rounds)")
 
 
+def reduce_table(d):
+    def steps(f):
+        recs = [json.loads(l) for l in open(f) if '"ms"' in l][2:]
+        return med([r["ms"] for r in recs]), med([r["comm_bytes_sent"] for r in recs])
+    rows = []
+    for z, label in (("0", "DDP"), ("2", "ZeRO-2")):
+        got = {}
+        for dt in ("fp32", "bf16"):
+            rs = [steps(f) for f in sorted(glob.glob(os.path.join(d, f"dp_reduce_z{z}_{dt}_r*.jsonl")))]
+            if rs:
+                got[dt] = (med([a for a, _ in rs]), med([b for _, b in rs]))
+        if len(got) == 2:
+            rows.append((label, got))
+    if not rows:
+        return
+    print("\ngradient reduce dtype, small, bf16 compute, 2 ranks x 1 thread, batch 16 (medians):\n")
+    print("| layout | fp32 gradients: MiB sent / step, ms | bf16 gradients: MiB sent / step, ms | traffic bf16 / fp32 | step time bf16 / fp32 |")
+    print("| --- | --- | --- | --- | --- |")
+    for label, g in rows:
+        (tf, bf), (th, bh) = g["fp32"], g["bf16"]
+        print(f"| {label} | {bf / 2**20:.1f}, {tf:.0f} | {bh / 2**20:.1f}, {th:.0f} | {bh / bf:.3f} | {th / tf:.2f} |")
+
+
 if __name__ == "__main__":
     d = sys.argv[1]
     step_table(load_steps(d))
     comm_table(d)
     comm4_table(d)
     dp_table(d)
+    reduce_table(d)

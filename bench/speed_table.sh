@@ -8,15 +8,17 @@
 #   comm    bench-comm on 2 ranks (ours vs MPI's own, 64 MiB all-reduce vs memcpy)
 #   comm4   all-gather, reduce-scatter, all-to-all on 4 ranks: median of 7 runs
 #   dp      `small`: 2 ranks x 1 thread (DDP, and ZeRO-1) vs 1 rank x 2 threads
+#   reduce  `small` in bf16 on 2 ranks (DDP, ZeRO-2): fp32 gradients (the default)
+#           vs --reduce-dtype bf16, bytes sent and step time
 # Usage: bench/speed_table.sh [rounds]   (env: BRAID, BASELINE, THREADS, OUT, and
-# PARTS: a subset of "step layouts comm comm4 dp", all by default)
+# PARTS: a subset of "step layouts comm comm4 dp reduce", all by default)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 braid="${BRAID:-$root/build/braid}"
 rounds="${1:-3}"
 threads="${THREADS:-2}"
 out="${OUT:-$root/out/speed_table}"
-parts="${PARTS:-step layouts comm comm4 dp}"
+parts="${PARTS:-step layouts comm comm4 dp reduce}"
 py=/usr/bin/python3
 want() { [[ " $parts " == *" $1 "* ]]; }
 mkdir -p "$out"
@@ -73,6 +75,14 @@ want dp && for r in $(seq 1 "$rounds"); do
   dp_run "1x2_r$r" 1 2
   dp_run "2x1_r$r" 2 1
   dp_run "2x1zero1_r$r" 2 1 --zero 1
+done
+
+want reduce && echo "== gradient reduce dtype, small, bf16, 2 ranks"
+want reduce && for r in $(seq 1 "$rounds"); do
+  for z in 0 2; do
+    dp_run "reduce_z${z}_fp32_r$r" 2 1 --precision bf16 --zero "$z" --reduce-dtype fp32
+    dp_run "reduce_z${z}_bf16_r$r" 2 1 --precision bf16 --zero "$z" --reduce-dtype bf16
+  done
 done
 
 "$py" "$root/bench/speed_table.py" "$out"

@@ -51,7 +51,10 @@ for prec in $PRECISIONS; do
     if [[ "$steps" == 0 ]]; then batch=$((N * MICRO)); else batch=$BATCH; fi
     while IFS='|' read -r name flags; do
       tag="${prec}_N${N}_${name}"
-      common=(--model "$model" --precision "$prec" --batch "$batch" --micro-batch "$MICRO" --seq-len "$SEQ")
+      # Half precision reduces its gradients in half precision here, as the
+      # ZeRO paper's formulas (Figure 1) assume; braid's default is fp32.
+      common=(--model "$model" --precision "$prec" --reduce-dtype "$prec" --batch "$batch" --micro-batch "$MICRO"
+              --seq-len "$SEQ")
       # shellcheck disable=SC2086  # flags is a word list on purpose
       "$braid" plan --ranks "$N" $flags "${common[@]}" > "$out/$tag.plan"
       if [[ "$steps" != 0 ]]; then

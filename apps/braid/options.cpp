@@ -29,7 +29,8 @@ void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
   c->add_option("--n-head", o.n_head, "Override the preset's head count (0: keep)")->capture_default_str();
   c->add_option("--n-embd", o.n_embd, "Override the preset's width (0: keep)")->capture_default_str();
   c->add_option("--fsdp-shard-size", o.fsdp_shard_size, "HSDP: shard within groups of S ranks and replicate across groups (0: shard over all DP ranks)")->capture_default_str();
-  c->add_option("--precision", o.precision, "fp32, bf16 or fp16: compute copies of parameters, matmul operands and gradients (master weights and AdamW moments stay fp32)")->capture_default_str();
+  c->add_option("--precision", o.precision, "fp32, bf16 or fp16: compute copies of parameters and matmul operands (master weights and AdamW moments stay fp32)")->capture_default_str();
+  c->add_option("--reduce-dtype", o.reduce_dtype, "Gradients accumulated and reduced in fp32 (default) or, opted in, in the --precision dtype (half the gradient traffic and memory)")->capture_default_str();
   c->add_option("--bucket-mb", o.bucket_mb, "DDP gradient bucket size in MiB")->capture_default_str();
 }
 

@@ -186,6 +186,28 @@ TEST(ParallelPlan, ShardingDegreeCountsEveryStrand) {
   EXPECT_EQ(h.parallel.dp.shard_degree, 2);
 }
 
+// Rajbhandari et al. 2020, Figure 1: Ψ = 7.5B, N_d = 64, K = 12 with
+// half-precision gradients gives 120, 31.4, 16.6 and 1.9 GB per device for the
+// baseline and stages 1-3. braid's default fp32 gradients add 2Ψ unsharded
+// (stages 0, 1) or 2Ψ/N (stages 2, 3).
+TEST(ParallelPlan, ZeroFormulaReproducesThePapersFigure1) {
+  const size_t psi = 7'500'000'000;
+  train::ParallelPlan pl;
+  pl.compute = DType::bf16;
+  struct Row {
+    int stage;
+    double half_gb, f32_gb;
+  };
+  for (const Row& r : {Row{0, 120.0, 135.0}, Row{1, 31.40625, 46.40625}, Row{2, 16.640625, 16.875},
+                       Row{3, 1.875, 2.109375}}) {
+    pl.dp.zero_stage = r.stage;
+    pl.reduce = DType::bf16;
+    EXPECT_DOUBLE_EQ(train::zero_formula(pl, psi, 64).bytes / 1e9, r.half_gb) << "stage " << r.stage;
+    pl.reduce = DType::f32;
+    EXPECT_DOUBLE_EQ(train::zero_formula(pl, psi, 64).bytes / 1e9, r.f32_gb) << "stage " << r.stage;
+  }
+}
+
 // ParallelContext builds the groups the plan describes: sizes and every
 // rank's coordinates agree, on every layout of 8 ranks.
 TEST(ParallelPlan, ContextGroupsMatchThePlan) {

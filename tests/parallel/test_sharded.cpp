@@ -237,9 +237,9 @@ TEST(Sharded, TrafficMatchesTheFormulas) {
       sc.fsdp = m.fsdp;
       const auto p = parallel::ShardedEngine::plan(cfg, sc, N, 0);
       uint64_t expect = 0;
-      for (size_t u = 0; u < p.unit_send_bytes.size(); ++u) expect += 2 * p.unit_send_bytes[u];
+      for (size_t u = 0; u < p.unit_gather_bytes.size(); ++u) expect += p.unit_gather_bytes[u] + p.unit_scatter_bytes[u];
       if (sc.stage == 3)
-        for (int u = 2; u <= L; ++u) expect += p.unit_send_bytes[static_cast<size_t>(u) - 1];
+        for (int u = 2; u <= L; ++u) expect += p.unit_gather_bytes[static_cast<size_t>(u) - 1];
       o.micro_batch = o.global_batch / N;  // one micro-batch per rank and step
       const Runs got = run(with(o, m), N, data);
       const Runs ddp = run(o, N, data);
@@ -257,6 +257,44 @@ TEST(Sharded, TrafficMatchesTheFormulas) {
       }
     }
   }
+}
+
+TEST(Sharded, HalfPrecisionTrafficFollowsTheReduceDtype) {
+  // bf16 compute copies travel in bf16 (all-gathers); gradients travel in the
+  // reduce dtype: f32 by default, bf16 when opted in, which halves the
+  // gradient traffic. DDP moves only gradients, so its traffic halves exactly
+  // (up to the scalars on top).
+  const auto data = synthetic_tokens(20000, 49);
+  auto o = testing_harness::tiny_options(10);
+  o.steps = 2;
+  o.check_replicas = false;
+  o.precision = "bf16";
+  const auto cfg = model::GPTConfig::preset("tiny");
+  const int L = static_cast<int>(cfg.n_layer), N = 2;
+  o.micro_batch = o.global_batch / N;
+  for (const char* reduce : {"fp32", "bf16"}) {
+    o.reduce_dtype = reduce;
+    for (const Mode& m : {Mode{"zero2", 2, false, 0}, Mode{"fsdp", 0, true, 0}}) {
+      parallel::ShardedConfig sc;
+      sc.stage = m.fsdp ? 3 : m.zero;
+      sc.fsdp = m.fsdp;
+      sc.compute = DType::bf16;
+      sc.reduce = std::string(reduce) == "bf16" ? DType::bf16 : DType::f32;
+      const auto p = parallel::ShardedEngine::plan(cfg, sc, N, 0);
+      uint64_t expect = 0;
+      for (size_t u = 0; u < p.unit_gather_bytes.size(); ++u) expect += p.unit_gather_bytes[u] + p.unit_scatter_bytes[u];
+      if (sc.stage == 3)
+        for (int u = 2; u <= L; ++u) expect += p.unit_gather_bytes[static_cast<size_t>(u) - 1];
+      const uint64_t sent = run(with(o, m), N, data).steps[0][1].comm_bytes_sent;
+      EXPECT_GE(sent, expect) << m.name << " reduce " << reduce;
+      EXPECT_LE(sent, expect + 256) << m.name << " reduce " << reduce << ": only scalars on top";
+    }
+  }
+  o.reduce_dtype = "fp32";
+  const uint64_t f32 = run(o, N, data).steps[0][1].comm_bytes_sent;
+  o.reduce_dtype = "bf16";
+  const uint64_t half = run(o, N, data).steps[0][1].comm_bytes_sent;
+  EXPECT_NEAR(static_cast<double>(f32) / static_cast<double>(half), 2.0, 0.01) << f32 << " vs " << half;
 }
 
 TEST(Sharded, ConfigErrorsNameTheFix) {

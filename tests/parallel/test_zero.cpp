@@ -92,6 +92,50 @@ TEST(ZeroStage1, OwnershipPartitionsTheBufferAndCollectivesAreExact) {
   }
 }
 
+TEST(ZeroStage1, HalfParametersWithF32GradientsUseEachTheirOwnDtype) {
+  // Mixed precision's default: f32 gradients reduce-scattered, bf16 compute
+  // parameters all-gathered through the same buckets (staged lowest bucket
+  // included). Values are small integers, exact in both dtypes.
+  for (int N : {2, 3, 4}) {
+    for (size_t n : {size_t{7}, size_t{1021}}) {
+      for (size_t bucket_bytes : {size_t{4}, size_t{64}, size_t{1} << 20}) {
+        comm::run_local(N, [&](comm::Communicator& w) {
+          std::vector<uint16_t> params(n, f32_to_bf16(-1.f));
+          std::vector<float> grads(n);
+          const int r = w.rank();
+          for (size_t i = 0; i < n; ++i) grads[i] = static_cast<float>((r + 1) * 1000 + i % 97);
+          parallel::GradBuckets z(w, params.data(), grads.data(), n, bucket_bytes, true, comm::Algorithm::ring,
+                                  parallel::BucketReduce::reduce_scatter, {DType::f32, DType::bf16});
+          z.begin_sync();
+          z.on_ready(0, n);
+          z.finish_sync();
+          for (const auto& s : z.owned()) {
+            for (size_t i = s.offset; i < s.offset + s.len; ++i) {
+              float sum = 0;
+              for (int q = 0; q < N; ++q) sum += static_cast<float>((q + 1) * 1000 + i % 97);
+              ASSERT_EQ(grads[i], sum / static_cast<float>(N)) << "N=" << N << " n=" << n << " i=" << i;
+              params[i] = f32_to_bf16(static_cast<float>(r * 16 + static_cast<int>(i % 16)));
+            }
+          }
+          w.barrier();
+          z.gather_params();
+          // Every element now holds its owner's value: owner * 16 + i % 16 with
+          // the owner read off the rank that wrote it (same on every rank).
+          std::vector<float> mine(n), all(n);
+          for (size_t i = 0; i < n; ++i) mine[i] = bf16_to_f32(params[i]);
+          w.all_reduce(mine.data(), all.data(), n, DType::f32, comm::ReduceOp::sum);
+          for (size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(all[i], static_cast<float>(N) * mine[i]) << "ranks disagree at " << i << " N=" << N;
+            const float owner = (mine[i] - static_cast<float>(i % 16)) / 16.f;
+            ASSERT_TRUE(owner >= 0 && owner < static_cast<float>(N) && owner == std::floor(owner))
+                << "element " << i << " holds " << mine[i] << " N=" << N << " bucket " << bucket_bytes;
+          }
+        });
+      }
+    }
+  }
+}
+
 TEST(ZeroStage1, MatchesDdpAndSingleRank) {
   const auto data = synthetic_tokens(20000, 21);
   auto o = opts();

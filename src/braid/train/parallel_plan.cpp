@@ -155,6 +155,10 @@ void validate_precision(const TrainOptions& o) {
   BRAID_CONFIG_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
                      "--precision '", o.precision, "' is not known; use fp32, bf16 or fp16");
   if (o.precision == "fp16") o.loss_scale.validate();
+  BRAID_CONFIG_CHECK(o.reduce_dtype == "fp32" || o.reduce_dtype == o.precision, "--reduce-dtype ", o.reduce_dtype,
+                     " with --precision ", o.precision, ": gradients are reduced in fp32 (the default) or in the "
+                     "compute precision; use --reduce-dtype fp32",
+                     o.precision == "fp32" ? "" : " or --reduce-dtype " + o.precision);
 }
 
 // Batch and sequence sizes against the DP degree and the model.
@@ -282,6 +286,7 @@ ParallelPlan resolve_plan(TrainOptions& o, int world_size, const model::GPTConfi
   p.pp.micro_batches = static_cast<int>(o.global_batch / (static_cast<int64_t>(p.dp.degree) * o.micro_batch));
   p.pp.layers = o.pp > 1 ? stage_layers(o, cfg) : std::vector<int64_t>{cfg.n_layer};
   p.compute = o.precision == "bf16" ? DType::bf16 : o.precision == "fp16" ? DType::f16 : DType::f32;
+  p.reduce = o.reduce_dtype == "fp32" ? DType::f32 : p.compute;
   p.recompute = model::parse_recompute(o.recompute);
   p.global_batch = o.global_batch;
   p.micro_batch = o.micro_batch;
@@ -342,6 +347,7 @@ std::string ParallelPlan::describe() const {
     s += std::string(", ") + data_parallel_mode_name(dp.mode);
   if (dp.mode == DataParallelMode::hsdp) s += " (shard groups of " + std::to_string(dp.shard_degree) + ")";
   s += compute == DType::f32 ? ", fp32" : compute == DType::bf16 ? ", bf16" : ", fp16";
+  if (compute != DType::f32) s += reduce == DType::f32 ? " (fp32 gradients)" : " (half-precision gradients)";
   return s;
 }
 
@@ -358,6 +364,7 @@ parallel::BucketedConfig bucketed_config(const ParallelPlan& p, const model::GPT
   bc.overlap = opt.overlap;
   bc.algo = opt.algo;
   bc.compute = p.compute;
+  bc.reduce = p.reduce;
   bc.model = cfg;
   bc.tp = p.tp.degree;
   bc.pipeline = stage;
@@ -374,6 +381,7 @@ parallel::ShardedConfig sharded_config(const ParallelPlan& p, const model::Pipel
   sc.stage = p.dp.zero_stage;
   sc.fsdp = p.dp.mode == DataParallelMode::fsdp || p.dp.mode == DataParallelMode::hsdp;
   sc.compute = p.compute;
+  sc.reduce = p.reduce;
   sc.algo = algo;
   sc.tp = p.tp.degree;
   sc.pipeline = stage;

@@ -68,6 +68,7 @@ struct ParallelPlan {
   TensorParallelPlan tp;
   PipelinePlan pp;
   DType compute = DType::f32;  // --precision: compute copies (master weights stay f32)
+  DType reduce = DType::f32;   // --reduce-dtype: gradient accumulation and reduction
   model::Recompute recompute = model::Recompute::none;
   int64_t global_batch = 1;  // sequences per optimizer step over all DP ranks
   int64_t micro_batch = 1;   // sequences per forward/backward on one rank

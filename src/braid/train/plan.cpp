@@ -132,10 +132,11 @@ std::string format_plan_table(const std::vector<MemoryPlan>& plans) {
 
 ZeroFormula zero_formula(const ParallelPlan& pl, size_t psi, int N) {
   // Bytes per element: compute params p, grads g, master + moments K. fp32 has
-  // no separate master copy (p = g = 4, K = 8); mixed precision p = g = 2, K = 12
-  // (Rajbhandari et al. 2020, sec. 3.1 and Fig. 1).
+  // no separate master copy (p = g = 4, K = 8); mixed precision p = 2, K = 12,
+  // and g = 2 with a half-precision gradient reduce (Rajbhandari et al. 2020,
+  // sec. 3.1 and Fig. 1) or 4 with the fp32 reduce (braid's default).
   const bool half = pl.compute != DType::f32;
-  const double P = half ? 2 : 4, G = P, K = half ? 12 : 8;
+  const double P = half ? 2 : 4, G = static_cast<double>(dtype_size(pl.reduce)), K = half ? 12 : 8;
   const int stage = pl.dp.zero_stage;
   const double S = static_cast<double>(psi), n = static_cast<double>(N);
   ZeroFormula f;
@@ -171,11 +172,13 @@ std::string format_zero_formulas(const std::vector<MemoryPlan>& plans) {
   const int S = pl.dp.shard_degree;
   const int stage = pl.dp.zero_stage;
   const ZeroFormula f = zero_formula(pl, p0.num_params, S);
+  std::string precision = p0.options.precision;
+  if (pl.compute != DType::f32) precision += pl.reduce == DType::f32 ? " with fp32 gradients" : " with " + precision + " gradients";
   char s[400];
   std::snprintf(s, sizeof s,
                 "model states per rank, ZeRO stage %d in %s (Psi = %zu elements incl. alignment gaps, "
                 "N = %d sharding ranks): %s = %.0f bytes (%s)\n",
-                stage, p0.options.precision.c_str(), p0.num_params, S, f.text.c_str(), f.bytes,
+                stage, precision.c_str(), p0.num_params, S, f.text.c_str(), f.bytes,
                 format_bytes(f.bytes).c_str());
   os << s;
   for (const auto& p : plans) {

@@ -108,6 +108,9 @@ CASES = [
     # names that are not known
     ("--model unknown", tr("--model", "huge"), 2, "huge"),
     ("--precision unknown", tr("--precision", "fp8"), 2, "fp8"),
+    ("--reduce-dtype unknown", tr("--precision", "bf16", "--reduce-dtype", "fp8"), 2, "--reduce-dtype fp8"),
+    ("--reduce-dtype half under fp32", tr("--reduce-dtype", "bf16"), 2, "use --reduce-dtype fp32"),
+    ("--reduce-dtype of another precision", tr("--precision", "bf16", "--reduce-dtype", "fp16"), 2, "--reduce-dtype bf16"),
     ("--schedule unknown", tr("--schedule", "zigzag"), 2, "zigzag"),
     ("--recompute unknown", tr("--recompute", "some"), 2, "some"),
     ("--backend unknown", tr("--backend", "carrier-pigeon"), 2, "carrier-pigeon"),

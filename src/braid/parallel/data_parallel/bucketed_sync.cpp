@@ -15,6 +15,7 @@ BucketReduce reduce_mode(const BucketedConfig& c) {
   return c.stage == 1 ? BucketReduce::reduce_scatter : BucketReduce::all_reduce;
 }
 bool half(const BucketedConfig& c) { return c.compute != DType::f32; }
+BucketDTypes dtypes(const BucketedConfig& c) { return {c.reduce, c.compute}; }
 }  // namespace
 
 size_t BucketedSync::bucket_cut(const BucketedConfig& c, const std::vector<size_t>& bounds) {
@@ -23,11 +24,11 @@ size_t BucketedSync::bucket_cut(const BucketedConfig& c, const std::vector<size_
 
 BucketedSync::Plan BucketedSync::plan(const BucketedConfig& c, int world, int rank) {
   const std::vector<size_t> bounds = model::unit_bounds(c.model, c.tp, c.pipeline);
-  const GradBuckets::Plan g = GradBuckets::plan(bounds.back(), world, rank, c.bucket_bytes, reduce_mode(c), c.compute,
+  const GradBuckets::Plan g = GradBuckets::plan(bounds.back(), world, rank, c.bucket_bytes, reduce_mode(c), dtypes(c),
                                                 bucket_cut(c, bounds));
   Plan p;
   p.state_elems = g.shard_size;
-  if (half(c)) p.bytes = HalfPrecisionStorage::plan(bounds, c.compute, g.shard_size);
+  if (half(c)) p.bytes = HalfPrecisionStorage::plan(bounds, c.compute, c.reduce, g.shard_size);
   p.bytes[static_cast<size_t>(MemCategory::comm)] += g.staging_bytes;
   return p;
 }
@@ -36,13 +37,15 @@ BucketedSync::BucketedSync(const BucketedConfig& c, comm::Communicator& dp, comm
                            MemoryLedger* ledger)
     : c_(c), dp_(dp), world_(world), ledger_(ledger) {
   BRAID_CONFIG_CHECK(c.stage == 0 || c.stage == 1, "bucketed gradient sync runs ZeRO stage 0 or 1, not ", c.stage);
+  BRAID_CONFIG_CHECK(c.reduce == DType::f32 || c.reduce == c.compute, "gradients of a ", dtype_name(c.compute),
+                     " model are reduced in f32 or ", dtype_name(c.compute), ", not ", dtype_name(c.reduce));
   const std::vector<size_t> bounds = model::unit_bounds(c.model, c.tp, c.pipeline);
   cut_ = bucket_cut(c, bounds);
   if (!half(c)) return;
   // The master weights cover what this rank will own: the buckets' plan, before the buckets exist.
   const GradBuckets::Plan g =
-      GradBuckets::plan(bounds.back(), dp.size(), dp.rank(), c.bucket_bytes, reduce_mode(c), c.compute, cut_);
-  half_ = std::make_unique<HalfPrecisionStorage>(bounds, c.compute, g.shard_size, ledger);
+      GradBuckets::plan(bounds.back(), dp.size(), dp.rank(), c.bucket_bytes, reduce_mode(c), dtypes(c), cut_);
+  half_ = std::make_unique<HalfPrecisionStorage>(bounds, c.compute, c.reduce, g.shard_size, ledger);
 }
 
 BucketedSync::~BucketedSync() = default;
@@ -54,7 +57,7 @@ void BucketedSync::attach(model::GPT& model) {
   void* params = half_ ? half_->compute() : static_cast<void*>(model.params());
   void* grads = half_ ? half_->grads() : static_cast<void*>(model.grads());
   buckets_ = std::make_unique<GradBuckets>(dp_, params, grads, num_params(), c_.bucket_bytes, c_.overlap, c_.algo,
-                                           reduce_mode(c_), c_.compute, ledger_, cut_);
+                                           reduce_mode(c_), dtypes(c_), ledger_, cut_);
   for (const auto& s : buckets_->owned()) owned_.push_back({s.offset, s.len, s.shard});
 }
 
@@ -102,7 +105,7 @@ void BucketedSync::reduce_accumulated(comm::Communicator* tied) {
   if (half_) half_->set_ready_hook({});
   if (tied) {
     void* g = half_ ? half_->grads() : static_cast<void*>(model_->grads());
-    tied->all_reduce(g, g, model_->unit_end(0), c_.compute, comm::ReduceOp::sum);
+    tied->all_reduce(g, g, model_->unit_end(0), c_.reduce, comm::ReduceOp::sum);
   }
   buckets_->begin_sync();
   buckets_->on_ready(0, num_params());
@@ -143,7 +146,7 @@ bool BucketedSync::counts_in_norm() const {
 
 const void* BucketedSync::grad(const OwnedRange& r) const {
   if (!half_) return FlatBufferSync::grad(r);
-  return static_cast<const char*>(half_->grads()) + r.offset * dtype_size(c_.compute);
+  return static_cast<const char*>(half_->grads()) + r.offset * dtype_size(c_.reduce);
 }
 
 float* BucketedSync::master(const OwnedRange& r) {

@@ -2,8 +2,9 @@
 // reduce-scattered, the parameters all-gathered after the update), bucket by
 // bucket while backward runs (GradBuckets), in any precision: in fp32 over the
 // model's own flat buffers (the parameters are the master weights), in bf16 /
-// fp16 over a HalfPrecisionStorage (compute copies and gradients in the
-// compute dtype, f32 master weights of the owned elements).
+// fp16 over a HalfPrecisionStorage (compute copies in the compute dtype,
+// gradients accumulated and reduced in the reduce dtype: f32 by default, the
+// compute dtype when opted in; f32 master weights of the owned elements).
 #pragma once
 #include <memory>
 
@@ -21,6 +22,7 @@ struct BucketedConfig {
   bool overlap = true;  // launch buckets while backward runs
   comm::Algorithm algo = comm::Algorithm::ring;
   DType compute = DType::f32;  // bf16 / fp16: mixed precision
+  DType reduce = DType::f32;   // gradients' accumulation and reduction: f32 or `compute`
   // The layout (half precision: the storage's units).
   model::GPTConfig model;
   int tp = 1;
@@ -60,7 +62,7 @@ class BucketedSync final : public FlatBufferSync {
   bool counts_in_norm() const override;
   comm::Communicator* norm_group() override { return &world_; }
   const void* grad(const OwnedRange& r) const override;
-  DType grad_dtype() const override { return c_.compute; }
+  DType grad_dtype() const override { return c_.reduce; }
   float* master(const OwnedRange& r) override;
 
   const float* full_params(std::vector<float>& scratch) override;

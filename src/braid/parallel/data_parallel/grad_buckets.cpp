@@ -33,12 +33,11 @@ std::vector<GradBuckets::Bucket> GradBuckets::make_buckets(size_t n, size_t N, s
 }
 
 GradBuckets::Plan GradBuckets::plan(size_t n, int world, int rank, size_t bucket_bytes, BucketReduce mode,
-                                    DType dtype, size_t cut) {
+                                    BucketDTypes dtypes, size_t cut) {
   BRAID_CONFIG_CHECK(world >= 1 && rank >= 0 && rank < world, "gradient buckets: rank ", rank,
                      " outside a group of ", world, " ranks");
   const size_t N = static_cast<size_t>(world), r = static_cast<size_t>(rank);
-  const size_t esz = dtype_size(dtype);
-  const std::vector<Bucket> buckets = make_buckets(n, N, bucket_bytes, mode, esz, cut);
+  const std::vector<Bucket> buckets = make_buckets(n, N, bucket_bytes, mode, dtype_size(dtypes.grads), cut);
   Plan p;
   if (mode == BucketReduce::all_reduce) {
     p.owned.push_back({0, n, 0});
@@ -57,17 +56,20 @@ GradBuckets::Plan GradBuckets::plan(size_t n, int world, int rank, size_t bucket
       p.shard_size += b - a;
     }
   }
+  // The staging buffer pads gradients for the reduce-scatter and parameters for the all-gather.
+  const size_t esz = std::max(dtype_size(dtypes.grads), dtype_size(dtypes.params));
   if (staged_elems > 0 && N > 1) p.staging_bytes = staged_elems * esz;
   return p;
 }
 
 GradBuckets::GradBuckets(comm::Communicator& dp, void* params, void* grads, size_t n, size_t bucket_bytes,
-                         bool overlap, comm::Algorithm algo, BucketReduce mode, DType dtype, MemoryLedger* ledger,
-                         size_t cut)
-    : dp_(dp), params_(static_cast<char*>(params)), grads_(static_cast<char*>(grads)), n_(n), dtype_(dtype),
-      esz_(dtype_size(dtype)), overlap_(overlap), algo_(algo), mode_(mode) {
-  Plan p = plan(n, dp.size(), dp.rank(), bucket_bytes, mode, dtype, cut);
-  buckets_ = make_buckets(n, static_cast<size_t>(dp.size()), bucket_bytes, mode, esz_, cut);
+                         bool overlap, comm::Algorithm algo, BucketReduce mode, BucketDTypes dtypes,
+                         MemoryLedger* ledger, size_t cut)
+    : dp_(dp), params_(static_cast<char*>(params)), grads_(static_cast<char*>(grads)), n_(n), dt_(dtypes),
+      gesz_(dtype_size(dtypes.grads)), pesz_(dtype_size(dtypes.params)), overlap_(overlap), algo_(algo),
+      mode_(mode) {
+  Plan p = plan(n, dp.size(), dp.rank(), bucket_bytes, mode, dtypes, cut);
+  buckets_ = make_buckets(n, static_cast<size_t>(dp.size()), bucket_bytes, mode, gesz_, cut);
   owned_ = std::move(p.owned);
   shard_size_ = p.shard_size;
   if (p.staging_bytes > 0) staging_ = Buffer(p.staging_bytes, MemCategory::comm, ledger);
@@ -88,18 +90,18 @@ void GradBuckets::launch(size_t k) {
   Bucket& b = buckets_[k];
   char* src = grads_at(b.lo);
   if (mode_ == BucketReduce::all_reduce) {
-    b.work = dp_.all_reduce_async(src, src, b.hi - b.lo, dtype_, comm::ReduceOp::avg, algo_);
+    b.work = dp_.all_reduce_async(src, src, b.hi - b.lo, dt_.grads, comm::ReduceOp::avg, algo_);
     return;
   }
   if (b.staged) {
     // Pad to N*c with zeros so every rank's slice has the same length.
-    char* s = staging_.as<char>() + b.stage_off * esz_;
-    std::memcpy(s, src, (b.hi - b.lo) * esz_);
-    std::memset(s + (b.hi - b.lo) * esz_, 0, (dp_.size() * b.c - (b.hi - b.lo)) * esz_);
+    char* s = stage_at(b);
+    std::memcpy(s, src, (b.hi - b.lo) * gesz_);
+    std::memset(s + (b.hi - b.lo) * gesz_, 0, (dp_.size() * b.c - (b.hi - b.lo)) * gesz_);
     src = s;
   }
   const size_t r = static_cast<size_t>(dp_.rank());
-  b.work = dp_.reduce_scatter_async(src, src + r * b.c * esz_, b.c, dtype_, comm::ReduceOp::avg, algo_);
+  b.work = dp_.reduce_scatter_async(src, src + r * b.c * gesz_, b.c, dt_.grads, comm::ReduceOp::avg, algo_);
 }
 
 void GradBuckets::unstage_grads(size_t k) {
@@ -107,7 +109,7 @@ void GradBuckets::unstage_grads(size_t k) {
   if (!b.staged) return;
   const size_t r = static_cast<size_t>(dp_.rank());
   const size_t a = std::min(b.lo + r * b.c, b.hi), e = std::min(b.lo + (r + 1) * b.c, b.hi);
-  if (e > a) std::memcpy(grads_at(a), staging_.as<char>() + (b.stage_off + r * b.c) * esz_, (e - a) * esz_);
+  if (e > a) std::memcpy(grads_at(a), stage_at(b) + r * b.c * gesz_, (e - a) * gesz_);
 }
 
 void GradBuckets::on_ready(size_t begin, size_t end) {
@@ -140,7 +142,7 @@ void GradBuckets::gather_params() {
   const size_t r = static_cast<size_t>(dp_.rank());
   for (auto& b : buckets_) {
     if (b.staged) continue;
-    b.work = dp_.all_gather_async(params_at(b.lo + r * b.c), params_at(b.lo), b.c, dtype_, algo_);
+    b.work = dp_.all_gather_async(params_at(b.lo + r * b.c), params_at(b.lo), b.c, dt_.params, algo_);
   }
   for (auto& b : buckets_) {
     if (!b.staged) {
@@ -148,12 +150,12 @@ void GradBuckets::gather_params() {
       b.work.reset();
       continue;
     }
-    char* s = staging_.as<char>() + b.stage_off * esz_;
+    char* s = stage_at(b);
     const size_t a = std::min(b.lo + r * b.c, b.hi), e = std::min(b.lo + (r + 1) * b.c, b.hi);
-    std::memset(s + r * b.c * esz_, 0, b.c * esz_);
-    if (e > a) std::memcpy(s + r * b.c * esz_, params_at(a), (e - a) * esz_);
-    dp_.all_gather(s + r * b.c * esz_, s, b.c, dtype_, algo_);
-    std::memcpy(params_at(b.lo), s, (b.hi - b.lo) * esz_);
+    std::memset(s + r * b.c * pesz_, 0, b.c * pesz_);
+    if (e > a) std::memcpy(s + r * b.c * pesz_, params_at(a), (e - a) * pesz_);
+    dp_.all_gather(s + r * b.c * pesz_, s, b.c, dt_.params, algo_);
+    std::memcpy(params_at(b.lo), s, (b.hi - b.lo) * pesz_);
   }
 }
 

@@ -7,9 +7,12 @@
 // sec. 3.2.3). With gradient accumulation only the last micro-batch's backward
 // reports readiness, so the reduction happens once per step.
 //
-// Gradients and parameters are f32 or a half-precision format (mixed
-// precision: the reduction runs in the compute dtype, as PyTorch DDP's
-// gradient buckets of a bf16 model do); buckets hold bucket_bytes of them.
+// Gradients and parameters each have their own dtype: under mixed precision
+// the parameters (compute copies, all-gathered by ZeRO-1) are bf16 / fp16 while
+// the gradients are reduced in f32 by default (PyTorch FSDP's reduce_dtype,
+// Megatron-LM's fp32 gradient accumulation) or, opted in, in the compute dtype
+// (half the traffic, as PyTorch DDP's buckets of a bf16 model). Buckets hold
+// bucket_bytes of gradients.
 //
 // all_reduce (DDP): every rank ends with the DP average of every gradient.
 //
@@ -23,6 +26,7 @@
 // it, is padded in a staging buffer, never in the parameters (with a cut, the
 // lowest bucket of each range).
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -33,6 +37,12 @@
 namespace braid::parallel {
 
 enum class BucketReduce : uint8_t { all_reduce, reduce_scatter };
+
+/// Element types of the buffers GradBuckets works on.
+struct BucketDTypes {
+  DType grads = DType::f32;   // gradients and their reduction's traffic
+  DType params = DType::f32;  // parameters (ZeRO-1's all-gather)
+};
 
 class GradBuckets {
  public:
@@ -50,24 +60,26 @@ class GradBuckets {
   struct Plan {
     std::vector<Segment> owned;  // increasing offsets, packed shard offsets
     size_t shard_size = 0;       // elements owned (optimizer state per moment)
-    size_t staging_bytes = 0;    // comm staging buffer: N x c f32 of the lowest
-                                 // bucket when N does not divide its size, else 0
+    size_t staging_bytes = 0;    // comm staging buffer: N x c elements (the wider of
+                                 // the two dtypes) of the lowest bucket when N does
+                                 // not divide its size, else 0
   };
-  /// Throws ConfigError for a bucket smaller than one element of `dtype`,
+  /// Throws ConfigError for a bucket smaller than one gradient element,
   /// world < 1 or rank outside [0, world).
   /// cut > 0: buckets never straddle element `cut` ([cut, n) and [0, cut) are
   /// bucketed apart, each from its end), so that [0, cut) is bucketed the same
   /// in any buffer that starts with it (the tied embedding on the first and
   /// the last pipeline stage).
   static Plan plan(size_t n, int world, int rank, size_t bucket_bytes, BucketReduce mode,
-                   DType dtype = DType::f32, size_t cut = 0);
+                   BucketDTypes dtypes = {}, size_t cut = 0);
 
-  /// dp: the data-parallel group. params/grads: (n,) of `dtype`, must outlive
+  /// dp: the data-parallel group. params/grads: (n,) of dtypes.params /
+  /// dtypes.grads, must outlive
   /// this object (params is only used by gather_params). overlap=false defers
   /// every bucket to finish_sync() (the no-overlap baseline). Throws
   /// ConfigError for a bucket smaller than one element.
   GradBuckets(comm::Communicator& dp, void* params, void* grads, size_t n, size_t bucket_bytes, bool overlap,
-              comm::Algorithm algo, BucketReduce mode, DType dtype = DType::f32, MemoryLedger* ledger = nullptr,
+              comm::Algorithm algo, BucketReduce mode, BucketDTypes dtypes = {}, MemoryLedger* ledger = nullptr,
               size_t cut = 0);
   /// Reductions still in flight write into grads or staging: they end first.
   ~GradBuckets();
@@ -101,8 +113,10 @@ class GradBuckets {
   };
   static std::vector<Bucket> make_buckets(size_t n, size_t N, size_t bucket_bytes, BucketReduce mode, size_t esz,
                                           size_t cut);
-  char* grads_at(size_t i) const { return grads_ + i * esz_; }
-  char* params_at(size_t i) const { return params_ + i * esz_; }
+  char* grads_at(size_t i) const { return grads_ + i * gesz_; }
+  char* params_at(size_t i) const { return params_ + i * pesz_; }
+  /// Bucket b's N x c elements in the staging buffer (the wider dtype's stride).
+  char* stage_at(const Bucket& b) { return staging_.as<char>() + b.stage_off * std::max(gesz_, pesz_); }
   void launch(size_t k);
   void unstage_grads(size_t k);
 
@@ -110,8 +124,8 @@ class GradBuckets {
   char* params_;
   char* grads_;
   size_t n_;
-  DType dtype_;
-  size_t esz_;
+  BucketDTypes dt_;
+  size_t gesz_, pesz_;  // bytes per gradient / parameter element
   bool overlap_;
   comm::Algorithm algo_;
   BucketReduce mode_;

@@ -19,24 +19,26 @@ std::array<size_t, 2> work_elems(const std::vector<size_t>& bounds) {
 }  // namespace
 
 std::array<size_t, kNumMemCategories> HalfPrecisionStorage::plan(const std::vector<size_t>& bounds, DType compute,
-                                                                 size_t state_elems) {
+                                                                 DType reduce, size_t state_elems) {
   std::array<size_t, kNumMemCategories> b{};
-  const size_t n = bounds.back(), esz = dtype_size(compute);
+  const size_t n = bounds.back();
   const auto w = work_elems(bounds);
-  b[static_cast<size_t>(MemCategory::compute_params)] = n * esz;
-  b[static_cast<size_t>(MemCategory::grads)] = n * esz;
+  b[static_cast<size_t>(MemCategory::compute_params)] = n * dtype_size(compute);
+  b[static_cast<size_t>(MemCategory::grads)] = n * dtype_size(reduce);
   b[static_cast<size_t>(MemCategory::master_params)] = state_elems * sizeof(float);
   b[static_cast<size_t>(MemCategory::comm)] = 2 * (w[0] + w[1]) * sizeof(float);
   return b;
 }
 
-HalfPrecisionStorage::HalfPrecisionStorage(std::vector<size_t> bounds, DType compute, size_t state_elems,
-                                           MemoryLedger* ledger)
-    : bounds_(std::move(bounds)), dtype_(compute), esz_(dtype_size(compute)) {
+HalfPrecisionStorage::HalfPrecisionStorage(std::vector<size_t> bounds, DType compute, DType reduce,
+                                           size_t state_elems, MemoryLedger* ledger)
+    : bounds_(std::move(bounds)), dtype_(compute), grad_dtype_(reduce), esz_(dtype_size(compute)) {
   BRAID_CONFIG_CHECK(compute != DType::f32, "half-precision storage needs bf16 or fp16 compute");
+  BRAID_CONFIG_CHECK(reduce == DType::f32 || reduce == compute, "gradients of a ", dtype_name(compute),
+                     " model are reduced in fp32 or in ", dtype_name(compute), ", not ", dtype_name(reduce));
   const size_t n = bounds_.back();
   compute_ = Buffer(n * esz_, MemCategory::compute_params, ledger);
-  grads_ = Buffer(n * esz_, MemCategory::grads, ledger);
+  grads_ = Buffer(n * dtype_size(reduce), MemCategory::grads, ledger);
   master_ = Buffer(state_elems * sizeof(float), MemCategory::master_params, ledger);
   const auto w = work_elems(bounds_);
   for (size_t i = 0; i < 2; ++i) {
@@ -80,8 +82,8 @@ void HalfPrecisionStorage::grads_ready(int u) {
     g.data.as<float>()[0] = std::numeric_limits<float>::infinity();
     inject_inf_ = false;
   }
-  kernels::accumulate_cast(grads_.as<char>() + unit_begin(u) * esz_, dtype_, g.data.data(), DType::f32,
-                           unit_len(u));
+  kernels::accumulate_cast(grads_.as<char>() + unit_begin(u) * dtype_size(grad_dtype_), grad_dtype_, g.data.data(),
+                           DType::f32, unit_len(u));
   g.in_use = false;
   if (ready_) ready_(unit_begin(u), unit_begin(u) + unit_len(u));
 }

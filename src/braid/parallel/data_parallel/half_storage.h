@@ -1,15 +1,16 @@
 // Where a half-precision model's state lives under DDP and ZeRO-1 (mixed
-// precision, Micikevicius et al. 2018): the compute parameters and the
-// gradients in the compute dtype (bf16 or fp16), the f32 master weights of the
-// elements this rank updates, and two f32 working units the kernels read and
-// write. It is the model's UnitStorage: forward widens a unit's parameters to
-// f32 when it takes them, backward's f32 unit gradients are added into the
-// half-precision gradient buffer when the unit is done, which is where the
-// gradient buckets reduce them.
+// precision, Micikevicius et al. 2018): the compute parameters in the compute
+// dtype (bf16 or fp16), the gradients in the reduce dtype (f32 by default, or
+// the compute dtype), the f32 master weights of the elements this rank
+// updates, and two f32 working units the kernels read and write. It is the
+// model's UnitStorage: forward widens a unit's parameters to f32 when it takes
+// them, backward's f32 unit gradients are added into the gradient buffer when
+// the unit is done (accumulating micro-batches), which is where the gradient
+// buckets reduce them.
 //
-// Per rank (b = 2 bytes, Ψ elements, S elements owned): compute params Ψb,
-// grads Ψb, master 4S (S = Ψ under DDP, about Ψ/N under ZeRO-1); working units
-// (comm): 2 x (unit 0 + the largest other unit) f32.
+// Per rank (b = 2 bytes, g = 4 or 2 bytes, Ψ elements, S elements owned):
+// compute params Ψb, grads Ψg, master 4S (S = Ψ under DDP, about Ψ/N under
+// ZeRO-1); working units (comm): 2 x (unit 0 + the largest other unit) f32.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -25,13 +26,15 @@ namespace braid::parallel {
 class HalfPrecisionStorage final : public model::UnitStorage {
  public:
   /// Bytes per MemCategory for a layout with unit boundaries `bounds` (L + 3
-  /// offsets, model::unit_bounds), compute dtype `compute` and `state_elems`
-  /// master elements; what the constructor allocates.
-  static std::array<size_t, kNumMemCategories> plan(const std::vector<size_t>& bounds, DType compute,
+  /// offsets, model::unit_bounds), compute dtype `compute`, gradient dtype
+  /// `reduce` and `state_elems` master elements; what the constructor allocates.
+  static std::array<size_t, kNumMemCategories> plan(const std::vector<size_t>& bounds, DType compute, DType reduce,
                                                     size_t state_elems);
 
-  /// Throws ConfigError when `compute` is f32 (the model then holds its own buffers).
-  HalfPrecisionStorage(std::vector<size_t> bounds, DType compute, size_t state_elems, MemoryLedger* ledger);
+  /// Throws ConfigError when `compute` is f32 (the model then holds its own
+  /// buffers) or `reduce` is neither f32 nor `compute`.
+  HalfPrecisionStorage(std::vector<size_t> bounds, DType compute, DType reduce, size_t state_elems,
+                       MemoryLedger* ledger);
 
   // ---- model::UnitStorage ----
   /// Unit u's parameters widened to f32; valid until release_params(u). One
@@ -40,7 +43,7 @@ class HalfPrecisionStorage final : public model::UnitStorage {
   void release_params(int u) override;
   /// A zeroed f32 buffer for unit u's gradient (unit 0 and one other at a time).
   float* acquire_grads(int u) override;
-  /// Adds unit u's f32 gradient into grads() (rounded to the compute dtype),
+  /// Adds unit u's f32 gradient into grads() (rounded to grad_dtype()),
   /// then reports the unit's flat range to the ready hook when one is set.
   void grads_ready(int u) override;
 
@@ -53,6 +56,7 @@ class HalfPrecisionStorage final : public model::UnitStorage {
   void params_changed();
 
   DType dtype() const { return dtype_; }
+  DType grad_dtype() const { return grad_dtype_; }
   size_t num_params() const { return bounds_.back(); }
   int num_units() const { return static_cast<int>(bounds_.size()) - 1; }
   size_t unit_begin(int u) const { return bounds_[static_cast<size_t>(u)]; }
@@ -76,7 +80,7 @@ class HalfPrecisionStorage final : public model::UnitStorage {
   size_t unit_len(int u) const { return bounds_[static_cast<size_t>(u) + 1] - bounds_[static_cast<size_t>(u)]; }
 
   std::vector<size_t> bounds_;
-  DType dtype_;
+  DType dtype_, grad_dtype_;
   size_t esz_;
   Buffer compute_, grads_, master_;
   Work params_[2], grad_work_[2];  // [0] unit 0, [1] any other unit

@@ -25,7 +25,7 @@ struct ShardedEngine::Slot {
   comm::WorkPtr work;
 };
 
-// A unit's f32 gradient buffer; `staging` packs it (compute dtype) for the
+// A unit's f32 gradient buffer; `staging` packs it (reduce dtype) for the
 // reduce-scatter. `work` is the reduction in flight, completed before reuse.
 struct ShardedEngine::GSlot {
   int unit = -1;
@@ -71,11 +71,13 @@ ShardedEngine::Plan ShardedEngine::plan(const model::GPTConfig& cfg, const Shard
                      "not ", sc.stage, "; stages 0 and 1 run through the gradient buckets (GradBuckets)");
   BRAID_CONFIG_CHECK(world >= 1 && rank >= 0 && rank < world, "sharding plan: rank ", rank,
                      " outside a group of ", world, " ranks");
+  BRAID_CONFIG_CHECK(sc.reduce == DType::f32 || sc.reduce == sc.compute, "gradients of a ", dtype_name(sc.compute),
+                     " model are reduced in f32 or ", dtype_name(sc.compute), ", not ", dtype_name(sc.reduce));
   const size_t N = static_cast<size_t>(world);
   const size_t r = static_cast<size_t>(rank);
   const std::vector<Unit> units = make_units(cfg, sc, N);
   const size_t n = units.back().end;
-  const size_t b = dtype_size(sc.compute);
+  const size_t b = dtype_size(sc.compute), gb = dtype_size(sc.reduce);
   const bool half = sc.compute != DType::f32;
   Plan p;
   size_t max_len = 0, max_block = 0, max_pad = 0, u0_len = 0, u0_pad = 0, u0_block = 0;
@@ -87,13 +89,14 @@ ShardedEngine::Plan ShardedEngine::plan(const model::GPTConfig& cfg, const Shard
     }
     p.shard_elems += U.block;
     const size_t len = U.end - U.begin, pad = N * U.block;
+    p.unit_gather_bytes.push_back((N - 1) * U.block * b);
+    p.unit_scatter_bytes.push_back((N - 1) * U.block * gb);
     if (u == 0) {
       u0_len = len, u0_pad = pad, u0_block = U.block;
     } else {
       max_len = std::max(max_len, len), max_pad = std::max(max_pad, pad);
       max_block = std::max(max_block, U.block);
     }
-    p.unit_send_bytes.push_back(world > 1 ? (N - 1) * U.block * b : 0);
   }
   auto add = [&p](MemCategory c, size_t bytes) { p.bytes[static_cast<size_t>(c)] += bytes; };
   p.state_elems = p.shard_elems;
@@ -101,20 +104,21 @@ ShardedEngine::Plan ShardedEngine::plan(const model::GPTConfig& cfg, const Shard
   if (sc.stage == 2) add(MemCategory::compute_params, n * b);
   if (sc.stage == 3) add(MemCategory::compute_params, p.shard_elems * b);
   if (half) add(MemCategory::master_params, p.state_elems * sizeof(float));
-  add(MemCategory::grads, p.shard_elems * b);
+  add(MemCategory::grads, p.shard_elems * gb);
   // Transient buffers: three parameter slots (unit 0 and two rotating ones for
   // the current and the prefetched unit) where parameters are not f32 in
   // place, and three gradient slots, each with staging where needed.
   const bool gather = sc.stage == 3;
-  const bool direct = sc.fsdp && !half;  // single group in f32: collectives run in place
+  // A single group in f32 (FSDP): collectives run in place, without staging.
+  const bool direct_p = sc.fsdp && !half, direct_g = sc.fsdp && sc.reduce == DType::f32;
   if (gather || half) {
-    const size_t s0 = gather && direct ? u0_pad : u0_len, s = gather && direct ? max_pad : max_len;
+    const size_t s0 = gather && direct_p ? u0_pad : u0_len, s = gather && direct_p ? max_pad : max_len;
     add(MemCategory::comm, (s0 + 2 * s) * sizeof(float));
-    if (gather && !direct) add(MemCategory::comm, N * (u0_block + 2 * max_block) * b);
+    if (gather && !direct_p) add(MemCategory::comm, N * (u0_block + 2 * max_block) * b);
   }
-  const size_t g0 = direct ? u0_pad : u0_len, g = direct ? max_pad : max_len;
+  const size_t g0 = direct_g ? u0_pad : u0_len, g = direct_g ? max_pad : max_len;
   add(MemCategory::comm, (g0 + 2 * g) * sizeof(float));
-  if (!direct) add(MemCategory::comm, N * (u0_block + 2 * max_block) * b);
+  if (!direct_g) add(MemCategory::comm, N * (u0_block + 2 * max_block) * gb);
   // Stage 2 all-gathers the updated parameters unit by unit through one staging buffer.
   if (sc.stage == 2 && N > 1) add(MemCategory::comm, N * std::max(u0_block, max_block) * b);
   return p;
@@ -130,6 +134,7 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& cfg, const ShardedConfig& s
   units_ = make_units(cfg, sc, N_);
   n_ = units_.back().end;
   b_ = dtype_size(sc.compute);
+  gb_ = dtype_size(sc.reduce);
   owned_ = p.owned;
   shard_elems_ = p.shard_elems;
   state_elems_ = p.state_elems;
@@ -137,7 +142,7 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& cfg, const ShardedConfig& s
   if (sc.stage == 2) compute_full_ = Buffer(n_ * b_, MemCategory::compute_params, ledger);
   if (sc.stage == 3) compute_shard_ = Buffer(shard_elems_ * b_, MemCategory::compute_params, ledger);
   if (half) master_ = Buffer(state_elems_ * sizeof(float), MemCategory::master_params, ledger);
-  grad_shard_ = Buffer(shard_elems_ * b_, MemCategory::grads, ledger);
+  grad_shard_ = Buffer(shard_elems_ * gb_, MemCategory::grads, ledger);
 
   size_t max_len = 0, max_block = 0, max_pad = 0;
   for (size_t u = 1; u < units_.size(); ++u) {
@@ -146,20 +151,20 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& cfg, const ShardedConfig& s
     max_pad = std::max(max_pad, N_ * units_[u].block);
   }
   const size_t u0_len = units_[0].end - units_[0].begin, u0_pad = N_ * units_[0].block;
-  const bool gather = sc.stage == 3, direct = sc.fsdp && !half;
+  const bool gather = sc.stage == 3, direct_p = sc.fsdp && !half, direct_g = sc.fsdp && sc.reduce == DType::f32;
   for (int i = 0; i < 3; ++i) {
     auto s = std::make_unique<Slot>();
     const size_t block = i == 0 ? units_[0].block : max_block;
     if (gather || half) {
-      const size_t elems = gather && direct ? (i == 0 ? u0_pad : max_pad) : (i == 0 ? u0_len : max_len);
+      const size_t elems = gather && direct_p ? (i == 0 ? u0_pad : max_pad) : (i == 0 ? u0_len : max_len);
       s->data = Buffer(elems * sizeof(float), MemCategory::comm, ledger);
-      if (gather && !direct) s->staging = Buffer(N_ * block * b_, MemCategory::comm, ledger);
+      if (gather && !direct_p) s->staging = Buffer(N_ * block * b_, MemCategory::comm, ledger);
     }
     slots_.push_back(std::move(s));
     auto g = std::make_unique<GSlot>();
-    const size_t gelems = direct ? (i == 0 ? u0_pad : max_pad) : (i == 0 ? u0_len : max_len);
+    const size_t gelems = direct_g ? (i == 0 ? u0_pad : max_pad) : (i == 0 ? u0_len : max_len);
     g->data = Buffer(gelems * sizeof(float), MemCategory::comm, ledger);
-    if (!direct) g->staging = Buffer(N_ * block * b_, MemCategory::comm, ledger);
+    if (!direct_g) g->staging = Buffer(N_ * block * gb_, MemCategory::comm, ledger);
     gslots_.push_back(std::move(g));
   }
   if (sc.stage == 2 && N_ > 1)
@@ -175,16 +180,16 @@ ShardedEngine::~ShardedEngine() {
 
 // ---- layout helpers ----
 
-void ShardedEngine::pack_block(const void* src_unit, DType t, int u, int q, void* dst) const {
-  // dst (block, compute dtype) = rank q's slices of the unit held in src_unit (unit-relative, dtype t).
+void ShardedEngine::pack_block(const void* src_unit, DType t, int u, int q, void* dst, DType dt) const {
+  // dst (block, dtype dt) = rank q's slices of the unit held in src_unit (unit-relative, dtype t).
   const Unit& U = units_[static_cast<size_t>(u)];
-  const size_t Q = static_cast<size_t>(q);
+  const size_t Q = static_cast<size_t>(q), db = dtype_size(dt);
   char* d = static_cast<char*>(dst);
   for (const Group& g : U.groups) {
     const size_t a = std::min(g.lo + Q * g.c, g.hi), e = std::min(g.lo + (Q + 1) * g.c, g.hi);
     const size_t v = e - a;
-    copy_cast(d + g.off * b_, sc_.compute, static_cast<const char*>(src_unit) + (a - U.begin) * dtype_size(t), t, v);
-    std::memset(d + (g.off + v) * b_, 0, (g.c - v) * b_);
+    copy_cast(d + g.off * db, dt, static_cast<const char*>(src_unit) + (a - U.begin) * dtype_size(t), t, v);
+    std::memset(d + (g.off + v) * db, 0, (g.c - v) * db);
   }
 }
 
@@ -331,7 +336,7 @@ void ShardedEngine::grads_ready(int u) {
 void ShardedEngine::launch_reduce(GSlot& g) {
   const int u = g.unit;
   const Unit& U = units_[static_cast<size_t>(u)];
-  const DType t = sc_.compute;
+  const DType t = sc_.reduce;
   if (g.staging.bytes() == 0) {
     // FSDP in fp32: the unit buffer is already N rank blocks (zero padding).
     float* mine = g.data.as<float>() + r_ * U.block;
@@ -339,8 +344,8 @@ void ShardedEngine::launch_reduce(GSlot& g) {
     g.result = mine;
   } else {
     for (size_t q = 0; q < N_; ++q)
-      pack_block(g.data.data(), DType::f32, g.unit, static_cast<int>(q), g.staging.as<char>() + q * U.block * b_);
-    char* mine = g.staging.as<char>() + r_ * U.block * b_;
+      pack_block(g.data.data(), DType::f32, g.unit, static_cast<int>(q), g.staging.as<char>() + q * U.block * gb_, t);
+    char* mine = g.staging.as<char>() + r_ * U.block * gb_;
     if (N_ > 1) g.work = shard_.reduce_scatter_async(g.staging.data(), mine, U.block, t, comm::ReduceOp::avg, sc_.algo);
     g.result = mine;
   }
@@ -351,8 +356,8 @@ void ShardedEngine::sum_unit_grads(int u, comm::Communicator& group) {
   // The unit's block of the gradient shard: the same slice of the unit on
   // every rank of `group` (same unit, same shard group size and rank).
   const Unit& U = units_[static_cast<size_t>(u)];
-  char* g = grad_shard_.as<char>() + U.shard_off * b_;
-  group.all_reduce(g, g, U.block, sc_.compute, comm::ReduceOp::sum, sc_.algo);
+  char* g = grad_shard_.as<char>() + U.shard_off * gb_;
+  group.all_reduce(g, g, U.block, sc_.reduce, comm::ReduceOp::sum, sc_.algo);
 }
 
 void ShardedEngine::complete_reduce(GSlot& g) {
@@ -366,8 +371,7 @@ void ShardedEngine::complete_reduce(GSlot& g) {
     return;
   }
   const Unit& U = units_[static_cast<size_t>(g.unit)];
-  const DType rt = (g.staging.bytes() == 0) ? DType::f32 : sc_.compute;
-  accumulate_cast(grad_shard_.as<char>() + U.shard_off * b_, sc_.compute, g.result, rt, U.block);
+  accumulate_cast(grad_shard_.as<char>() + U.shard_off * gb_, sc_.reduce, g.result, sc_.reduce, U.block);
   g.unit = -1;
   g.result = nullptr;
 }
@@ -383,7 +387,7 @@ void ShardedEngine::finish_grads() {
   if (replicate_ && replicate_->size() > 1) {
     // HSDP: the shard holds the average over this shard group; average the
     // shards of the replicas (same layout on every replica).
-    replicate_->all_reduce(grad_shard_.data(), grad_shard_.data(), shard_elems_, sc_.compute, comm::ReduceOp::avg,
+    replicate_->all_reduce(grad_shard_.data(), grad_shard_.data(), shard_elems_, sc_.reduce, comm::ReduceOp::avg,
                            sc_.algo);
   }
 }
@@ -396,7 +400,7 @@ float* ShardedEngine::master(const Segment& s) {
   return compute_full_.as<float>() + s.offset;  // fp32 replicated: update in place
 }
 
-const void* ShardedEngine::grad(const Segment& s) const { return grad_shard_.as<char>() + s.shard * b_; }
+const void* ShardedEngine::grad(const Segment& s) const { return grad_shard_.as<char>() + s.shard * gb_; }
 
 void ShardedEngine::gather_compute_full() {
   // Stages 1/2: every rank's updated block travels once (all-gather per unit).
@@ -406,7 +410,7 @@ void ShardedEngine::gather_compute_full() {
     const Unit& U = units_[u];
     char* mine = tmp + r_ * U.block * b_;
     pack_block(compute_full_.as<char>() + U.begin * b_, sc_.compute, static_cast<int>(u),
-               static_cast<int>(r_), mine);
+               static_cast<int>(r_), mine, sc_.compute);
     shard_.all_gather(mine, tmp, U.block, sc_.compute, sc_.algo);
     for (size_t q = 0; q < N_; ++q)
       unpack_block(tmp + q * U.block * b_, sc_.compute, static_cast<int>(u),

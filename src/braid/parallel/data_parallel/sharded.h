@@ -15,10 +15,11 @@
 // concatenation over units and groups of its c-element slices; the slice tail
 // beyond hi is padding, kept at zero, so it never reaches a parameter.
 //
-// What each stage keeps per rank (b = bytes of the compute dtype, 2 or 4;
-// stages 0 and 1 run through GradBuckets, grad_buckets.h):
-//   stage 2: compute params Ψb, grads Ψb/N, master 4Ψ/N (half only), moments 8Ψ/N
-//   stage 3: compute params Ψb/N, grads Ψb/N, master 4Ψ/N (half only), moments 8Ψ/N
+// What each stage keeps per rank (b = bytes of the compute dtype, 2 or 4; g =
+// bytes of the reduce dtype, 4 by default, 2 when a half-precision reduce is
+// opted in; stages 0 and 1 run through GradBuckets, grad_buckets.h):
+//   stage 2: compute params Ψb, grads Ψg/N, master 4Ψ/N (half only), moments 8Ψ/N
+//   stage 3: compute params Ψb/N, grads Ψg/N, master 4Ψ/N (half only), moments 8Ψ/N
 // (in fp32 the compute parameters are the master weights). Transient buffers
 // (gathered units, unit gradients, staging) are tagged comm and sized from the
 // largest unit.
@@ -39,7 +40,8 @@ namespace braid::parallel {
 struct ShardedConfig {
   int stage = 3;                 // ZeRO stage 2 or 3 (FSDP, HSDP: 3)
   bool fsdp = false;             // one flat parameter per unit instead of per-tensor shards
-  DType compute = DType::f32;    // dtype of compute parameters, gradients and traffic
+  DType compute = DType::f32;    // dtype of compute parameters and their all-gathers
+  DType reduce = DType::f32;     // gradients' accumulation and reduce-scatter: f32 or `compute`
   comm::Algorithm algo = comm::Algorithm::ring;
   int tp = 1;                    // TP degree: the layout is that of a TP rank's local tensors
   model::PipelineStage pipeline; // pipeline stage: its units, in its own flat layout
@@ -60,11 +62,13 @@ class ShardedEngine final : public model::UnitStorage {
     size_t shard_elems = 0;        // elements of one shard incl. padding (same on every rank)
     size_t state_elems = 0;        // elements of each AdamW moment on this rank
     std::array<size_t, kNumMemCategories> bytes{};  // bytes the engine allocates, by category
-    /// Bytes one rank sends per all-gather / reduce-scatter of unit u (ring:
-    /// (N−1) blocks of the unit's per-rank slice); 0 when N = 1.
-    std::vector<size_t> unit_send_bytes;
+    /// Bytes one rank sends per all-gather of unit u's parameters (compute
+    /// dtype) and per reduce-scatter of its gradient (reduce dtype); ring:
+    /// (N−1) blocks of the unit's per-rank slice; 0 when N = 1.
+    std::vector<size_t> unit_gather_bytes, unit_scatter_bytes;
   };
-  /// Throws ConfigError for a stage other than 2, 3 or rank outside [0, world).
+  /// Throws ConfigError for a stage other than 2, 3, a reduce dtype other
+  /// than f32 or the compute dtype, or rank outside [0, world).
   static Plan plan(const model::GPTConfig& cfg, const ShardedConfig& sc, int world, int rank);
 
   /// shard: the group parameters are sharded over. replicate: for HSDP the
@@ -103,7 +107,7 @@ class ShardedEngine final : public model::UnitStorage {
   float* master(const Segment& s);
   /// Gradient of owned segment s in grad_dtype() (its len elements).
   const void* grad(const Segment& s) const;
-  DType grad_dtype() const { return sc_.compute; }
+  DType grad_dtype() const { return sc_.reduce; }
 
   /// Full f32 master weights into out (num_params), identical on all ranks.
   /// Collective over the shard group.
@@ -143,7 +147,7 @@ class ShardedEngine final : public model::UnitStorage {
   void prefetch_after(int u);
   void launch_reduce(GSlot& g);
   void complete_reduce(GSlot& g);
-  void pack_block(const void* src_full, DType t, int u, int q, void* dst) const;
+  void pack_block(const void* src_full, DType t, int u, int q, void* dst, DType dt) const;
   void unpack_block(const void* block, DType t, int u, int q, void* dst_unit, DType dt) const;
   void gather_compute_full();
   /// out (num_params) = each owned segment's values from `src(segment)`,
@@ -159,11 +163,12 @@ class ShardedEngine final : public model::UnitStorage {
   std::vector<Unit> units_;
   std::vector<Segment> owned_;
   size_t shard_elems_ = 0, state_elems_ = 0;
-  size_t b_;  // bytes per compute element
+  size_t b_;   // bytes per compute element
+  size_t gb_;  // bytes per gradient element
   Buffer compute_full_;    // stage 2: (Ψ) compute dtype
   Buffer compute_shard_;   // stage 3: (shard) compute dtype
   Buffer master_;          // half: (shard) f32
-  Buffer grad_shard_;      // (shard) compute dtype
+  Buffer grad_shard_;      // (shard) reduce dtype
   std::vector<std::unique_ptr<Slot>> slots_;   // [0] unit 0, [1], [2] the others
   std::vector<std::unique_ptr<GSlot>> gslots_; // [0] unit 0, [1], [2] the others
   Buffer block_staging_;   // stage 2: N x largest block, for the parameter all-gather
