@@ -1,10 +1,16 @@
 // `braid train`: the main job. Launch with `mpirun -np N braid train ...` (one
 // process per rank), as a single process, or with `--backend local --ranks N`
 // (ranks as threads in one process, used by tests).
+#include <unistd.h>
+
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "braid/commands.h"
 #include "braid/comm/backends/local.h"
@@ -17,6 +23,7 @@
 #include "braid/train/mfu.h"
 #include "braid/train/preemption.h"
 #include "braid/train/trainer.h"
+#include "braid/version.h"
 #ifdef BRAID_WITH_MPI
 #include "braid/comm/backends/mpi.h"
 #endif
@@ -29,11 +36,52 @@ struct TrainArgs {
   train::TrainOptions opt;
   std::string train_data = "data/brown_train.bin";
   std::string val_data = "data/brown_val.bin";
+  std::string data_format = "auto";
   std::string backend = "mpi";
   int local_ranks = 1;
   std::string algo = "ring";
   comm::CommOptions comm;
+  std::string given, resolved;  // the options set (file or flags) and every option, as TOML key=value lines
 };
+
+// TOML "key=value" lines -> a JSON object (values parsed as JSON where they are:
+// numbers, booleans, quoted strings, arrays; kept as text otherwise).
+nlohmann::json toml_lines_to_json(const std::string& text) {
+  nlohmann::json out = nlohmann::json::object();
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos || line[0] == '#' || line[0] == '[') continue;
+    const std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    nlohmann::json v = nlohmann::json::parse(value, nullptr, false);
+    out[key] = v.is_discarded() ? nlohmann::json(value) : v;
+  }
+  return out;
+}
+
+// The metrics file's first record: the resolved configuration, the build, the
+// time, and which host each rank runs on (collective: hostnames are gathered).
+std::string run_record(const TrainArgs& a, comm::Communicator& world) {
+  char host[64] = {};
+  gethostname(host, sizeof host - 1);
+  std::vector<char> all(sizeof host * static_cast<size_t>(world.size()));
+  if (world.size() > 1) {
+    world.all_gather(host, all.data(), sizeof host / 4, DType::f32);  // raw bytes: a copy, no arithmetic
+  } else {
+    std::copy(host, host + sizeof host, all.begin());
+  }
+  nlohmann::json hosts = nlohmann::json::object();
+  for (int r = 0; r < world.size(); ++r) hosts[std::string(all.data() + sizeof host * static_cast<size_t>(r))].push_back(r);
+  char now[32];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  const nlohmann::json r = {{"run", "braid train"},  {"version", BRAID_VERSION}, {"commit", BRAID_COMMIT},
+                            {"time", now},           {"ranks", world.size()},    {"backend", world.backend()},
+                            {"hosts", hosts},        {"given", toml_lines_to_json(a.given)},
+                            {"config", toml_lines_to_json(a.resolved)}};
+  return r.dump();
+}
 
 // Each rank measures the matmul ceiling at its MLP shape; the best median is
 // the reference, so a rank slowed by a noisy neighbour does not inflate
@@ -55,6 +103,13 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
   try {
     train::TrainOptions opt = a.opt;
     const bool log = opt.verbose && world.rank() == 0;
+    opt.run_record = run_record(a, world);
+    if (log && !a.given.empty()) {
+      std::string line;
+      const nlohmann::json given = toml_lines_to_json(a.given);
+      for (const auto& [k, v] : given.items()) line += " " + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+      std::printf("options:%s\n", line.c_str());
+    }
     // The tokenizer is needed only to sample after training: load it now, so a
     // missing vocabulary file fails before the run, not after it.
     std::unique_ptr<data::Gpt2Tokenizer> tok;
@@ -124,11 +179,13 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
   }
 }
 
-std::vector<uint16_t> load_tokens(const std::string& path, const char* what) {
+}  // namespace
+
+std::vector<uint16_t> load_tokens(const std::string& path, const char* what, const std::string& format) {
   BRAID_CONFIG_CHECK(std::filesystem::exists(path), what, " data file '", path,
                      "' not found; run `braid prepare-data` (or scripts/setup.sh) from the "
                      "repository root, or pass --", what, "-data FILE");
-  data::TokenFile f = data::read_token_file(path);
+  data::TokenFile f = data::read_token_file(path, data::parse_token_format(format));
   if (f.version < data::kTokenFileVersion)
     std::fprintf(stderr, "braid train: %s data file '%s' predates checksums (version %u): read unverified; "
                  "re-create it with `braid prepare-data` to have it checked\n", what, path.c_str(), f.version);
@@ -139,6 +196,8 @@ std::vector<uint16_t> load_tokens(const std::string& path, const char* what) {
                      "; re-create it with `braid prepare-data`");
   return std::move(f.tokens);
 }
+
+namespace {
 
 // Flags whose effect needs another flag: given alone they would silently do nothing.
 void check_flags_that_do_something(const CLI::App& c, const train::TrainOptions& o) {
@@ -172,6 +231,9 @@ void add_train(CLI::App& app) {
   add_model_and_layout_options(c, o);
   c->add_option("--train-data", a->train_data, "Training token file (braid prepare-data)")->capture_default_str();
   c->add_option("--val-data", a->val_data, "Validation token file ('' disables)")->capture_default_str();
+  c->add_option("--data-format", a->data_format, "auto: braid's token files and llm.c's (by their magic); nanogpt: headerless uint16 GPT-2 ids (nanoGPT's prepare.py)")
+      ->transform(one_of({"auto", "nanogpt"}))
+      ->capture_default_str();
   c->add_option("--steps", o.steps, "Optimizer steps")->capture_default_str();
   c->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
   c->add_option("--min-lr", o.min_lr, "Final learning rate of the cosine decay")->capture_default_str();
@@ -192,7 +254,9 @@ void add_train(CLI::App& app) {
   c->add_option("--loss-scale-hysteresis", o.loss_scale.hysteresis, "fp16: overflows tolerated before backing off")->capture_default_str();
   c->add_option("--min-loss-scale", o.loss_scale.min_scale, "fp16: lower bound of the loss scale")->capture_default_str();
   c->add_flag("--no-overlap", [&o](int64_t) { o.overlap = false; }, "All-reduce after backward instead of during it");
-  c->add_option("--comm-algo", a->algo, "Collective implementation: ring (ours) or native (MPI's own)")->capture_default_str();
+  c->add_option("--comm-algo", a->algo, "Collective implementation: ring (ours) or native (MPI's own)")
+      ->transform(one_of({"ring", "native"}))
+      ->capture_default_str();
   c->add_option("--val-every", o.val_every, "Validate every K steps (0 disables)")->capture_default_str();
   c->add_option("--val-batches", o.val_batches, "Global batches per validation")->capture_default_str();
   c->add_option("--save", o.save_dir,
@@ -234,7 +298,9 @@ void add_train(CLI::App& app) {
   c->add_option("--prompt", o.sample_prompt, "Prompt for the sample")->capture_default_str();
   c->add_option("--temperature", o.sample_temperature, "Sampling temperature")->capture_default_str();
   c->add_option("--top-k", o.sample_top_k, "Sample from the k most likely tokens")->capture_default_str();
-  c->add_option("--backend", a->backend, "mpi (one process per rank) or local (ranks as threads)")->capture_default_str();
+  c->add_option("--backend", a->backend, "mpi (one process per rank) or local (ranks as threads)")
+      ->transform(one_of({"mpi", "local"}))
+      ->capture_default_str();
   c->add_option("--ranks", a->local_ranks, "Ranks for --backend local")->capture_default_str();
   c->add_option("--comm-timeout", a->comm.timeout_s,
                 "Seconds any rank may wait in one communication call; then the job ends naming "
@@ -262,13 +328,15 @@ void add_train(CLI::App& app) {
   c->add_flag("--quiet", [&o](int64_t) { o.verbose = false; }, "Print nothing per step");
 
   c->callback([a, c] {
+    a->given = c->config_to_str(false, false);
+    a->resolved = c->config_to_str(true, false);
     check_flags_that_do_something(*c, a->opt);
     a->opt.algo = comm::parse_algorithm(a->algo);
     BRAID_CONFIG_CHECK(a->backend == "mpi" || a->backend == "local", "--backend '", a->backend,
                        "' is not known; use mpi or local");
-    std::vector<uint16_t> train = load_tokens(a->train_data, "train");
+    std::vector<uint16_t> train = load_tokens(a->train_data, "train", a->data_format);
     std::vector<uint16_t> val;
-    if (!a->val_data.empty()) val = load_tokens(a->val_data, "val");
+    if (!a->val_data.empty()) val = load_tokens(a->val_data, "val", a->data_format);
     const std::vector<uint16_t>* valp = val.empty() ? nullptr : &val;
     // Every output is created (its directory) or refused now, not after training.
     for (const auto& [flag, file] : {std::pair<const char*, std::string>{"--metrics-out", a->opt.metrics_out},

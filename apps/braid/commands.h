@@ -15,10 +15,23 @@ void add_bench_step(CLI::App& app);    // training-step tokens/s and MFU
 void add_plan(CLI::App& app);          // predicted per-rank peak memory by category
 void add_schedule(CLI::App& app);      // pipeline schedule table / SVG and its bubble
 void add_verify(CLI::App& app);        // check checkpoint files without training
+void add_export(CLI::App& app);        // checkpoint -> Hugging Face directory / llm.c model file
+void add_import(CLI::App& app);        // Hugging Face directory / llm.c model file -> checkpoint
+void add_eval(CLI::App& app);          // loss / perplexity of a checkpoint on a token file
+void add_sample(CLI::App& app);        // text from a checkpoint after a prompt
+
+/// A validator (use with ->transform) that accepts one of `names` in any case
+/// and stores it lower-cased; help shows {a,b,c}.
+CLI::Validator one_of(std::vector<std::string> names);
 
 /// The model and parallel-layout flags of `train` and `plan` (--model, sizes,
 /// --batch, --micro-batch, --seq-len, --zero, --fsdp, --tp, --pp, ...).
 void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o);
+
+/// The tokens of a token file (braid prepare-data), checked against GPT-2's
+/// vocabulary; `what` ("train", "val", "eval") names it and its flag in errors.
+/// `format`: --data-format (auto or nanogpt, data::parse_token_format).
+std::vector<uint16_t> load_tokens(const std::string& path, const char* what, const std::string& format = "auto");
 
 /// Set by a command that initialised MPI with more than one rank, so main()
 /// takes the whole job down on error instead of leaving peers hanging.

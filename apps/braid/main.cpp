@@ -1,8 +1,12 @@
 // braid: train GPT-2 models across many processes.
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "braid/commands.h"
+#include "braid/version.h"
+#include "config_file.h"
 #include "braid/core/error.h"
 #ifdef BRAID_WITH_MPI
 #include <mpi.h>
@@ -22,8 +26,18 @@ int main(int argc, char** argv) {
   braid::cli::add_plan(app);
   braid::cli::add_schedule(app);
   braid::cli::add_verify(app);
+  braid::cli::add_export(app);
+  braid::cli::add_import(app);
+  braid::cli::add_eval(app);
+  braid::cli::add_sample(app);
+  app.set_version_flag("--version", std::string("braid ") + BRAID_VERSION + " (commit " + BRAID_COMMIT + ")");
+  braid::cli::add_config_option(app);
   try {
-    app.parse(argc, argv);
+    // --config FILE: the file's options go before the command line's, which win.
+    std::vector<std::string> args = braid::cli::expand_config(app, argc, argv);
+    std::vector<char*> cargv;
+    for (std::string& s : args) cargv.push_back(s.data());
+    app.parse(static_cast<int>(cargv.size()), cargv.data());
   } catch (const CLI::ParseError& e) {
     // --help and --version are "errors" with exit code 0; every other parse
     // error is a configuration error.

@@ -36,8 +36,11 @@ timeout 300 "${MPIRUN[@]}" -np 2 "$BRAID" train "${common[@]}" --steps 6 --val-e
   --metrics-out "$tmp/r.jsonl" --resume "$tmp/r.ckpt" > "$tmp/r.txt" 2>&1 || { cat "$tmp/r.txt"; fail "resume"; }
 /usr/bin/python3 - "$tmp/r.jsonl" <<'PY' || fail "resumed metrics file"
 import json, sys
-steps = [json.loads(l)["step"] for l in open(sys.argv[1])]
+rows = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r["step"] for r in rows if "step" in r]
 assert steps == [1, 2, 3, 4, 5, 6], steps
+# Each invocation opens with its run record; the resumed one says where it started.
+assert [r["start_step"] for r in rows if "run" in r] == [0, 3], rows
 PY
 
 # 2. Config errors name the values and the fix, exit non-zero, on every launch mode.

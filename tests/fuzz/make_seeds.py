@@ -7,7 +7,7 @@ sys.path.insert(0, "tools")
 import token_file  # noqa: E402
 
 out = "tests/fuzz/corpus"
-for h in ("token_file", "checkpoint", "tokenizer"):
+for h in ("token_file", "checkpoint", "tokenizer", "safetensors"):
     os.makedirs(os.path.join(out, h), exist_ok=True)
 
 
@@ -33,6 +33,16 @@ h = json.dumps(v2).encode()
 put("checkpoint", "v2_small.ckpt", b"BRAIDCKP" + struct.pack("<IQI", 2, len(h), zlib.crc32(h)) + h + b"".join(arrays))
 h1 = json.dumps(header).encode()
 put("checkpoint", "v1_small.ckpt", b"BRAIDCKP" + struct.pack("<IQ", 1, len(h1)) + h1 + b"".join(arrays))
+
+# llm.c token file (by its magic).
+put("token_file", "llmc_small.bin", struct.pack("<256i", 20240520, 1, len(ids), *([0] * 253)) + struct.pack(f"<{len(ids)}H", *ids))
+
+# Safetensors: an f32 matrix and a bf16 vector, with metadata; and an empty file.
+st = {"__metadata__": {"format": "pt"}, "a.weight": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+      "b": {"dtype": "BF16", "shape": [3], "data_offsets": [16, 22]}}
+sh = json.dumps(st).encode()
+put("safetensors", "small.safetensors", struct.pack("<Q", len(sh)) + sh + struct.pack("<4f", 1, 2, 3, 4) + bytes(6))
+put("safetensors", "empty.safetensors", struct.pack("<Q", 2) + b"{}")
 
 # Texts: English, whitespace runs, contractions, numbers, non-Latin scripts, emoji, bytes that are not UTF-8.
 for i, t in enumerate([b"The jury said it did find that many of Georgia's registration laws are outmoded.",

@@ -186,6 +186,25 @@ TEST(ParallelPlan, ShardingDegreeCountsEveryStrand) {
   EXPECT_EQ(h.parallel.dp.shard_degree, 2);
 }
 
+// --micro-batch auto: batch / dp without a pipeline; with P stages the
+// largest micro-batch that still gives every stage P micro-batches.
+TEST(ParallelPlan, MicroBatchAutoPicksTheLargestThatDividesTheLayout) {
+  train::TrainOptions o;
+  o.model = "tiny";
+  o.global_batch = 16;
+  o.micro_batch = train::kMicroBatchAuto;
+  EXPECT_EQ(train::plan_memory(o, 2, 0).parallel.micro_batch, 8);
+  o.pp = 2;
+  EXPECT_EQ(train::plan_memory(o, 4, 0).parallel.micro_batch, 4);  // dp 2: 8 per rank, >= 2 micro-batches
+  o.global_batch = 12;
+  o.n_layer = 4;
+  o.pp = 4;
+  EXPECT_EQ(train::plan_memory(o, 4, 0).parallel.micro_batch, 3);  // dp 1: 12 per rank, >= 4 micro-batches
+  o.global_batch = 6;
+  o.pp = 1;
+  EXPECT_THROW(train::plan_memory(o, 4, 0), ConfigError);  // 6 does not split over 4 DP ranks
+}
+
 // Rajbhandari et al. 2020, Figure 1: Ψ = 7.5B, N_d = 64, K = 12 with
 // half-precision gradients gives 120, 31.4, 16.6 and 1.9 GB per device for the
 // baseline and stages 1-3. braid's default fp32 gradients add 2Ψ unsharded

@@ -172,5 +172,48 @@ TEST_F(TokenFileTest, CorruptFilesAreConfigErrors) {
     EXPECT_NE(error_of(p).find(p), std::string::npos) << "error must name the path " << p;
 }
 
+// llm.c's token file: 256 int32 (magic, version, count), then uint16 ids.
+std::string llmc_bytes(const std::vector<uint16_t>& ids, int32_t version = 1, int32_t count = -1) {
+  int32_t h[256] = {};
+  h[0] = kLlmcTokenMagic;
+  h[1] = version;
+  h[2] = count >= 0 ? count : static_cast<int32_t>(ids.size());
+  std::string b(reinterpret_cast<const char*>(h), sizeof h);
+  b.append(reinterpret_cast<const char*>(ids.data()), 2 * ids.size());
+  return b;
+}
+
+TEST_F(TokenFileTest, LlmcFilesAreReadByTheirMagicAndNanoGptOnlyWhenAsked) {
+  fs::create_directories(dir_);
+  const std::vector<uint16_t> ids = {50256, 464, 13, 0, 50255};
+  spit(path("llmc.bin"), llmc_bytes(ids));
+  const TokenFile l = read_token_file(path("llmc.bin"));
+  EXPECT_EQ(l.format, "llmc");
+  EXPECT_EQ(l.tokens, ids);
+  // nanoGPT: the ids alone; without --data-format nanogpt they are refused (no magic).
+  spit(path("nano.bin"), std::string(reinterpret_cast<const char*>(ids.data()), 2 * ids.size()));
+  EXPECT_NE(error_of(path("nano.bin")).find("--data-format nanogpt"), std::string::npos);
+  const TokenFile n = read_token_file(path("nano.bin"), TokenFormat::nanogpt);
+  EXPECT_EQ(n.format, "nanogpt");
+  EXPECT_EQ(n.tokens, ids);
+  EXPECT_EQ(parse_token_format("NanoGPT"), TokenFormat::nanogpt);
+  EXPECT_EQ(parse_token_format("auto"), TokenFormat::detect);
+  EXPECT_THROW(parse_token_format("llmc"), ConfigError);
+  // Damaged or foreign: wrong version, a count that disagrees with the size, a
+  // non-GPT-2 id, an odd nanoGPT size; each names the file.
+  for (const auto& [bytes, needle] : std::vector<std::pair<std::string, std::string>>{
+           {llmc_bytes(ids, 2), "version 2"},
+           {llmc_bytes(ids, 1, 9), "header says 9 tokens"},
+           {llmc_bytes({1, 60000}), "not a GPT-2 id"},
+           {llmc_bytes(ids).substr(0, 100), "shorter than its 1024-byte header"}}) {
+    spit(path("bad.bin"), bytes);
+    const std::string msg = error_of(path("bad.bin"));
+    EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+    EXPECT_NE(msg.find(path("bad.bin")), std::string::npos) << msg;
+  }
+  spit(path("odd.bin"), "abc");
+  EXPECT_THROW(read_token_file(path("odd.bin"), TokenFormat::nanogpt), DataError);
+}
+
 }  // namespace
 }  // namespace braid::data

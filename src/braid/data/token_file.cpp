@@ -2,6 +2,7 @@
 
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 
@@ -60,7 +61,58 @@ void write_token_file(const std::string& path, const std::vector<uint16_t>& ids,
   write_impl(path, ids, vocab_size);
 }
 
-TokenFile read_token_file(const std::string& path) {
+namespace {
+
+constexpr uint32_t kGpt2Vocab = 50257;
+
+// `count` little-endian uint16 GPT-2 ids from `in` (already past any header).
+std::vector<uint16_t> read_gpt2_ids(FileReader& in, uint64_t count, const std::string& path, const char* kind) {
+  std::vector<unsigned char> raw(2 * count);
+  if (count && !in.read(raw.data(), raw.size()))
+    throw DataError(detail::concat(kind, " token file ", path, " is cut short"));
+  std::vector<uint16_t> ids(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    ids[i] = static_cast<uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8));
+    if (ids[i] >= kGpt2Vocab)
+      throw DataError(detail::concat(kind, " token file ", path, ": token ", ids[i], " at position ", i,
+                                     " is not a GPT-2 id (< ", kGpt2Vocab, "); is it another tokenizer's file?"));
+  }
+  return ids;
+}
+
+// llm.c's data file: 256 int32 (magic, version 1, token count), then uint16 ids.
+TokenFile read_llmc(FileReader& in, const unsigned char* first24, const std::string& path) {
+  int32_t h[256];
+  std::memcpy(h, first24, 24);
+  if (!in.read(reinterpret_cast<unsigned char*>(h) + 24, sizeof h - 24))
+    throw DataError(detail::concat("llm.c token file ", path, " is shorter than its 1024-byte header"));
+  if (h[1] != 1)
+    throw DataError(detail::concat("llm.c token file ", path, " has version ", h[1],
+                                   "; braid reads version 1 (uint16 GPT-2 ids)"));
+  const uint64_t count = h[2] < 0 ? 0 : static_cast<uint64_t>(h[2]);
+  if (h[2] < 0 || in.size() != sizeof h + 2 * count)
+    throw DataError(detail::concat("llm.c token file ", path, ": header says ", h[2], " tokens but the file has ",
+                                   in.size(), " bytes"));
+  TokenFile tf;
+  tf.format = "llmc";
+  tf.version = 1;
+  tf.vocab_size = kGpt2Vocab;
+  tf.tokens = read_gpt2_ids(in, count, path, "llm.c");
+  return tf;
+}
+
+}  // namespace
+
+TokenFormat parse_token_format(const std::string& s) {
+  std::string l = s;
+  std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (l == "auto") return TokenFormat::detect;
+  if (l == "nanogpt") return TokenFormat::nanogpt;
+  throw ConfigError(detail::concat("--data-format '", s, "' is not known; use auto (braid and llm.c files, ",
+                                   "by their magic) or nanogpt (headerless uint16 GPT-2 ids)"));
+}
+
+TokenFile read_token_file(const std::string& path, TokenFormat format) {
   const std::string fix = "; run `braid prepare-data` to (re)create it";
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw ConfigError(detail::concat("token file ", path, " not found", fix));
@@ -69,9 +121,25 @@ TokenFile read_token_file(const std::string& path) {
     return DataError(detail::concat("token file ", path, " is corrupt: ", why, fix));
   };
   const uint64_t size = in.size();
+  if (format == TokenFormat::nanogpt) {
+    if (size % 2 != 0)
+      throw DataError(detail::concat("nanoGPT token file ", path, " has an odd size (", size,
+                                     " bytes); it should hold uint16 ids"));
+    TokenFile tf;
+    tf.format = "nanogpt";
+    tf.vocab_size = kGpt2Vocab;
+    tf.tokens = read_gpt2_ids(in, size / 2, path, "nanoGPT");
+    return tf;
+  }
   unsigned char hdr[kTokenFileHeaderBytes];
-  if (size < 24 || !in.read(hdr, 24)) throw corrupt("shorter than the 24-byte header");
-  if (std::memcmp(hdr, kTokenFileMagic, 8) != 0) throw corrupt("bad magic (expected \"BRAIDTOK\")");
+  if (size < 24 || !in.read(hdr, 24))
+    throw corrupt("shorter than the 24-byte header; for nanoGPT's headerless uint16 files pass --data-format nanogpt");
+  int32_t magic32;
+  std::memcpy(&magic32, hdr, 4);
+  if (magic32 == kLlmcTokenMagic) return read_llmc(in, hdr, path);
+  if (std::memcmp(hdr, kTokenFileMagic, 8) != 0)
+    throw corrupt("no known magic (braid's \"BRAIDTOK\", llm.c's 20240520); for nanoGPT's headerless "
+                  "uint16 files pass --data-format nanogpt");
   TokenFile tf;
   tf.version = static_cast<uint32_t>(get_le(hdr + 8, 4));
   if (tf.version != 1 && tf.version != kTokenFileVersion)

@@ -66,8 +66,14 @@ void validate_header(const std::string& path, const nlohmann::json& h, uint32_t 
     damaged(path, detail::concat("header field 'format' is ", fmt.dump(), ", expected \"braid-checkpoint\""));
   if (!field("model").is_string()) damaged(path, "header field 'model' is not a string");
   if (!field("seed").is_number_unsigned()) damaged(path, "header field 'seed' is not a non-negative integer");
-  for (const char* k : {"step", "n_params", "global_batch", "seq_len", "n_layer", "n_head", "n_embd", "vocab_size"})
-    integer(k, 1);
+  // An imported model ("source": where its weights came from) has no training
+  // run behind it: step, batch and sequence length 0.
+  if (h.contains("source") && !h.at("source").is_string()) damaged(path, "header field 'source' is not a string");
+  const int64_t run_min = h.contains("source") ? 0 : 1;
+  integer("step", 0);
+  for (const char* k : {"global_batch", "seq_len"}) integer(k, run_min);
+  for (const char* k : {"n_params", "n_layer", "n_head", "n_embd", "vocab_size"}) integer(k, 1);
+  if (h.contains("block_size")) integer("block_size", 1);
   if (h.contains("loss_scale")) {
     const auto& ls = h.at("loss_scale");
     const bool ok = ls.is_object() && ls.contains("scale") && ls["scale"].is_number() &&

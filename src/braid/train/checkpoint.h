@@ -15,8 +15,11 @@ namespace braid::train {
 ///   offset 12   uint64   header length H (bytes, < 16 MiB)
 ///   offset 20   uint32   CRC-32 (zlib's, ISO 3309) of the H header bytes
 ///   offset 24   H bytes  header: JSON object (model sizes, step, n_params, seed,
-///                        global_batch, seq_len, optional loss_scale, and
-///                        "crc32": the CRC-32 of each payload array)
+///                        global_batch, seq_len, optional block_size and
+///                        loss_scale, and "crc32": the CRC-32 of each payload
+///                        array). A model imported from another format has
+///                        "source" (e.g. "hf", "llmc") and step, global_batch,
+///                        seq_len 0.
 ///   offset 24+H          payload: three f32 arrays of n_params elements:
 ///                        parameters, AdamW m, AdamW v; nothing after them.
 /// Version 1 (no checksums: magic, version, H, header, payload) is still read.

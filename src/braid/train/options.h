@@ -11,6 +11,10 @@
 
 namespace braid::train {
 
+/// --micro-batch auto: batch / dp, or with a pipeline of P stages the largest
+/// micro-batch that leaves at least P micro-batches per step (resolve_plan).
+inline constexpr int64_t kMicroBatchAuto = -1;
+
 struct TrainOptions {
   std::string model = "small";
   // Overrides of the preset's sizes (0: keep the preset's); the vocabulary is
@@ -18,7 +22,7 @@ struct TrainOptions {
   int64_t vocab_size = 0, n_layer = 0, n_head = 0, n_embd = 0;
   int64_t steps = 800;
   int64_t global_batch = 16;  // sequences per optimizer step, over all DP ranks
-  int64_t micro_batch = 8;    // sequences per forward/backward on one rank
+  int64_t micro_batch = 8;    // sequences per forward/backward on one rank (kMicroBatchAuto: resolved by the plan)
   int64_t seq_len = 0;        // 0: min(128, block_size)
   float lr = 2e-3f;
   float min_lr = 2e-4f;
@@ -61,6 +65,7 @@ struct TrainOptions {
   int64_t save_fault_step = -1;  // test hook: the save after this step ...
   SaveFault save_fault;          // ... kills its writer here
   std::string metrics_out;
+  std::string run_record;       // a JSON object: the metrics file's first line (the resolved configuration, commit, hosts)
   uint64_t max_memory = 0;      // bytes one rank may use (0: its share of the host's available memory)
   bool check_replicas = false;  // hash parameters every step and compare across DP ranks
   std::string sample_prompt = "The";

@@ -211,6 +211,15 @@ void validate_training(const TrainOptions& o, int world_size) {
 void apply_micro_batches(TrainOptions& o, int world_size) {
   BRAID_CONFIG_CHECK(o.micro_batches >= 0, "--micro-batches ", o.micro_batches,
                      " must be >= 1 (or 0: derived from --batch and --micro-batch)");
+  if (o.micro_batch == kMicroBatchAuto) {
+    const int64_t dp = std::max(1, derived_dp(o, world_size));
+    BRAID_CONFIG_CHECK(o.global_batch > 0 && o.global_batch % dp == 0, "--micro-batch auto: --batch ", o.global_batch,
+                       " does not split over the ", dp, " data-parallel ranks; use a multiple of ", dp);
+    const int64_t per_rank = o.global_batch / dp, stages = std::max(1, o.pp);
+    int64_t b = per_rank;
+    while (b > 1 && (per_rank % b != 0 || per_rank / b < stages)) --b;
+    o.micro_batch = b;
+  }
   if (o.micro_batches == 0) return;
   const int64_t dp = std::max(1, derived_dp(o, world_size));
   BRAID_CONFIG_CHECK(o.global_batch % dp == 0, "--batch ", o.global_batch, " does not split over the ", dp,

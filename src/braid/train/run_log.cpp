@@ -37,6 +37,12 @@ void RunLog::open(int64_t start_step) {
   if (start_step > 0) truncate_metrics(opt_.metrics_out, start_step);
   metrics_.open(opt_.metrics_out, start_step > 0 ? std::ios::app : std::ios::trunc);
   BRAID_CONFIG_CHECK(metrics_.good(), "cannot open --metrics-out ", opt_.metrics_out);
+  if (!opt_.run_record.empty()) {
+    // The run's configuration first (a resumed run appends its own, with the step it starts at).
+    nlohmann::json r = nlohmann::json::parse(opt_.run_record);
+    r["start_step"] = start_step;
+    metrics_ << r.dump() << "\n" << std::flush;
+  }
 }
 
 void RunLog::step(const StepRecord& r) {

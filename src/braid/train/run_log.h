@@ -32,6 +32,7 @@ class RunLog {
   /// Opens --metrics-out: truncated for a new run; for a run resumed at
   /// start_step > 0, the rows the interrupted run wrote after its last
   /// checkpoint are dropped (the file reads as one run) and it is appended to.
+  /// Writes the options' run_record (with "start_step") first when they carry one.
   /// Throws ConfigError when the file cannot be opened.
   void open(int64_t start_step);
   void step(const StepRecord& r);

@@ -1,6 +1,7 @@
 #include "braid/train/trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <cstdio>
@@ -155,6 +156,58 @@ float Trainer::evaluate() {
   return loss;
 }
 
+Trainer::WindowLoss Trainer::evaluate_windows(const std::vector<uint16_t>& tokens, int64_t max_windows) {
+  BRAID_CONFIG_CHECK(!ps_, "evaluation runs without a parameter server; drop --dp-mode ps");
+  const int64_t T = opt_.seq_len, B = opt_.micro_batch;
+  int64_t W = tokens.size() > 0 ? static_cast<int64_t>((tokens.size() - 1) / static_cast<size_t>(T)) : 0;
+  if (max_windows > 0) W = std::min(W, max_windows);
+  BRAID_CONFIG_CHECK(W >= 1, "the token file holds ", tokens.size(), " tokens: not one window of --seq-len ", T,
+                     " + 1; use a shorter --seq-len or a longer file");
+  model_->set_training(false);
+  struct Restore {
+    model::GPT& m;
+    ~Restore() { m.set_training(true); }
+  } restore{*model_};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<size_t> offs(static_cast<size_t>(B));
+  double sum = 0;  // this rank's sum of per-window mean losses
+  // Windows [first, first + b) in one forward; a rank with nothing left runs
+  // window 0 uncounted, so collective forwards (ZeRO-3, FSDP) stay in step.
+  auto score = [&](int64_t first, int64_t b, bool counted) {
+    for (int64_t i = 0; i < b; ++i) offs[static_cast<size_t>(i)] = static_cast<size_t>((first + i) * T);
+    if (model_->is_first_stage() || model_->is_last_stage())
+      data::gather_batch(tokens.data(), offs.data(), b, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
+    float l = forward_pass(tokens_.as<int32_t>(), targets_.as<int32_t>(), b, T);
+    if (pp_size_ > 1) ctx_->pp()->broadcast(&l, 1, DType::f32, pp_size_ - 1);
+    if (counted) sum += static_cast<double>(l) * static_cast<double>(b);
+  };
+  // Whole micro-batches round-robin over the DP ranks, then the rest one window at a time.
+  const int64_t D = dp_size_, r = dp_rank_, full = W / B, rest = W - full * B;
+  for (int64_t k = 0; k < (full + D - 1) / D; ++k) {
+    const int64_t j = k * D + r;
+    score(j < full ? j * B : 0, B, j < full);
+  }
+  for (int64_t k = 0; k < (rest + D - 1) / D; ++k) {
+    const int64_t j = k * D + r;
+    score(j < rest ? full * B + j : 0, 1, j < rest);
+  }
+  // Each rank's double travels as raw bits (an all-gather copies without
+  // arithmetic); every rank adds them in rank order, so all agree exactly.
+  double total = sum;
+  if (D > 1) {
+    std::vector<double> all(static_cast<size_t>(D));
+    ctx_->dp().all_gather(&sum, all.data(), 2, DType::f32);
+    total = 0;
+    for (double x : all) total += x;
+  }
+  WindowLoss out;
+  out.loss = total / static_cast<double>(W);
+  out.windows = W;
+  out.tokens = W * T;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
 std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed) {
   model_->set_training(false);
   const int64_t Vp = model_->config().padded_vocab_size, V = model_->config().vocab_size;
@@ -240,6 +293,8 @@ std::string Trainer::resume_file() {
 
 int64_t Trainer::load(const std::string& path) { return checkpoint_->load(path); }
 
+int64_t Trainer::load_weights(const std::string& path) { return checkpoint_->load_weights(path); }
+
 std::vector<StepRecord> Trainer::run() {
   const bool print = opt_.verbose && world_.rank() == 0;
   RunLog log(opt_, plan_, print, world_.rank() == 0);
@@ -248,7 +303,17 @@ std::vector<StepRecord> Trainer::run() {
   const std::string from = opt_.resume.empty() ? "" : resume_file();
   if (!from.empty()) {
     start_step_ = load(from);
-    if (print) std::printf("resumed from %s at step %lld\n", from.c_str(), static_cast<long long>(start_step_));
+    if (print) {
+      std::printf("resumed from %s at step %lld\n", from.c_str(), static_cast<long long>(start_step_));
+      const int64_t planned = checkpoint_->saved_total_steps();
+      if (!checkpoint_->source().empty())
+        std::printf("fine-tuning weights imported from %s: step 0, fresh AdamW state\n",
+                    checkpoint_->source().c_str());
+      else if (planned > 0 && planned != opt_.steps)
+        std::printf("the saved run planned %lld steps; this one trains to --steps %lld, so warm-up and cosine "
+                    "decay follow the new total from here on\n",
+                    static_cast<long long>(planned), static_cast<long long>(opt_.steps));
+    }
   } else if (print && opt_.resume == "auto") {
     std::printf("--resume auto: no checkpoint in %s yet; starting at step 0\n", opt_.save_dir.c_str());
   }

@@ -45,6 +45,20 @@ class Trainer {
   StepRecord train_step(int64_t step);
   /// Mean validation loss over opt.val_batches global batches (same on all ranks).
   float evaluate();
+  /// Loss over consecutive windows of a token stream (Trainer::evaluate_windows).
+  struct WindowLoss {
+    double loss = 0;        // mean cross-entropy per token (nats)
+    int64_t windows = 0;    // windows scored
+    int64_t tokens = 0;     // predicted tokens (windows x seq_len)
+    double seconds = 0;     // wall time of the forwards
+  };
+  /// Scores `tokens` as llm.c and nanoGPT evaluate: window w predicts
+  /// tokens[w·T + 1, w·T + T] from tokens[w·T, w·T + T), T = seq_len, for the
+  /// first min(max_windows, (size − 1) / T) windows (max_windows 0: all), split
+  /// over the DP ranks in micro-batches. Collective over the world (every rank
+  /// calls it; the result is the same on all). Throws ConfigError when the
+  /// stream holds no whole window.
+  WindowLoss evaluate_windows(const std::vector<uint16_t>& tokens, int64_t max_windows);
   /// Samples `n` tokens after `prompt` (rank-local; deterministic from the seed).
   std::vector<int32_t> sample(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed);
 
@@ -72,6 +86,8 @@ class Trainer {
   void save(const std::string& path, int64_t next_step);
   /// Loads parameters and this rank's AdamW state; returns the step to resume at.
   int64_t load(const std::string& path);
+  /// Loads only the parameters of checkpoint `path` (eval, sample); returns its step.
+  int64_t load_weights(const std::string& path);
 
  private:
   /// Global-norm clipping factor: grad_clip / (norm + 1e-6) when the norm

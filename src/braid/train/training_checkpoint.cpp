@@ -84,7 +84,8 @@ void TrainingCheckpoint::save(const std::string& path, int64_t next_step, const 
                {"seed", opt_.seed},            {"global_batch", opt_.global_batch},
                {"seq_len", opt_.seq_len},      {"n_layer", model_.config().n_layer},
                {"n_head", model_.config().n_head}, {"n_embd", model_.config().n_embd},
-               {"vocab_size", model_.config().vocab_size}};
+               {"vocab_size", model_.config().vocab_size}, {"block_size", model_.config().block_size},
+               {"total_steps", opt_.steps}};
   if (scaler_.enabled()) {
     const LossScalerState st = scaler_.state();
     ck.header["loss_scale"] = {{"scale", st.scale}, {"growth_tracker", st.growth_tracker},
@@ -96,7 +97,11 @@ void TrainingCheckpoint::save(const std::string& path, int64_t next_step, const 
   save_checkpoint(path, ck, fault);
 }
 
-int64_t TrainingCheckpoint::load(const std::string& path) {
+int64_t TrainingCheckpoint::load_weights(const std::string& path) { return load(path, true); }
+
+int64_t TrainingCheckpoint::load(const std::string& path) { return load(path, false); }
+
+int64_t TrainingCheckpoint::load(const std::string& path, bool weights_only) {
   const size_t n = model_.num_params();
   std::vector<float> m(n), v(n), full(n);
   float* params = full.data();
@@ -123,14 +128,26 @@ int64_t TrainingCheckpoint::load(const std::string& path) {
     BRAID_CONFIG_CHECK(then == now, "checkpoint ", path, " was saved with ", flag, " ", then,
                        " but this run has ", flag, " ", now, "; resume with the same value");
   };
-  same("seed", static_cast<int64_t>(opt_.seed), "--seed");
   same("n_layer", model_.config().n_layer, "--n-layer");
   same("n_head", model_.config().n_head, "--n-head");
   same("n_embd", model_.config().n_embd, "--n-embd");
   same("vocab_size", model_.config().vocab_size, "--vocab-size");
-  same("global_batch", opt_.global_batch, "--batch");
-  same("seq_len", opt_.seq_len, "--seq-len");
+  if (hdr.contains("block_size")) same("block_size", model_.config().block_size, "--model's block size");
+  // An imported model starts a run of its own (fresh optimizer, step 0): the
+  // data order of no earlier run has to be continued.
+  if (!hdr.contains("source") && !weights_only) {
+    same("seed", static_cast<int64_t>(opt_.seed), "--seed");
+    same("global_batch", opt_.global_batch, "--batch");
+    same("seq_len", opt_.seq_len, "--seq-len");
+  }
   const int64_t step = hdr.at("step").get<int64_t>();
+  saved_total_steps_ = hdr.contains("total_steps") && hdr["total_steps"].is_number_integer()
+                           ? hdr["total_steps"].get<int64_t>() : -1;
+  source_ = hdr.contains("source") ? hdr["source"].get<std::string>() : "";
+  if (weights_only) {
+    sync_.load_params(full.data());
+    return step;
+  }
   BRAID_CONFIG_CHECK(step < opt_.steps, "checkpoint ", path, " is at step ", step, " and --steps ",
                      opt_.steps, " leaves nothing to train; pass a larger --steps");
   optimizer_.load_state(m.data(), v.data());

@@ -33,6 +33,15 @@ class TrainingCheckpoint {
   /// ConfigError when it was saved with another seed, model size, batch or
   /// sequence length, or leaves no step to train.
   int64_t load(const std::string& path);
+  /// Loads only the parameters of `path` (sizes must match; the AdamW state,
+  /// seed, batch and step are not used) for evaluation or sampling; returns
+  /// the checkpoint's step. Collective as load().
+  int64_t load_weights(const std::string& path);
+  /// After load(): the --steps of the run that saved the file (-1 when its
+  /// header predates the field) and where its weights came from ("" for a
+  /// braid run, else the import's "source").
+  int64_t saved_total_steps() const { return saved_total_steps_; }
+  const std::string& source() const { return source_; }
 
   /// This rank's flat array (its TP slices of its stage's tensors) -> the
   /// whole model's (collective over TP and PP); and back.
@@ -47,6 +56,9 @@ class TrainingCheckpoint {
   AdamW& optimizer_;
   DynamicLossScaler& scaler_;
   int tp_, pp_;
+  int64_t saved_total_steps_ = -1;
+  std::string source_;
+  int64_t load(const std::string& path, bool weights_only);
 };
 
 }  // namespace braid::train

@@ -63,7 +63,7 @@ CASES = [
     ("token file truncated", tr("--train-data", p("tok_trunc.bin")), 3, "tok_trunc.bin is corrupt"),
     ("token file bit-flipped", tr("--train-data", p("tok_flip.bin")), 3, "tok_flip.bin is corrupt"),
     ("token file empty", tr("--train-data", p("tok_empty.bin")), 3, "tok_empty.bin is corrupt"),
-    ("token file wrong magic", tr("--train-data", p("tok_magic.bin")), 3, "bad magic"),
+    ("token file wrong magic", tr("--train-data", p("tok_magic.bin")), 3, "no known magic"),
     ("token file of another vocabulary", tr("--train-data", p("tok_vocab.bin")), 3, "vocabulary of 1000"),
     ("token file missing", tr("--train-data", p("nope.bin")), 2, "nope.bin' not found"),
     ("validation file damaged", tr("--val-data", p("tok_flip.bin")), 3, "tok_flip.bin is corrupt"),
@@ -108,7 +108,7 @@ CASES = [
     # names that are not known
     ("--model unknown", tr("--model", "huge"), 2, "huge"),
     ("--precision unknown", tr("--precision", "fp8"), 2, "fp8"),
-    ("--reduce-dtype unknown", tr("--precision", "bf16", "--reduce-dtype", "fp8"), 2, "--reduce-dtype fp8"),
+    ("--reduce-dtype unknown", tr("--precision", "bf16", "--reduce-dtype", "fp8"), 2, "'fp8' is not one of"),
     ("--reduce-dtype half under fp32", tr("--reduce-dtype", "bf16"), 2, "use --reduce-dtype fp32"),
     ("--reduce-dtype of another precision", tr("--precision", "bf16", "--reduce-dtype", "fp16"), 2, "--reduce-dtype bf16"),
     ("--schedule unknown", tr("--schedule", "zigzag"), 2, "zigzag"),
