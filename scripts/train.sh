@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: trains the `small` GPT-2 on the Brown corpus with 2 MPI ranks
 # (data parallel, ring all-reduce). Runs set-up and data preparation first when
-# needed. Extra arguments go to `braid train` (e.g. --steps 50).
+# needed. Extra arguments go to `braid train` (e.g. --steps 50). Draws the
+# loss, throughput and memory plots into out/plots/ at the end.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -13,5 +14,11 @@ if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 mkdir -p out
-exec mpirun --oversubscribe --bind-to none -np "$NP" build/braid train \
+mpirun --oversubscribe --bind-to none -np "$NP" build/braid train \
   --model small --metrics-out out/metrics.jsonl --sample-tokens 80 --prompt "The jury said" "$@"
+# Loss, throughput and memory pictures of the run.
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  /usr/bin/python3 tools/plot_metrics.py out/metrics.jsonl --out out/plots
+else
+  echo "train.sh: no plots (python3-matplotlib is missing: run scripts/setup.sh)"
+fi

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -98,6 +99,21 @@ train::MatmulCeiling measure_ceiling(train::Trainer& trainer, comm::Communicator
   return c;
 }
 
+// The metrics file's last record: every rank's peak bytes by memory category
+// (`all`: per rank, kNumMemCategories values then the total).
+void append_peak_memory(const std::string& path, const std::vector<uint64_t>& all, size_t per_rank, int ranks) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (int r = 0; r < ranks; ++r) {
+    const uint64_t* v = all.data() + static_cast<size_t>(r) * per_rank;
+    nlohmann::json cats = nlohmann::json::object();
+    for (size_t c = 0; c < kNumMemCategories; ++c) cats[mem_category_name(static_cast<MemCategory>(c))] = v[c];
+    rows.push_back({{"rank", r}, {"bytes", cats}, {"total", v[kNumMemCategories]}});
+  }
+  std::ofstream out(path, std::ios::app);
+  out << nlohmann::json{{"peak_memory", rows}}.dump() << "\n";
+  BRAID_CONFIG_CHECK(out.good(), "cannot append to --metrics-out ", path);
+}
+
 void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<uint16_t>& train,
               const std::vector<uint16_t>* val) {
   try {
@@ -145,6 +161,7 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
       } else {
         all = mine;
       }
+      if (world.rank() == 0 && !opt.metrics_out.empty()) append_peak_memory(opt.metrics_out, all, mine.size(), world.size());
       if (log) {
         for (int r = 0; r < world.size(); ++r) {
           const uint64_t* v = all.data() + size_t(r) * mine.size();

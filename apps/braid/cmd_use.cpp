@@ -34,9 +34,14 @@ struct UseArgs {
 
 // The model's shape from the checkpoint's header; refuses size flags that would contradict it.
 void take_model_from_checkpoint(const CLI::App& c, UseArgs& a) {
-  for (const char* f : {"--model", "--n-layer", "--n-head", "--n-embd", "--vocab-size", "--batch", "--micro-batches"})
-    BRAID_CONFIG_CHECK(c.count(f) == 0, f, " does not apply here: the model comes from --checkpoint and every ",
-                       "rank takes --micro-batch sequences per forward");
+  const std::string cmd = c.get_name();
+  for (const char* f : {"--model", "--n-layer", "--n-head", "--n-embd", "--vocab-size"})
+    BRAID_CONFIG_CHECK(c.count(f) == 0, f, " does not apply to braid ", cmd, ": the model's sizes come from --checkpoint");
+  for (const char* f : {"--batch", "--micro-batches"})
+    BRAID_CONFIG_CHECK(c.count(f) == 0, f, " does not apply to braid ", cmd,
+                       ": every rank takes --micro-batch sequences per forward");
+  BRAID_CONFIG_CHECK(c.count("--dropout") == 0, "--dropout does not apply to braid ", cmd,
+                     ": evaluation and sampling run without dropout");
   const nlohmann::json h = train::verify_checkpoint(a.checkpoint).header;
   auto& o = a.opt;
   o.model = h.at("model").get<std::string>();
@@ -174,7 +179,7 @@ void add_sample(CLI::App& app) {
   CLI::App* c = app.add_subcommand("sample", "Generate text from a checkpoint's model after a prompt");
   add_common(c, *a);
   c->add_option("--prompt", a->opt.sample_prompt, "Text to continue (empty: start from <|endoftext|>)")->capture_default_str();
-  c->add_option("--max-new-tokens", a->opt.sample_tokens, "Tokens to generate")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--max-new-tokens", a->opt.sample_tokens, "Tokens to generate (>= 1)")->capture_default_str();
   c->add_option("--temperature", a->opt.sample_temperature, "Sampling temperature (> 0; lower is greedier)")
       ->capture_default_str();
   c->add_option("--top-k", a->opt.sample_top_k, "Sample from the k most likely tokens (>= 1)")->capture_default_str();

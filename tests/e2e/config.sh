@@ -40,10 +40,23 @@ assert r["config"]["steps"] == 3 and r["config"]["model"] == "tiny" and r["confi
 assert "steps" in r["given"] and "model" in r["given"], r["given"]
 assert sorted(sum(r["hosts"].values(), [])) == [0, 1], r["hosts"]
 assert r["commit"] and r["time"].endswith("Z") and r["version"], r
-assert [x["step"] for x in rows[1:]] == [1, 2, 3], rows[1:]
+assert [x["step"] for x in rows if "loss" in x] == [1, 2, 3], rows
+assert "peak_memory" in rows[-1], rows[-1]
 PY
 "$BRAID" plan --config "$tmp/run.toml" --ranks 2 > "$tmp/plan.txt" 2>&1 || { cat "$tmp/plan.txt"; fail "plan --config"; }
 grep -q "model small" "$tmp/plan.txt" || { cat "$tmp/plan.txt"; fail "plan did not read its [plan] section"; }
+
+# The metrics file drawn: loss, throughput and per-rank memory (2 ranks).
+"$PY" "$SRC/tools/plot_metrics.py" "$tmp/m.jsonl" --out "$tmp/plots" > "$tmp/plots.txt" || fail "plot_metrics"
+for f in loss throughput memory; do
+  head -c 8 "$tmp/plots/$f.png" | od -An -tx1 | grep -q "89 50 4e 47 0d 0a 1a 0a" || fail "$f.png is not a PNG"
+  [ "$(stat -c %s "$tmp/plots/$f.png")" -gt 10000 ] || fail "$f.png is nearly empty"
+done
+"$PY" - "$tmp/m.jsonl" <<'PY' || fail "peak memory record"
+import json, sys
+mem = [json.loads(l) for l in open(sys.argv[1]) if "peak_memory" in l][-1]["peak_memory"]
+assert [m["rank"] for m in mem] == [0, 1] and all(m["total"] == sum(m["bytes"].values()) for m in mem), mem
+PY
 
 # Bad config files: named by file, section and key; exit code 2; nothing runs.
 bad() {  # NEEDLE TOML-TEXT

