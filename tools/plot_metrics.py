@@ -60,6 +60,17 @@ def label_of(path, run):
     return base
 
 
+def save(fig, axes, legend_ax, out):
+    """Step axis on the last panel, grids, the legend, and the PNG."""
+    axes[-1].set_xlabel("step")
+    for a in axes:
+        a.grid(alpha=0.3)
+    legend_ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def plot_loss(runs, out):
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, (label, steps, vals, _) in enumerate(runs):
@@ -69,13 +80,8 @@ def plot_loss(runs, out):
         if vals:
             ax.plot([v["step"] for v in vals], [v["val_loss"] for v in vals], "o-", color=color, ms=4,
                     label=f"{label}: validation")
-    ax.set_xlabel("step")
     ax.set_ylabel("loss (nats / token)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save(fig, [ax], ax, out)
 
 
 def plot_throughput(runs, out):
@@ -86,13 +92,7 @@ def plot_throughput(runs, out):
         a2.plot(x, [100 * r.get("mfu", 0) for r in steps], color=f"C{i}", lw=1, label=label)
     a1.set_ylabel("tokens / s (all ranks)")
     a2.set_ylabel("MFU (%)")
-    a2.set_xlabel("step")
-    for a in (a1, a2):
-        a.grid(alpha=0.3)
-    a1.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save(fig, [a1, a2], a1, out)
 
 
 def plot_memory(runs, out):
