@@ -58,12 +58,13 @@ void add_config_option(CLI::App& app) {
   }
 }
 
-std::vector<std::string> expand_config(const CLI::App& app, int argc, char** argv) {
+std::vector<std::string> expand_config(const CLI::App& app, int argc, char** argv, std::string* path_out) {
   std::vector<std::string> out(argv, argv + argc);
   int at = 0;
   const CLI::App* sub = find_subcommand(app, argc, argv, &at);
   if (!sub) return out;
   const std::string path = config_path(at + 1, argc, argv);
+  if (path_out) *path_out = path;
   if (path.empty()) return out;
   std::ifstream in(path);
   BRAID_CONFIG_CHECK(in.good(), "--config ", path, " cannot be read");

@@ -20,6 +20,7 @@ void add_config_option(CLI::App& app);
 /// other sections are ignored. Throws ConfigError naming the file, section and
 /// key for a key outside any section, a section that names no sub-command, an
 /// option the sub-command does not have, or a file that cannot be read.
-std::vector<std::string> expand_config(const CLI::App& app, int argc, char** argv);
+/// `*path` (when given) receives the file's name, "" without --config.
+std::vector<std::string> expand_config(const CLI::App& app, int argc, char** argv, std::string* path = nullptr);
 
 }  // namespace braid::cli

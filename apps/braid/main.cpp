@@ -32,9 +32,10 @@ int main(int argc, char** argv) {
   braid::cli::add_sample(app);
   app.set_version_flag("--version", std::string("braid ") + BRAID_VERSION + " (commit " + BRAID_COMMIT + ")");
   braid::cli::add_config_option(app);
+  std::string config;
   try {
     // --config FILE: the file's options go before the command line's, which win.
-    std::vector<std::string> args = braid::cli::expand_config(app, argc, argv);
+    std::vector<std::string> args = braid::cli::expand_config(app, argc, argv, &config);
     std::vector<char*> cargv;
     for (std::string& s : args) cargv.push_back(s.data());
     app.parse(static_cast<int>(cargv.size()), cargv.data());
@@ -42,6 +43,8 @@ int main(int argc, char** argv) {
     // --help and --version are "errors" with exit code 0; every other parse
     // error is a configuration error.
     const int rc = app.exit(e);
+    if (rc != 0 && !config.empty())
+      std::fprintf(stderr, "braid: the options of --config %s were read before the command line's\n", config.c_str());
     return rc == 0 ? 0 : static_cast<int>(braid::ExitCode::config);
   } catch (const std::exception& e) {
     std::fflush(stdout);

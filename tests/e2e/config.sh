@@ -70,6 +70,7 @@ bad "outside any section" 'steps = 3'
 bad "names no braid command" $'[trian]\nsteps = 3'
 bad "is a flag" $'[train]\nfsdp = 3'
 bad "'fp8' is not one of" $'[train]\nprecision = "fp8"'
+bad "bad.toml were read" $'[train]\nsteps = "five"'
 "$BRAID" train --config "$tmp/nothing.toml" > "$tmp/bad.txt" 2>&1 && fail "a missing config file was accepted"
 grep -q "nothing.toml" "$tmp/bad.txt" || { cat "$tmp/bad.txt"; fail "missing config file not named"; }
 
