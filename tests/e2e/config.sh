@@ -7,7 +7,8 @@ source "$(dirname "$0")/lib/common.bash" "$@"
 make_tokens 5 200 "the jury said that an investigation of the election produced no evidence of irregularities in the city"
 PY=/usr/bin/python3
 
-"$BRAID" --version | grep -Eq '^braid [0-9]+\.[0-9]+\.[0-9]+ \(commit [0-9a-f]+(-dirty)?|unknown\)' || fail "--version"
+"$BRAID" --version > "$tmp/version.txt" || fail "--version exit code"
+grep -Eq '^braid [0-9]+\.[0-9]+\.[0-9]+ \(commit ([0-9a-f]+(-dirty)?|unknown)\)$' "$tmp/version.txt" || { cat "$tmp/version.txt"; fail "--version"; }
 
 cat > "$tmp/run.toml" <<TOML
 # one file for several commands: each reads its own section
@@ -31,6 +32,7 @@ timeout 300 "$BRAID" train --config "$tmp/run.toml" --backend local --ranks 2 --
 grep -q "step     3/3" "$tmp/out.txt" || { cat "$tmp/out.txt"; fail "the command line's --steps 3 did not override the file's 5"; }
 grep -q "options:.* steps=3" "$tmp/out.txt" || { cat "$tmp/out.txt"; fail "no options line"; }
 grep -q "batch 4 = 2 x 2 x 1 accum" "$tmp/out.txt" || { cat "$tmp/out.txt"; fail "--micro-batch auto did not pick batch / dp = 2"; }
+grep -q "note: --warmup 40 is longer than the run (--steps 3)" "$tmp/out.txt" || { cat "$tmp/out.txt"; fail "no warm-up note"; }
 "$PY" - "$tmp/m.jsonl" <<'PY' || fail "run record"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

