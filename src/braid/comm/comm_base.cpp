@@ -12,22 +12,7 @@ namespace braid::comm {
 CommBase::CommBase(std::shared_ptr<Monitor> monitor, std::shared_ptr<CommState> state)
     : monitor_(std::move(monitor)), state_(std::move(state)) {
   if (monitor_ && state_) monitor_->attach(state_);
-  if (const char* s = std::getenv("BRAID_COMM_CHUNK_BYTES")) ring_opts_.chunk_bytes = std::strtoull(s, nullptr, 10);
-  if (const char* s = std::getenv("BRAID_COMM_DEPTH")) ring_opts_.depth = std::atoi(s);
-  auto env_bytes = [](const char* name, size_t& v) {
-    if (const char* s = std::getenv(name)) v = std::strtoull(s, nullptr, 10);
-  };
-  env_bytes("BRAID_COMM_AR_HALVING_MAX", ring_opts_.halving_all_reduce_max_bytes);
-  env_bytes("BRAID_COMM_AR_DOUBLING_MAX", ring_opts_.doubling_all_reduce_max_bytes);
-  env_bytes("BRAID_COMM_AR_DOUBLING_MAX_2RANKS", ring_opts_.doubling_all_reduce_max_bytes_2ranks);
-  env_bytes("BRAID_COMM_AG_DOUBLING_MAX", ring_opts_.doubling_all_gather_max_bytes);
-  env_bytes("BRAID_COMM_AG_DIRECT_MAX", ring_opts_.direct_all_gather_max_bytes);
-  env_bytes("BRAID_COMM_BCAST_TREE_MAX", ring_opts_.chain_broadcast_min_bytes);
-  env_bytes("BRAID_COMM_BCAST_FLAT_MAX", ring_opts_.flat_broadcast_max_bytes);
-  env_bytes("BRAID_COMM_BCAST_SCATTER_MAX", ring_opts_.scatter_broadcast_max_bytes);
-  if (const char* s = std::getenv("BRAID_COMM_A2A_DIRECT")) ring_opts_.direct_all_to_all = std::atoi(s) != 0;
-  if (ring_opts_.chunk_bytes == 0) ring_opts_.chunk_bytes = size_t{1} << 20;
-  if (ring_opts_.depth < 1) ring_opts_.depth = 1;
+  algo::apply_env(ring_opts_, [](const char* name) { return std::getenv(name); });
 }
 
 CommBase::~CommBase() { stop_progress(); }

@@ -62,7 +62,7 @@ class CommBase : public Communicator {
   uint64_t bytes_received() const override { return bytes_received_.load(); }
 
   /// Tuning of the ring algorithms (chunk size in bytes, receives in flight). Defaults
-  /// come from BRAID_COMM_CHUNK_BYTES / BRAID_COMM_DEPTH when set.
+  /// come from the BRAID_COMM_* variables when set (algo::apply_env).
   algo::RingOptions& ring_options() { return ring_opts_; }
 
   /// This communicator's identity and flight record (null when unmonitored).

@@ -8,7 +8,10 @@
 // (Hensgen, Finkel & Manber 1988), pairwise-exchange all-to-all (Thakur et al. 2005).
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "braid/comm/communicator.h"
 #include "braid/core/memory.h"
@@ -29,7 +32,7 @@ struct RingOptions {
   // with 2 ranks a single whole-buffer exchange ties the ring at 1 MiB and loses to it
   // from 2 MiB on (at 2-4 MiB by 20-30 %, docs/BENCHMARKS.md); with 4 ranks doubling
   // wins up to ~64 KiB, Rabenseifner to ~1 MiB, the ring above. Environment overrides:
-  // BRAID_COMM_AR_DOUBLING_MAX, BRAID_COMM_AR_DOUBLING_MAX_2RANKS (bytes).
+  // BRAID_COMM_ALLREDUCE_DOUBLING_MAX_BYTES[_2RANKS] (apply_env).
   size_t doubling_all_reduce_max_bytes = size_t{128} << 10;
   size_t doubling_all_reduce_max_bytes_2ranks = size_t{1} << 20;
   // Above that and up to this, power-of-two groups of more than 2 ranks use
@@ -53,6 +56,18 @@ struct RingOptions {
   // receiver copy in parallel, so this beats the binomial tree at mid sizes.
   size_t flat_broadcast_max_bytes = size_t{4} << 20;  // inclusive
 };
+
+/// Overrides `opts` from the environment as read by `getenv` (std::getenv in a
+/// communicator; a map in tests). Each variable names the member it sets:
+/// BRAID_COMM_RING_CHUNK_BYTES, BRAID_COMM_RING_RECVS_AHEAD (1..64),
+/// BRAID_COMM_{ALLREDUCE,ALLGATHER,BROADCAST}_*_MAX_BYTES, BRAID_COMM_ALLTOALL_ONE_ROUND
+/// (0/1); env_names() lists them all. Byte values are plain digits.
+/// Throws ConfigError naming the variable, its value and the fix when a value does
+/// not parse, or when a variable is set under the name it had before (so that a
+/// setting is never silently ignored).
+void apply_env(RingOptions& opts, const std::function<const char*(const char*)>& getenv);
+/// Every variable apply_env reads, in docs/USAGE.md's order.
+std::vector<std::string> env_names();
 
 /// Grow-only scratch memory owned by a communicator (pre-touched, huge pages advised
 /// for large blocks; category comm in `ledger` when one is given). Slot i is an
