@@ -29,10 +29,37 @@ void truncate_metrics(const std::string& path, int64_t start_step) {
 }
 }  // namespace
 
+void Eta::tick(double now_s) {
+  ticks_.push_back(now_s);
+  if (ticks_.size() > kWindow + 1) ticks_.pop_front();
+}
+
+double Eta::seconds_left(int64_t remaining) const {
+  if (ticks_.size() < 2) return -1;
+  const double per_step = (ticks_.back() - ticks_.front()) / static_cast<double>(ticks_.size() - 1);
+  return per_step * static_cast<double>(remaining);
+}
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  if (s < 60) {
+    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  } else if (s < 86400) {
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s % 3600 / 60));
+  } else {
+    std::snprintf(buf, sizeof buf, "%lldd%02lldh", static_cast<long long>(s / 86400), static_cast<long long>(s % 86400 / 3600));
+  }
+  return buf;
+}
+
 RunLog::RunLog(const TrainOptions& opt, const ParallelPlan& plan, bool print, bool metrics)
     : opt_(opt), plan_(plan), print_(print), write_(metrics && !opt.metrics_out.empty()) {}
 
 void RunLog::open(int64_t start_step) {
+  t_open_ = std::chrono::steady_clock::now();
   if (!write_) return;
   if (start_step > 0) truncate_metrics(opt_.metrics_out, start_step);
   metrics_.open(opt_.metrics_out, start_step > 0 ? std::ios::app : std::ios::trunc);
@@ -48,6 +75,9 @@ void RunLog::open(int64_t start_step) {
 void RunLog::step(const StepRecord& r) {
   const bool ps = plan_.dp.parameter_server(), async = ps && plan_.dp.ps_async;
   const bool scaled = plan_.compute == DType::f16, pipeline = plan_.pp.stages > 1;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_open_).count();
+  eta_.tick(elapsed);
+  const double left = eta_.seconds_left(opt_.steps - (r.step + 1));
   if (print_) {
     std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | %7.1f ms | MFU %5.1f%% | mem %s",
                 static_cast<long long>(r.step + 1), static_cast<long long>(opt_.steps), r.loss, r.lr, r.grad_norm,
@@ -58,6 +88,8 @@ void RunLog::step(const StepRecord& r) {
     if (async) std::printf(" | staleness <= %lld", static_cast<long long>(r.staleness_max));
     if (scaled) std::printf(" | scale %g%s", r.loss_scale, r.skipped ? " (overflow: step skipped)" : "");
     if (pipeline) std::printf(" | bubble %.1f%%", 100 * r.bubble);
+    std::printf(" | elapsed %s", format_duration(elapsed).c_str());
+    if (left >= 0) std::printf(", ETA %s", format_duration(left).c_str());
     std::printf("\n");
     std::fflush(stdout);
   }
@@ -66,6 +98,8 @@ void RunLog::step(const StepRecord& r) {
                       {"grad_norm", r.grad_norm}, {"tokens_per_sec", r.tokens_per_sec},
                       {"ms", r.ms},               {"mfu", r.mfu},      {"peak_mem_bytes", r.peak_mem_bytes},
                       {"comm_bytes_sent", r.comm_bytes_sent}, {"comm_bytes_received", r.comm_bytes_received}};
+  j["elapsed_s"] = elapsed;
+  if (left >= 0) j["eta_s"] = left;
   if (async) j["staleness_max"] = r.staleness_max;
   if (pipeline) j["bubble"] = r.bubble;
   if (scaled) {

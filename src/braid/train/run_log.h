@@ -1,7 +1,9 @@
 // What a run reports as it goes: one line per step and per validation on
 // stdout (rank 0 with --verbose) and one JSON line each in --metrics-out.
 #pragma once
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <fstream>
 #include <string>
 
@@ -25,6 +27,24 @@ struct StepRecord {
   uint64_t param_hash = 0;
 };
 
+/// Elapsed time and the time left, from the wall time between the last steps
+/// (validation and checkpoints included, as the run will see them again).
+class Eta {
+ public:
+  /// A step has finished at `now_s` (seconds on any monotonic clock).
+  void tick(double now_s);
+  /// Seconds left for `remaining` more steps: the mean interval of the last
+  /// kWindow steps times `remaining`; negative until two steps have ticked.
+  double seconds_left(int64_t remaining) const;
+  static constexpr size_t kWindow = 20;
+
+ private:
+  std::deque<double> ticks_;
+};
+
+/// 42 -> "42s", 192 -> "3m12s", 3725 -> "1h02m", 93784 -> "1d02h".
+std::string format_duration(double seconds);
+
 class RunLog {
  public:
   /// print: write the lines to stdout; metrics: this rank writes --metrics-out.
@@ -45,6 +65,8 @@ class RunLog {
   const ParallelPlan& plan_;
   bool print_, write_;
   std::ofstream metrics_;
+  std::chrono::steady_clock::time_point t_open_ = std::chrono::steady_clock::now();
+  Eta eta_;
 };
 
 }  // namespace braid::train
