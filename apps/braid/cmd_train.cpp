@@ -266,7 +266,7 @@ void add_train(CLI::App& app) {
   c->add_option("--dp", o.dp, "Data-parallel degree (0: derived: ranks / (tp x pp), or ranks - 1 with --dp-mode ps)")->capture_default_str();
   c->add_flag("--ps-async", o.ps_async, "Parameter server: apply each worker's gradient as it arrives");
   c->add_option("--staleness", o.staleness, "Asynchronous PS: a worker may run at most this many iterations ahead of the slowest")->capture_default_str();
-  c->add_option("--trace-out", o.trace_out, "Write a Chrome trace (open in Perfetto) of every rank's steps and pipeline spans");
+  c->add_option("--trace-out", o.trace_out, "Write one Chrome trace (open in Perfetto) of every rank: steps, each unit's forward and backward, buckets, gathers, reduce-scatters and waits (docs/USAGE.md)");
   c->add_option("--loss-scale", o.loss_scale.initial_scale, "fp16: initial dynamic loss scale")->capture_default_str();
   c->add_option("--loss-scale-window", o.loss_scale.growth_interval, "fp16: clean steps before the scale grows")->capture_default_str();
   c->add_option("--loss-scale-growth", o.loss_scale.growth_factor, "fp16: growth factor")->capture_default_str();

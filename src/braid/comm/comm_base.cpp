@@ -171,10 +171,9 @@ void CommBase::run_exclusive(const std::function<void()>& fn) {
 
 WorkPtr CommBase::enqueue(OpRecord op, std::function<void()> fn) {
   auto a = std::make_shared<Async>();
-  if (state_) {
-    op.async = true;
-    a->id = record_collective(op);
-  }
+  op.async = true;
+  fn = traced(op, std::move(fn), true);
+  if (state_) a->id = record_collective(op);
   {
     std::lock_guard<std::mutex> lk(qmu_);
     BRAID_CHECK(!stop_, "collective queued on a communicator being destroyed");
@@ -258,9 +257,54 @@ bool CommBase::record_p2p(const char* name, size_t bytes, int peer, int tag, uin
 }
 
 void CommBase::run_collective(OpRecord op, const std::function<void()>& fn) {
-  if (!state_) return run_exclusive(fn);
+  const std::function<void()> run = traced(op, fn, false);
+  if (!state_) return run_exclusive(run);
   const uint64_t id = record_collective(op);
-  run_exclusive([&] { run_recorded(id, fn, nullptr); });
+  run_exclusive([&] { run_recorded(id, run, nullptr); });
+}
+
+std::function<void()> CommBase::traced(OpRecord& op, std::function<void()> fn, bool async) {
+  std::shared_ptr<SpanSink> sink;
+  std::string group;
+  {
+    std::lock_guard<std::mutex> lk(meta_mu_);
+    op.label = std::move(next_label_);
+    next_label_.clear();
+    sink = sink_;
+    group = name_;
+  }
+  if (!sink) return fn;
+  std::string name = op.label.empty() ? op.op : op.op + " " + op.label;
+  const size_t bytes = op.dtype.empty() ? op.count : op.count * dtype_size(parse_dtype(op.dtype));
+  std::string detail = detail::concat(op.count, " x ", op.dtype, " (", bytes, " bytes) on group ", group, " of ",
+                                      size(), " ranks");
+  std::string lane = async ? "comm " + group : "main";
+  return [sink = std::move(sink), fn = std::move(fn), name = std::move(name), lane = std::move(lane),
+          detail = std::move(detail)] {
+    const double t0 = SpanSink::now_us();
+    fn();
+    sink->span(name, "comm", lane, t0, SpanSink::now_us(), detail);
+  };
+}
+
+void CommBase::set_name(std::string name) {
+  std::lock_guard<std::mutex> lk(meta_mu_);
+  name_ = std::move(name);
+}
+
+std::string CommBase::name() const {
+  std::lock_guard<std::mutex> lk(meta_mu_);
+  return name_;
+}
+
+void CommBase::set_span_sink(std::shared_ptr<SpanSink> sink) {
+  std::lock_guard<std::mutex> lk(meta_mu_);
+  sink_ = std::move(sink);
+}
+
+void CommBase::set_next_label(std::string label) {
+  std::lock_guard<std::mutex> lk(meta_mu_);
+  next_label_ = std::move(label);
 }
 
 void CommBase::run_recorded(uint64_t id, const std::function<void()>& fn,

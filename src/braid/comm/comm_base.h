@@ -58,6 +58,11 @@ class CommBase : public Communicator {
   WorkPtr reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
                                ReduceOp op, Algorithm algo = Algorithm::ring) override;
 
+  void set_name(std::string name) final;
+  std::string name() const final;
+  void set_span_sink(std::shared_ptr<SpanSink> sink) final;
+  void set_next_label(std::string label) final;
+
   uint64_t bytes_sent() const override { return bytes_sent_.load(); }
   uint64_t bytes_received() const override { return bytes_received_.load(); }
 
@@ -117,6 +122,9 @@ class CommBase : public Communicator {
   class TrackedWork;
 
   void progress_loop();
+  /// Takes the pending label into `op` and wraps fn so that it reports its span
+  /// when a sink is set (lane "main" when blocking, else "comm <name>").
+  std::function<void()> traced(OpRecord& op, std::function<void()> fn, bool async);
   void run_exclusive(const std::function<void()>& fn);
   WorkPtr enqueue(OpRecord op, std::function<void()> fn);
   uint64_t record_collective(OpRecord& op);
@@ -134,6 +142,10 @@ class CommBase : public Communicator {
   std::shared_ptr<Monitor> monitor_;
   std::shared_ptr<CommState> state_;
   algo::RingOptions ring_opts_;
+  mutable std::mutex meta_mu_;  // name_, sink_, next_label_
+  std::string name_ = "world";
+  std::shared_ptr<SpanSink> sink_;
+  std::string next_label_;
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
 
   std::mutex qmu_;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "braid/core/dtype.h"
+#include "braid/core/span_sink.h"
 
 namespace braid::comm {
 
@@ -136,6 +137,17 @@ class Communicator {
   /// traffic accounting.
   virtual uint64_t bytes_sent() const = 0;
   virtual uint64_t bytes_received() const = 0;
+
+  // ---- what a trace and the flight record say about this group ----
+  /// Names the group's role ("dp", "tp", ...): its progress thread's lane in a trace.
+  virtual void set_name(std::string name) = 0;
+  virtual std::string name() const = 0;
+  /// Every collective of this communicator from now on is a span in `sink` (null:
+  /// none): blocking ones on lane "main", asynchronous ones on "comm <name>".
+  virtual void set_span_sink(std::shared_ptr<SpanSink> sink) = 0;
+  /// The next collective called on this communicator carries `label` ("DDP bucket
+  /// 3") in its record, its trace span and any timeout report about it.
+  virtual void set_next_label(std::string label) = 0;
 };
 
 }  // namespace braid::comm

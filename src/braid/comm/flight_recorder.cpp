@@ -19,11 +19,13 @@ const char* op_state_name(OpState s) {
 std::string OpRecord::describe() const {
   if (collective()) {
     std::string s = detail::concat(op, " #", seq);
-    if (dtype.empty()) return s;
-    s += detail::concat(" (", count, " x ", dtype);
-    if (!reduce.empty()) s += ", " + reduce;
-    if (peer >= 0) s += detail::concat(", root ", peer);
-    return s + ")";
+    if (!dtype.empty()) {
+      s += detail::concat(" (", count, " x ", dtype);
+      if (!reduce.empty()) s += ", " + reduce;
+      if (peer >= 0) s += detail::concat(", root ", peer);
+      s += ")";
+    }
+    return label.empty() ? s : s + " [" + label + "]";
   }
   const bool to = op == "send" || op == "isend";
   return detail::concat(op, " #", p2p_seq, " (", count, " bytes ", to ? "to" : "from", " rank ",
@@ -102,6 +104,7 @@ nlohmann::json to_json(const std::vector<OpRecord>& ops) {
       j["tag"] = r.tag;
     }
     if (r.async) j["async"] = true;
+    if (!r.label.empty()) j["label"] = r.label;
     if (r.t_started >= 0) j["t_started"] = r.t_started;
     if (r.t_completed >= 0) j["t_completed"] = r.t_completed;
     if (!r.error.empty()) j["error"] = r.error;

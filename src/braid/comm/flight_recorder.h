@@ -36,9 +36,10 @@ struct OpRecord {
   OpState state = OpState::queued;
   double t_queued = 0, t_started = -1, t_completed = -1;
   std::string error;
+  std::string label;       // what the caller does with it ("DDP bucket 3"), may be empty
 
   bool collective() const { return seq >= 0; }
-  /// "all_reduce #12 (1024 x f32, sum)" / "recv #3 (4096 bytes from rank 2, tag 7)".
+  /// "all_reduce #12 (1024 x f32, sum) [DDP bucket 3]" / "recv #3 (4096 bytes from rank 2, tag 7)".
   std::string describe() const;
 };
 

@@ -323,6 +323,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   // Unit 0 holds wte at offset 0 and wpe at table_[1].offset. A later
   // pipeline stage finds its input in encoded_ (stage_input()).
   if (has_embed_) {
+    ScopedSpan span(sink_, "forward embedding", -1, "forward");
     const float* E = acquire_params(0);
     tpl_.embedding_forward(encoded_, tokens_, E, E + table_[1].offset, B, T, cfg_.padded_vocab_size);
     release_params(0);
@@ -331,6 +332,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   }
   const float* x = encoded_;
   for (int64_t l = l0_; l < l1_; ++l) {
+    ScopedSpan span(sink_, "forward block ", l, "forward");
     LayerParams p = layer_params(acquire_params(unit_of_block(l)), l);
     block_forward(l, p, x);
     release_params(unit_of_block(l));
@@ -342,6 +344,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
 
 float GPT::head_forward(const float* x, bool with_targets) {
   const int64_t C = cfg_.n_embd, BT = B_ * T_, rows = tpl_.local_rows();
+  ScopedSpan span(sink_, "forward head", -1, "forward");
   const int uf = int(units_.size()) - 2;  // final LayerNorm unit
   const float* F = acquire_params(uf);    // ln_f.weight at F[0], ln_f.bias after it
   const size_t lnfb_rel = table_[table_.size() - 1].offset - units_[size_t(uf)];
@@ -377,11 +380,13 @@ void GPT::backward_weight() {
   const int64_t C = cfg_.n_embd, Cl = C / tpn_;
   float* G0 = nullptr;  // unit 0 stays acquired from the head to the embedding
   if (has_head_) {
+    ScopedSpan span(sink_, "backward weight head", -1, "backward");
     // logits_ holds d(logits) (BT x Vp/tp); the head's weight is wte.
     G0 = acquire_grads(0);
     tpl_.column_weight_grad(G0, logits_, lnf_, C, cfg_.padded_vocab_size / tpn_);
   }
   for (int64_t l = l1_ - 1; l >= l0_; --l) {
+    ScopedSpan span(sink_, "backward weight block ", l, "backward");
     const int u = unit_of_block(l);
     LayerParams g = layer_params(acquire_grads(u), l);
     const LayerActs a = layer_acts(l);
@@ -392,6 +397,7 @@ void GPT::backward_weight() {
     if (storage_) storage_->grads_ready(u);
   }
   if (has_embed_) {
+    ScopedSpan span(sink_, "backward weight embedding", -1, "backward");
     if (!G0) G0 = acquire_grads(0);
     embedding_backward(encoded_, G0);
   }
@@ -424,14 +430,17 @@ void GPT::backward_impl(float loss_scale, const std::function<void(size_t, size_
   float* G0 = nullptr;  // dwte at G0[0], dwpe at G0[table_[1].offset]
   // A stage other than the last finds d(output) in dres_ (boundary_grad()).
   if (has_head_) {
+    ScopedSpan span(sink_, split ? "backward input head" : "backward head", -1, "backward");
     G0 = head_backward(loss_scale, split);
     unit_ready(int(units_.size()) - 2, on_ready);
   }
   for (int64_t l = l1_ - 1; l >= l0_; --l) {
+    ScopedSpan span(sink_, split ? "backward input block " : "backward block ", l, "backward");
     block_backward(l, split);
     unit_ready(unit_of_block(l), on_ready);
   }
   if (has_embed_) {
+    ScopedSpan span(sink_, split ? "backward input embedding" : "backward embedding", -1, "backward");
     const float* denc = branch_grad(2 * uint64_t(cfg_.n_layer));
     // The embedding's gradient is a weight gradient: W adds it after the head's,
     // the order backward() uses, from d(encoded) stashed over the stage input.
@@ -473,6 +482,7 @@ void GPT::recompute_block(int64_t l, const LayerParams& p, const float* x) {
   // Activation checkpointing: rebuild what forward did not keep, with the
   // same kernels, inputs and dropout keys, so the values are bitwise the
   // ones a run without recomputation stores.
+  ScopedSpan span(recompute_ == Recompute::none ? nullptr : sink_, "recompute block ", l, "forward");
   if (recompute_ == Recompute::full) {
     block_forward(l, p, x);
   } else if (recompute_ == Recompute::selective) {

@@ -12,6 +12,7 @@
 
 #include "braid/core/dtype.h"
 #include "braid/core/memory.h"
+#include "braid/core/span_sink.h"
 #include "braid/model/config.h"
 #include "braid/model/memory_plan.h"
 #include "braid/model/param_layout.h"
@@ -105,6 +106,9 @@ class GPT {
   }
   /// Evaluation and sampling: no dropout.
   void set_training(bool on) { training_ = on; }
+  /// Forward and backward of each unit (embedding, block l, head; recomputation and
+  /// the split backward's weight pass too) become spans in `sink` (null: none).
+  void set_span_sink(SpanSink* sink) { sink_ = sink; }
   const TensorParallel& tensor_parallel() const { return tp_; }
 
   // ---- pipeline stage ----
@@ -267,6 +271,7 @@ class GPT {
   Recompute recompute_ = Recompute::none;
   float dropout_ = 0.0f;
   bool training_ = true, tp_grad_sync_ = true;
+  SpanSink* sink_ = nullptr;
   uint64_t drop_seed_ = 0, drop_stream_ = 0;
   int64_t drop_row_base_ = 0;
   // Masked gradient rows (dropout); the vocab-parallel loss's statistics (3 BT, TP > 1).

@@ -212,6 +212,8 @@ CheckpointInfo load_checkpoint(const std::string& path, size_t n_params, float* 
   return ck.info;
 }
 
+CheckpointInfo read_checkpoint_header(const std::string& path) { return open_checkpoint(path).info; }
+
 CheckpointInfo verify_checkpoint(const std::string& path) {
   OpenCheckpoint ck = open_checkpoint(path);
   for (int a = 0; a < 3; ++a) read_array(ck, path, a, nullptr);

@@ -59,6 +59,12 @@ struct CheckpointInfo {
 /// (another model: the message names the saved model's flags).
 CheckpointInfo load_checkpoint(const std::string& path, size_t n_params, float* params, float* m, float* v);
 
+/// Reads and checks `path`'s prelude and header (fields, header checksum, the
+/// file's size against n_params) but not its payload: what a run needs to know
+/// before it allocates anything. Throws ConfigError when it is missing and
+/// DataError as load_checkpoint.
+CheckpointInfo read_checkpoint_header(const std::string& path);
+
 /// Checks `path` (header fields, size, every checksum) without keeping the
 /// payload (it is streamed in 1 MiB pieces). Throws DataError as load_checkpoint.
 CheckpointInfo verify_checkpoint(const std::string& path);

@@ -434,6 +434,19 @@ ParallelContext::ParallelContext(const ParallelPlan& plan, comm::Communicator& w
     shard_ = dp_->split(dp_->rank() / S, dp_->rank());
     replicate_ = dp_->split(dp_->rank() % S, dp_->rank());
   }
+  // The names of the groups' lanes in a trace.
+  world.set_name(dp_ == &world ? "dp" : "world");
+  const std::pair<comm::Communicator*, const char*> names[] = {{tp_.get(), "tp"},       {dp_own_.get(), "dp"},
+                                                              {pp_.get(), "pp"},       {emb_.get(), "embedding"},
+                                                              {shard_.get(), "shard"}, {replicate_.get(), "replicate"}};
+  for (const auto& [c, name] : names)
+    if (c) c->set_name(name);
+}
+
+void ParallelContext::set_span_sink(const std::shared_ptr<SpanSink>& sink) {
+  world_.set_span_sink(sink);
+  for (auto* c : {tp_.get(), dp_own_.get(), shard_.get(), replicate_.get(), pp_.get(), emb_.get()})
+    if (c) c->set_span_sink(sink);
 }
 
 ParallelContext::~ParallelContext() = default;

@@ -148,6 +148,8 @@ class ParallelContext {
   int dp_rank() const { return dp_rank_; }  // -1 on a parameter server
   int tp_rank() const { return tp_rank_; }
   int pp_rank() const { return pp_rank_; }
+  /// Sends every collective of the world and of each group to `sink` (null: stop).
+  void set_span_sink(const std::shared_ptr<SpanSink>& sink);
   /// Payload bytes over the world and every group of this rank.
   uint64_t bytes_sent() const;
   uint64_t bytes_received() const;

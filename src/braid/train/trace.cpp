@@ -19,10 +19,6 @@ std::string span_name(const char* what, int64_t index) {
 }
 }  // namespace
 
-double TraceRecorder::now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 void TraceRecorder::start(comm::Communicator& world, bool log) {
   if (!enabled()) return;
   if (world.size() > 1) {
@@ -36,8 +32,14 @@ void TraceRecorder::start(comm::Communicator& world, bool log) {
   origin_ = now_us();
 }
 
-void TraceRecorder::span(std::string name, const char* cat, double t0, double t1) {
-  if (enabled()) events_.push_back({std::move(name), cat, t0 - origin_, t1 - t0});
+void TraceRecorder::span(std::string name, const char* cat, const std::string& lane, double t0_us, double t1_us,
+                         std::string detail) {
+  if (!enabled()) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  const auto it = std::find(lanes_.begin(), lanes_.end(), lane);
+  const int l = static_cast<int>(it - lanes_.begin());
+  if (it == lanes_.end()) lanes_.push_back(lane);
+  events_.push_back({std::move(name), cat, std::move(detail), t0_us - origin_, t1_us - t0_us, l});
 }
 
 void TraceRecorder::write(comm::Communicator& world) const {
@@ -46,9 +48,21 @@ void TraceRecorder::write(comm::Communicator& world) const {
   // on rank 0's clock; rank 0 receives them in rank order, shifts each rank's
   // spans by its start and writes one file (rename: atomic).
   nlohmann::json events = nlohmann::json::array();
-  for (const auto& e : events_)
-    events.push_back({{"name", e.name}, {"cat", e.cat}, {"ph", "X"}, {"ts", e.ts}, {"dur", e.dur},
-                      {"pid", world.rank()}, {"tid", 0}});
+  std::unique_lock<std::mutex> lk(mu_);
+  for (const auto& e : events_) {
+    nlohmann::json j = {{"name", e.name}, {"cat", e.cat}, {"ph", "X"}, {"ts", e.ts}, {"dur", e.dur},
+                        {"pid", world.rank()}, {"tid", e.lane}};
+    if (!e.detail.empty()) j["args"] = {{"detail", e.detail}};
+    events.push_back(std::move(j));
+  }
+  // Lane names: thread-name metadata, main first (sort index = lane).
+  for (size_t l = 0; l < lanes_.size(); ++l) {
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", world.rank()}, {"tid", l},
+                      {"args", {{"name", lanes_[l]}}}});
+    events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", world.rank()}, {"tid", l},
+                      {"args", {{"sort_index", l}}}});
+  }
+  lk.unlock();
   nlohmann::json mine = {{"start_us", origin_ + clock_.offset_us},
                          {"offset_us", clock_.offset_us},
                          {"error_us", clock_.error_us},
@@ -76,7 +90,7 @@ void TraceRecorder::write(comm::Communicator& world) const {
   for (auto& r : ranks) {
     const double shift = r["start_us"].get<double>() - base;
     for (auto& e : r["events"]) {
-      e["ts"] = e["ts"].get<double>() + shift;
+      if (e.contains("ts")) e["ts"] = e["ts"].get<double>() + shift;  // metadata has no time
       all.push_back(std::move(e));
     }
     offsets.push_back(r["offset_us"]);

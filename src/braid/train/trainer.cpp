@@ -20,7 +20,7 @@ namespace braid::train {
 
 Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                  const std::vector<uint16_t>& train, const std::vector<uint16_t>* val)
-    : opt_(options), world_(world), train_(train), val_(val), tracer_(options.trace_out) {
+    : opt_(options), world_(world), train_(train), val_(val), tracer_(std::make_shared<TraceRecorder>(options.trace_out)) {
   const model::GPTConfig cfg = model_config(opt_);
   plan_ = resolve_plan(opt_, world.size(), cfg);
   const TrainOptions& opt = opt_;
@@ -37,6 +37,10 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   check_memory_before_allocating(opt, world);
   check_checkpoint_flags(opt);
   if (!opt.save_dir.empty() && world.rank() == 0) prepare_save_dir(opt.save_dir, !opt.resume.empty(), opt.verbose);
+  // A checkpoint that cannot continue this run is refused before anything is allocated.
+  resume_from_ = opt.resume.empty() ? "" : resume_file();
+  if (!resume_from_.empty())
+    check_resume_header(read_checkpoint_header(resume_from_).header, resume_from_, opt, cfg, false);
   compute_ = plan_.compute;
   // The schedule (one stage: each micro-batch's forward then backward) and this rank's layers.
   parallel::ScheduleStats st;
@@ -298,9 +302,10 @@ int64_t Trainer::load_weights(const std::string& path) { return checkpoint_->loa
 std::vector<StepRecord> Trainer::run() {
   const bool print = opt_.verbose && world_.rank() == 0;
   RunLog log(opt_, plan_, print, world_.rank() == 0);
-  tracer_.start(world_, print);
+  tracer_->start(world_, print);
+  trace_into(tracer_->enabled() ? tracer_ : nullptr);
   log.pipeline_summary(simulated_bubble_);
-  const std::string from = opt_.resume.empty() ? "" : resume_file();
+  const std::string& from = resume_from_;
   if (!from.empty()) {
     start_step_ = load(from);
     if (print) {
@@ -321,9 +326,16 @@ std::vector<StepRecord> Trainer::run() {
   const bool validate = val_ && !val_->empty() && opt_.val_every > 0;
   if (validate && start_step_ == 0) validate_now(log, 0);  // the starting point of the curve
   std::vector<StepRecord> out = run_steps(log, validate);
-  tracer_.write(world_);
+  trace_into(nullptr);
+  tracer_->write(world_);
   if (stopped_at_ >= 0) finish_stopped_run();
   return out;
+}
+
+void Trainer::trace_into(const std::shared_ptr<TraceRecorder>& sink) {
+  ctx_->set_span_sink(sink);
+  model_->set_span_sink(sink.get());
+  sync_->set_span_sink(sink.get());
 }
 
 void Trainer::validate_now(RunLog& log, int64_t step) {

@@ -137,10 +137,13 @@ class Trainer {
   /// pipeline rank calls it); the loss on the last stage when targets are
   /// given, else 0. Leaves the logits on the last stage.
   float forward_pass(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T);
-  TraceRecorder tracer_;  // --trace-out
+  std::string resume_from_;  // the checkpoint --resume names ("" for a fresh start)
+  std::shared_ptr<TraceRecorder> tracer_;  // --trace-out (shared with the communicators while tracing)
   /// Records span `what` (+ index when >= 0) if --trace-out is set.
   /// chunk >= 0: the span belongs to that model chunk (named ".c<chunk>" when a rank holds several).
   void trace(const char* what, int64_t index, const char* cat, double t0, double t1, int chunk = -1);
+  /// Points the communicators, the model's units and the gradient engine at `sink` (null: stop).
+  void trace_into(const std::shared_ptr<TraceRecorder>& sink);
   std::unique_ptr<data::DistributedSampler> sampler_;
   LrSchedule sched_;
   bool ps_ = false;              // --dp-mode ps

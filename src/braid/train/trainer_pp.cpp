@@ -119,13 +119,13 @@ StepRecord Trainer::train_step(int64_t step) {
 }
 
 void Trainer::trace(const char* what, int64_t index, const char* cat, double t0, double t1, int chunk) {
-  if (!tracer_.enabled()) return;  // the name is built only when tracing
+  if (!tracer_->enabled()) return;  // the name is built only when tracing
   std::string name = index < 0 ? std::string(what) : span_name(what, index);
   if (chunk >= 0 && model_->num_chunks() > 1) {
     name += ".c";
     name += std::to_string(chunk);
   }
-  tracer_.span(std::move(name), cat, t0, t1);
+  tracer_->span(std::move(name), cat, t0, t1);
 }
 
 float Trainer::forward_pass(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {

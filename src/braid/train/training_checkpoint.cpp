@@ -101,6 +101,37 @@ int64_t TrainingCheckpoint::load_weights(const std::string& path) { return load(
 
 int64_t TrainingCheckpoint::load(const std::string& path) { return load(path, false); }
 
+void check_resume_header(const nlohmann::json& hdr, const std::string& path, const TrainOptions& opt,
+                         const model::GPTConfig& cfg, bool weights_only) {
+  // Every flag that differs is named at once, so one correction suffices.
+  std::string then, now;
+  auto same = [&](const char* key, int64_t value, const char* flag) {
+    const int64_t saved = hdr.at(key).get<int64_t>();
+    if (saved == value) return;
+    then += detail::concat(" ", flag, " ", saved);
+    now += detail::concat(" ", flag, " ", value);
+  };
+  same("n_layer", cfg.n_layer, "--n-layer");
+  same("n_head", cfg.n_head, "--n-head");
+  same("n_embd", cfg.n_embd, "--n-embd");
+  same("vocab_size", cfg.vocab_size, "--vocab-size");
+  if (hdr.contains("block_size")) same("block_size", cfg.block_size, "--model's block size");
+  // The data order depends on (seed, global batch, seq len): a resumed run only
+  // continues the saved one if they match. An imported model starts a run of its
+  // own (fresh optimizer, step 0): no earlier data order has to be continued.
+  if (!weights_only && !hdr.contains("source")) {
+    same("seed", static_cast<int64_t>(opt.seed), "--seed");
+    same("global_batch", opt.global_batch, "--batch");
+    same("seq_len", opt.seq_len, "--seq-len");
+  }
+  BRAID_CONFIG_CHECK(then.empty(), "checkpoint ", path, " was saved with", then, " but this run has", now,
+                     "; resume with the saved values");
+  if (weights_only) return;
+  const int64_t step = hdr.at("step").get<int64_t>();
+  BRAID_CONFIG_CHECK(step < opt.steps, "checkpoint ", path, " is at step ", step, " and --steps ", opt.steps,
+                     " leaves nothing to train; pass a larger --steps");
+}
+
 int64_t TrainingCheckpoint::load(const std::string& path, bool weights_only) {
   const size_t n = model_.num_params();
   std::vector<float> m(n), v(n), full(n);
@@ -121,25 +152,7 @@ int64_t TrainingCheckpoint::load(const std::string& path, bool weights_only) {
   if (info.version < 2 && ctx_.world().rank() == 0)
     std::fprintf(stderr, "braid train: checkpoint %s predates checksums (version 1): loaded unverified\n",
                  path.c_str());
-  // The data order depends on (seed, global batch, seq len): a resumed run only
-  // continues the saved one if they match.
-  auto same = [&](const char* key, int64_t now, const char* flag) {
-    const int64_t then = hdr.at(key).get<int64_t>();
-    BRAID_CONFIG_CHECK(then == now, "checkpoint ", path, " was saved with ", flag, " ", then,
-                       " but this run has ", flag, " ", now, "; resume with the same value");
-  };
-  same("n_layer", model_.config().n_layer, "--n-layer");
-  same("n_head", model_.config().n_head, "--n-head");
-  same("n_embd", model_.config().n_embd, "--n-embd");
-  same("vocab_size", model_.config().vocab_size, "--vocab-size");
-  if (hdr.contains("block_size")) same("block_size", model_.config().block_size, "--model's block size");
-  // An imported model starts a run of its own (fresh optimizer, step 0): the
-  // data order of no earlier run has to be continued.
-  if (!hdr.contains("source") && !weights_only) {
-    same("seed", static_cast<int64_t>(opt_.seed), "--seed");
-    same("global_batch", opt_.global_batch, "--batch");
-    same("seq_len", opt_.seq_len, "--seq-len");
-  }
+  check_resume_header(hdr, path, opt_, model_.config(), weights_only);
   const int64_t step = hdr.at("step").get<int64_t>();
   saved_total_steps_ = hdr.contains("total_steps") && hdr["total_steps"].is_number_integer()
                            ? hdr["total_steps"].get<int64_t>() : -1;
@@ -148,8 +161,6 @@ int64_t TrainingCheckpoint::load(const std::string& path, bool weights_only) {
     sync_.load_params(full.data());
     return step;
   }
-  BRAID_CONFIG_CHECK(step < opt_.steps, "checkpoint ", path, " is at step ", step, " and --steps ",
-                     opt_.steps, " leaves nothing to train; pass a larger --steps");
   optimizer_.load_state(m.data(), v.data());
   sync_.load_params(full.data());
   if (scaler_.enabled() && hdr.contains("loss_scale")) {

@@ -18,6 +18,14 @@
 
 namespace braid::train {
 
+/// Whether a run with `opt` and `cfg` can start from a checkpoint with header `hdr`
+/// (read from `path`): the same model sizes; unless the checkpoint was imported or
+/// only its weights are taken, the same seed, global batch and sequence length (they
+/// fix the data order) and a step below --steps. Throws ConfigError naming the flag,
+/// both values and the fix.
+void check_resume_header(const nlohmann::json& hdr, const std::string& path, const TrainOptions& opt,
+                         const model::GPTConfig& cfg, bool weights_only);
+
 class TrainingCheckpoint {
  public:
   /// Everything must outlive this object.

@@ -50,6 +50,9 @@ class BucketedSync final : public FlatBufferSync {
 
   model::UnitStorage* storage() override { return half_.get(); }
   void attach(model::GPT& model) override;
+  void set_span_sink(SpanSink* sink) override {
+    if (buckets_) buckets_->set_span_sink(sink);
+  }
   void init_params(model::GPT& model, uint64_t seed) override;
   void begin_step(int64_t step) override;
   GradReadyHook backward_hook(bool last) override;

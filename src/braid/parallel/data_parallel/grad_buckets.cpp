@@ -89,6 +89,7 @@ void GradBuckets::begin_sync() {
 void GradBuckets::launch(size_t k) {
   Bucket& b = buckets_[k];
   char* src = grads_at(b.lo);
+  dp_.set_next_label(detail::concat("bucket ", k));
   if (mode_ == BucketReduce::all_reduce) {
     b.work = dp_.all_reduce_async(src, src, b.hi - b.lo, dt_.grads, comm::ReduceOp::avg, algo_);
     return;
@@ -128,7 +129,10 @@ void GradBuckets::finish_sync() {
   if (dp_.size() > 1) {
     while (next_ < buckets_.size()) launch(next_++);
     for (size_t k = 0; k < buckets_.size(); ++k) {
-      if (buckets_[k].work) buckets_[k].work->wait();
+      if (buckets_[k].work) {
+        ScopedSpan wait(sink_, "wait bucket ", static_cast<int64_t>(k), "comm wait");
+        buckets_[k].work->wait();
+      }
       buckets_[k].work.reset();
       unstage_grads(k);
     }
@@ -140,12 +144,16 @@ void GradBuckets::finish_sync() {
 void GradBuckets::gather_params() {
   if (mode_ == BucketReduce::all_reduce || dp_.size() == 1) return;
   const size_t r = static_cast<size_t>(dp_.rank());
-  for (auto& b : buckets_) {
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
     if (b.staged) continue;
+    dp_.set_next_label(detail::concat("bucket ", k, " parameters"));
     b.work = dp_.all_gather_async(params_at(b.lo + r * b.c), params_at(b.lo), b.c, dt_.params, algo_);
   }
-  for (auto& b : buckets_) {
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
     if (!b.staged) {
+      ScopedSpan wait(sink_, "wait bucket parameters ", static_cast<int64_t>(k), "comm wait");
       b.work->wait();
       b.work.reset();
       continue;
@@ -154,6 +162,7 @@ void GradBuckets::gather_params() {
     const size_t a = std::min(b.lo + r * b.c, b.hi), e = std::min(b.lo + (r + 1) * b.c, b.hi);
     std::memset(s + r * b.c * pesz_, 0, b.c * pesz_);
     if (e > a) std::memcpy(s + r * b.c * pesz_, params_at(a), (e - a) * pesz_);
+    dp_.set_next_label(detail::concat("bucket ", k, " parameters"));
     dp_.all_gather(s + r * b.c * pesz_, s, b.c, dt_.params, algo_);
     std::memcpy(params_at(b.lo), s, (b.hi - b.lo) * pesz_);
   }

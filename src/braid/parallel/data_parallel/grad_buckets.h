@@ -103,6 +103,8 @@ class GradBuckets {
   size_t num_buckets() const { return buckets_.size(); }
   /// Buckets launched while backward was still running in the last step.
   size_t buckets_overlapped() const { return overlapped_; }
+  /// Each wait on a bucket becomes a span "wait bucket k" in `sink` (null: none).
+  void set_span_sink(SpanSink* sink) { sink_ = sink; }
 
  private:
   struct Bucket {
@@ -136,6 +138,7 @@ class GradBuckets {
   size_t ready_lo_ = 0;  // grads[ready_lo_, n) are final
   size_t next_ = 0;      // next bucket to launch
   size_t overlapped_ = 0;
+  SpanSink* sink_ = nullptr;
 };
 
 }  // namespace braid::parallel

@@ -109,6 +109,9 @@ class GradSync {
   virtual uint64_t hash_params() = 0;
   /// True when a forward needs every rank of the group (parameters sharded).
   virtual bool params_sharded() const { return false; }
+  /// Waits on communication become spans in `sink` (null: none); the collectives
+  /// themselves are traced by their communicators.
+  virtual void set_span_sink(SpanSink* sink) {}
   /// Test hook (fp16): the next reduction sees +inf in this rank's gradient.
   virtual void inject_inf_once() {}
 };

@@ -241,13 +241,17 @@ void ShardedEngine::fill(Slot& s, int u, bool async) {
     return;
   }
   void* recv = s.staging.bytes() > 0 ? s.staging.data() : s.data.data();
+  shard_.set_next_label(detail::concat(async ? "prefetch unit " : "unit ", u, " parameters"));
   s.work = shard_.all_gather_async(mine, recv, U.block, sc_.compute, sc_.algo);
   if (!async) complete(s);
 }
 
 void ShardedEngine::complete(Slot& s) {
   if (!s.work) return;
-  s.work->wait();
+  {
+    ScopedSpan wait(sink_, "wait parameters of unit ", s.unit, "comm wait");
+    s.work->wait();
+  }
   s.work.reset();
   if (s.staging.bytes() == 0) return;  // gathered in place: rank blocks are the unit
   for (size_t q = 0; q < N_; ++q)
@@ -337,6 +341,7 @@ void ShardedEngine::launch_reduce(GSlot& g) {
   const int u = g.unit;
   const Unit& U = units_[static_cast<size_t>(u)];
   const DType t = sc_.reduce;
+  if (N_ > 1) shard_.set_next_label(detail::concat("unit ", u, " gradients"));
   if (g.staging.bytes() == 0) {
     // FSDP in fp32: the unit buffer is already N rank blocks (zero padding).
     float* mine = g.data.as<float>() + r_ * U.block;
@@ -357,11 +362,13 @@ void ShardedEngine::sum_unit_grads(int u, comm::Communicator& group) {
   // every rank of `group` (same unit, same shard group size and rank).
   const Unit& U = units_[static_cast<size_t>(u)];
   char* g = grad_shard_.as<char>() + U.shard_off * gb_;
+  group.set_next_label(detail::concat("unit ", u, " gradients, tied copies"));
   group.all_reduce(g, g, U.block, sc_.reduce, comm::ReduceOp::sum, sc_.algo);
 }
 
 void ShardedEngine::complete_reduce(GSlot& g) {
   if (g.work) {
+    ScopedSpan wait(sink_, "wait gradients of unit ", g.unit, "comm wait");
     g.work->wait();
     g.work.reset();
   }
@@ -387,6 +394,7 @@ void ShardedEngine::finish_grads() {
   if (replicate_ && replicate_->size() > 1) {
     // HSDP: the shard holds the average over this shard group; average the
     // shards of the replicas (same layout on every replica).
+    replicate_->set_next_label("gradient shard across replicas");
     replicate_->all_reduce(grad_shard_.data(), grad_shard_.data(), shard_elems_, sc_.reduce, comm::ReduceOp::avg,
                            sc_.algo);
   }

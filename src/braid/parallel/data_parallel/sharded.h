@@ -124,6 +124,8 @@ class ShardedEngine final : public model::UnitStorage {
 
   /// Test hook: the next grads_ready() puts +inf into its unit's first gradient.
   void inject_inf_once() { inject_inf_ = true; }
+  /// Each wait on a gather or a reduce-scatter becomes a span in `sink` (null: none).
+  void set_span_sink(SpanSink* sink) { sink_ = sink; }
 
   const ShardedConfig& config() const { return sc_; }
 
@@ -176,6 +178,7 @@ class ShardedEngine final : public model::UnitStorage {
   int last_acquired_ = -1;
   bool in_backward_ = false;
   bool inject_inf_ = false;
+  SpanSink* sink_ = nullptr;
   int64_t tick_ = 0;
 };
 

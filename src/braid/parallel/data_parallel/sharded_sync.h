@@ -43,6 +43,7 @@ class ShardedSync final : public GradSync {
   void release_unit_params(int u) override { engine_.release_params(u); }
   uint64_t hash_params() override { return engine_.hash_compute_params(); }
   bool params_sharded() const override { return engine_.config().stage == 3; }
+  void set_span_sink(SpanSink* sink) override { engine_.set_span_sink(sink); }
   void inject_inf_once() override { engine_.inject_inf_once(); }
 
   ShardedEngine& engine() { return engine_; }
