@@ -126,6 +126,23 @@ TEST(Watchdog, AsyncCollectiveTimesOut) {
   EXPECT_TRUE(has(msg, "Never reached it: rank 1")) << msg;
 }
 
+// A label set by the caller (a gradient engine's bucket) names the operation in the
+// report, and only the next collective carries it.
+TEST(Watchdog, TimeoutReportCarriesTheCallersLabel) {
+  auto [msg, secs] = failing_run(2, [&](Communicator& c) {
+    std::vector<float> v(256, 1.f);
+    c.all_reduce(v.data(), v.data(), v.size(), DType::f32, comm::ReduceOp::sum);
+    if (c.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      return;
+    }
+    c.set_next_label("bucket 7");
+    c.all_reduce_async(v.data(), v.data(), v.size(), DType::f32, comm::ReduceOp::sum)->wait();
+  }, short_timeout(1.0));
+  EXPECT_TRUE(has(msg, "all_reduce #1 (256 x f32, sum) [bucket 7]")) << msg;
+  EXPECT_FALSE(has(msg, "#0 (256 x f32, sum) [")) << msg;
+}
+
 // The record written at a timeout lists the last operations of every group with
 // their sequence numbers and states.
 TEST(Watchdog, FlightRecordFileDescribesTheOps) {
