@@ -49,6 +49,7 @@ void take_model_from_checkpoint(const CLI::App& c, UseArgs& a) {
   o.n_head = h.at("n_head").get<int64_t>();
   o.n_embd = h.at("n_embd").get<int64_t>();
   o.vocab_size = h.at("vocab_size").get<int64_t>();
+  o.block_size = h.value("block_size", int64_t{0});
   o.steps = 1;
   o.val_every = 0;
   o.check_replicas = false;

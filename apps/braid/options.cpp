@@ -37,6 +37,10 @@ void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
       ->check(CLI::NonNegativeNumber)->capture_default_str()->group(model);
   c->add_option("--n-embd", o.n_embd, "Override the preset's width (0: keep)")
       ->check(CLI::NonNegativeNumber)->capture_default_str()->group(model);
+  c->add_option("--block-size", o.block_size,
+                "Override the preset's context length: the most positions a sequence may have (wpe rows, "
+                "GPT-2's n_positions; 0: keep)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str()->group(model);
   c->add_option("--dropout", o.dropout, "Embedding and residual dropout probability, in [0, 1)")
       ->capture_default_str()->group(model);
 

@@ -153,6 +153,29 @@ TEST(MemoryPlan, InvalidOptionsThrowLikeTheTrainer) {
   EXPECT_NO_THROW(train::plan_memory(o, 2, 1));
 }
 
+// --block-size sets the context length: a published model's sequence of 2,048
+// (Narayanan et al. 2021) is planned as it was run, wpe growing with it.
+TEST(MemoryPlan, BlockSizeOverridesTheContextLength) {
+  train::TrainOptions o;
+  o.model = "gpt2";
+  o.global_batch = 2;
+  o.micro_batch = 1;
+  o.seq_len = 2048;
+  try {
+    train::plan_memory(o, 1, 0);
+    ADD_FAILURE() << "--seq-len 2048 fits gpt2's 1024 positions";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--block-size 2048"), std::string::npos) << e.what();
+  }
+  o.block_size = 2048;
+  o.vocab_size = 51200;
+  const auto p = train::plan_memory(o, 1, 0);
+  EXPECT_EQ(p.config.block_size, 2048);
+  EXPECT_EQ(p.config.name, "gpt2*");
+  const size_t C = 768;
+  EXPECT_EQ(p.num_params, 51200 * C + 2048 * C + 12 * (12 * C * C + 13 * C) + 2 * C);
+}
+
 // The sharding degree N of the ZeRO formula is the DP degree, which the
 // pipeline divides too: 8 ranks as TP 2 x PP 2 leave DP 2.
 TEST(ParallelPlan, ShardingDegreeCountsEveryStrand) {

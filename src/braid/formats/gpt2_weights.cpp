@@ -55,7 +55,7 @@ void transpose(float* dst, const float* src, int64_t rows, int64_t cols) {
 model::GPTConfig shape_config(const std::string& preset, int64_t block, int64_t V, int64_t L, int64_t H,
                               int64_t C) {
   model::GPTConfig c = model::GPTConfig::preset(preset);
-  const bool changed = c.vocab_size != V || c.n_layer != L || c.n_head != H || c.n_embd != C;
+  const bool changed = c.vocab_size != V || c.n_layer != L || c.n_head != H || c.n_embd != C || c.block_size != block;
   c.block_size = block;
   c.vocab_size = V, c.n_layer = L, c.n_head = H, c.n_embd = C;
   c.padded_vocab_size = model::GPTConfig::pad_vocab(V);
@@ -80,16 +80,17 @@ float element(const unsigned char* p, const std::string& t, size_t e) {
 
 ModelWeights weights_for_shape(int64_t block_size, int64_t V, int64_t L, int64_t H, int64_t C,
                                const std::string& what) {
-  for (const char* name : {"tiny", "small", "gpt2"}) {
-    if (model::GPTConfig::preset(name).block_size != block_size) continue;
-    ModelWeights w;
-    w.model = name;
-    w.config = shape_config(name, block_size, V, L, H, C);
-    w.params.assign(model::unit_bounds(w.config).back(), 0.f);
-    return w;
-  }
-  throw ConfigError(detail::concat(what, " has a context length of ", block_size,
-                                   " positions; braid's presets have 64 (tiny), 256 (small) and 1024 (gpt2)"));
+  // The preset of that context length, else gpt2's with its block size overridden
+  // (a run then takes --block-size).
+  std::string name = "gpt2";
+  for (const char* p : {"tiny", "small", "gpt2"})
+    if (model::GPTConfig::preset(p).block_size == block_size) name = p;
+  BRAID_CONFIG_CHECK(block_size >= 1, what, " has a context length of ", block_size, "; it must be >= 1");
+  ModelWeights w;
+  w.model = name;
+  w.config = shape_config(name, block_size, V, L, H, C);
+  w.params.assign(model::unit_bounds(w.config).back(), 0.f);
+  return w;
 }
 
 ModelWeights read_checkpoint_weights(const std::string& path) {

@@ -58,12 +58,13 @@ void export_llmc(const ModelWeights& w, const std::string& path);
 
 /// Reads an llm.c model file (version 3 fp32 or 5 bf16). Throws DataError
 /// naming the file for a wrong magic, version, size or a header field
-/// out of range, ConfigError when no preset has its max_seq_len.
+/// out of range.
 ModelWeights import_llmc(const std::string& path);
 
 /// The preset whose block size is `block_size` ("tiny" 64, "small" 256,
-/// "gpt2" 1024) with the other sizes overridden; throws ConfigError naming
-/// the block sizes braid has.
+/// "gpt2" 1024), else "gpt2" with its block size overridden (train from it with
+/// --block-size), with the other sizes overridden; throws ConfigError when
+/// block_size < 1 or the sizes do not make a model (GPTConfig::validate).
 ModelWeights weights_for_shape(int64_t block_size, int64_t vocab_size, int64_t n_layer, int64_t n_head,
                                int64_t n_embd, const std::string& what);
 

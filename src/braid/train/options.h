@@ -20,6 +20,7 @@ struct TrainOptions {
   // Overrides of the preset's sizes (0: keep the preset's); the vocabulary is
   // padded to a multiple of 64 again.
   int64_t vocab_size = 0, n_layer = 0, n_head = 0, n_embd = 0;
+  int64_t block_size = 0;  // context length: positions in wpe (0: the preset's)
   int64_t steps = 800;
   int64_t global_batch = 16;  // sequences per optimizer step, over all DP ranks
   int64_t micro_batch = 8;    // sequences per forward/backward on one rank (kMicroBatchAuto: resolved by the plan)

@@ -172,7 +172,8 @@ void validate_batch(const TrainOptions& o, int dp, const model::GPTConfig& cfg) 
                      " or change --micro-batch");
   BRAID_CONFIG_CHECK(o.seq_len > 0 && o.seq_len <= cfg.block_size, "--seq-len ", o.seq_len,
                      " must be in [1, ", cfg.block_size, "] (block_size of model '", cfg.name,
-                     "'); pass --seq-len ", cfg.block_size, " or less, or a model with a longer context");
+                     "'); pass --seq-len ", cfg.block_size, " or less, or --block-size ", o.seq_len,
+                     " for a longer context");
 }
 
 // The optimizer, the schedule of validation and the flags of the run itself.
@@ -267,14 +268,15 @@ void validate_options(const TrainOptions& o, int world_size, const model::GPTCon
 
 model::GPTConfig model_config(const TrainOptions& o) {
   model::GPTConfig c = model::GPTConfig::preset(o.model);
-  BRAID_CONFIG_CHECK(o.vocab_size >= 0 && o.n_layer >= 0 && o.n_head >= 0 && o.n_embd >= 0,
-                     "--vocab-size, --n-layer, --n-head and --n-embd must be >= 0 (0 keeps the preset)");
+  BRAID_CONFIG_CHECK(o.vocab_size >= 0 && o.n_layer >= 0 && o.n_head >= 0 && o.n_embd >= 0 && o.block_size >= 0,
+                     "--vocab-size, --n-layer, --n-head, --n-embd and --block-size must be >= 0 (0 keeps the preset)");
   if (o.vocab_size > 0) c.vocab_size = o.vocab_size;
   if (o.n_layer > 0) c.n_layer = o.n_layer;
   if (o.n_head > 0) c.n_head = o.n_head;
   if (o.n_embd > 0) c.n_embd = o.n_embd;
+  if (o.block_size > 0) c.block_size = o.block_size;
   c.padded_vocab_size = model::GPTConfig::pad_vocab(c.vocab_size);
-  if (o.vocab_size || o.n_layer || o.n_head || o.n_embd) c.name += "*";  // sizes changed
+  if (o.vocab_size || o.n_layer || o.n_head || o.n_embd || o.block_size) c.name += "*";  // sizes changed
   c.validate();
   return c;
 }

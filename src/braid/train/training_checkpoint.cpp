@@ -115,7 +115,7 @@ void check_resume_header(const nlohmann::json& hdr, const std::string& path, con
   same("n_head", cfg.n_head, "--n-head");
   same("n_embd", cfg.n_embd, "--n-embd");
   same("vocab_size", cfg.vocab_size, "--vocab-size");
-  if (hdr.contains("block_size")) same("block_size", cfg.block_size, "--model's block size");
+  if (hdr.contains("block_size")) same("block_size", cfg.block_size, "--block-size");
   // The data order depends on (seed, global batch, seq len): a resumed run only
   // continues the saved one if they match. An imported model starts a run of its
   // own (fresh optimizer, step 0): no earlier data order has to be continued.
