@@ -7,6 +7,7 @@
 
 #include "braid/commands.h"
 #include "braid/core/error.h"
+#include "braid/plan/cost_model.h"
 #include "braid/train/plan.h"
 
 namespace braid::cli {
@@ -16,7 +17,16 @@ struct PlanArgs {
   train::TrainOptions opt;
   int ranks = 1;
   bool all_ranks = false;
+  std::string cluster, print_cluster;
 };
+
+// The step-time model's prediction for the layout on `cluster`.
+void print_prediction(const train::TrainOptions& opt, int ranks, const std::string& cluster) {
+  const plan::Cluster c = plan::load_cluster(cluster);
+  const plan::StepPrediction p = plan::predict_step(opt, ranks, c);
+  std::printf("predicted on %d accelerators of %s (%d per node, matmuls at %.0f%% of peak):\n%s\n", ranks,
+              c.name.c_str(), c.accelerators_per_node, 100 * c.matmul_fraction, plan::format_prediction(p).c_str());
+}
 }  // namespace
 
 void add_plan(CLI::App& app) {
@@ -28,8 +38,17 @@ void add_plan(CLI::App& app) {
   add_model_and_layout_options(c, o);
   c->add_option("--ranks", a->ranks, "Ranks of the job (TP x DP x PP)")->capture_default_str();
   c->add_flag("--all-ranks", a->all_ranks, "Print every rank (default: every rank up to 8, else rank 0 and the largest)");
+  c->add_option("--cluster", a->cluster,
+                "Also predict the step time on this cluster: a preset (a100-80gb, h100-80gb, h200) or a TOML file")
+      ->group("Time");
+  c->add_option("--print-cluster", a->print_cluster, "Print a preset's TOML (a start for a file of your own) and exit")
+      ->group("Time");
 
   c->callback([a] {
+    if (!a->print_cluster.empty()) {
+      std::printf("%s", plan::cluster_preset_text(a->print_cluster).c_str());
+      return;
+    }
     train::TrainOptions opt = a->opt;
     BRAID_CONFIG_CHECK(a->ranks >= 1, "--ranks ", a->ranks, " must be >= 1");
     std::vector<train::MemoryPlan> all;
@@ -64,6 +83,7 @@ void add_plan(CLI::App& app) {
     for (const auto& p : shown)
       std::printf("as `braid train` prints it, rank %d: %s\n", p.rank, train::format_ledger_line(p).c_str());
     std::printf("\n%s\n%s.\n", train::format_zero_formulas(shown).c_str(), train::kNotInLedger);
+    if (!a->cluster.empty()) print_prediction(a->opt, a->ranks, a->cluster);
   });
 }
 

@@ -273,7 +273,6 @@ void add_train(CLI::App& app) {
   c->add_option("--loss-scale-backoff", o.loss_scale.backoff_factor, "fp16: back-off factor on overflow")->capture_default_str();
   c->add_option("--loss-scale-hysteresis", o.loss_scale.hysteresis, "fp16: overflows tolerated before backing off")->capture_default_str();
   c->add_option("--min-loss-scale", o.loss_scale.min_scale, "fp16: lower bound of the loss scale")->capture_default_str();
-  c->add_flag("--no-overlap", [&o](int64_t) { o.overlap = false; }, "All-reduce after backward instead of during it");
   c->add_option("--comm-algo", a->algo, "Collective implementation: ring (ours) or native (MPI's own)")
       ->transform(one_of({"ring", "native"}))
       ->capture_default_str();

@@ -93,6 +93,8 @@ void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
   c->add_option("--recompute", o.recompute, "Activation checkpointing: none, selective (attention internals and GELU) or full (each block)")
       ->transform(one_of({"none", "selective", "full"}))->capture_default_str()->group(layout);
   c->add_option("--bucket-mb", o.bucket_mb, "DDP gradient bucket size in MiB")->capture_default_str()->group(layout);
+  c->add_flag("--no-overlap", [&o](int64_t) { o.overlap = false; }, "All-reduce after backward instead of during it")
+      ->group(layout);
 
   c->add_option("--precision", o.precision, "Compute copies of parameters and matmul operands (master weights and AdamW moments stay fp32)")
       ->transform(one_of({"fp32", "bf16", "fp16"}))->capture_default_str()->group(precision);

@@ -1,0 +1,59 @@
+// A cluster as `braid plan` sees it: nodes of accelerators, their peak and
+// achievable arithmetic, memory, and the links inside and between nodes. Read
+// from a TOML file (see cluster_preset_text for the fields) or taken from a
+// preset: a100-80gb, h100-80gb, h200 (vendors' figures, sources in each preset).
+#pragma once
+#include <istream>
+#include <string>
+#include <vector>
+
+#include "braid/core/dtype.h"
+
+namespace braid::plan {
+
+/// One kind of link, costed by the Hockney (alpha-beta) model: a message of n
+/// bytes takes latency + n / bandwidth seconds.
+struct Link {
+  double bandwidth = 0;  // bytes/s one accelerator sends (and receives) at once
+  double latency = 0;    // seconds per message
+  /// Seconds for one message of `bytes`.
+  double time(double bytes) const { return latency + bytes / bandwidth; }
+};
+
+struct Cluster {
+  std::string name;
+  int accelerators_per_node = 1;
+  double memory_bytes = 0;            // per accelerator
+  double memory_bandwidth = 0;        // bytes/s per accelerator: element-wise kernels, the optimizer
+  double peak_bf16 = 0, peak_fp16 = 0, peak_fp32 = 0;  // dense FLOP/s per accelerator
+  double matmul_fraction = 1;         // share of the peak large matmuls reach
+  Link intra_node;                    // between accelerators of a node (per accelerator)
+  Link inter_node;                    // one inter-node link (one NIC)
+  int links_per_node = 1;             // inter-node links (NICs) of a node
+
+  /// Peak dense FLOP/s of one accelerator in `dtype`.
+  double peak_flops(DType dtype) const;
+  /// What large matmuls reach: peak_flops(dtype) x matmul_fraction.
+  double matmul_flops(DType dtype) const { return peak_flops(dtype) * matmul_fraction; }
+  /// The inter-node link one accelerator has when every accelerator of its node
+  /// sends at once: the node's links shared among them.
+  Link inter_node_per_accelerator() const;
+};
+
+/// Parses a cluster description (TOML: name, accelerators_per_node, memory_gib,
+/// memory_bandwidth_gbs, matmul_fraction; [peak_tflops] bf16, fp16, fp32;
+/// [intra_node] bandwidth_gbs, latency_us; [inter_node] bandwidth_gbs,
+/// latency_us, links_per_node; GB = 1e9 bytes, TFLOP = 1e12). Every field is
+/// required and every value must be positive (matmul_fraction in (0, 1]).
+/// Throws ConfigError naming `origin`, the field and the fix.
+Cluster parse_cluster(std::istream& in, const std::string& origin);
+/// A preset by name, else the TOML file at that path. Throws ConfigError naming
+/// the presets when it is neither.
+Cluster load_cluster(const std::string& name_or_path);
+/// The presets' names.
+std::vector<std::string> cluster_presets();
+/// A preset's TOML text (a starting point for a file of one's own); throws
+/// ConfigError naming the presets for an unknown name.
+std::string cluster_preset_text(const std::string& name);
+
+}  // namespace braid::plan

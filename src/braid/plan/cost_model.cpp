@@ -1,0 +1,245 @@
+#include "braid/plan/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "braid/core/error.h"
+#include "braid/parallel/pipeline/schedule.h"
+#include "braid/train/parallel_plan.h"
+
+namespace braid::plan {
+
+double ring_all_reduce(double n, int p, const Link& l) {
+  return p <= 1 ? 0.0 : 2.0 * (p - 1) * (l.latency + n / (p * l.bandwidth));
+}
+
+double ring_all_gather(double n, int p, const Link& l) {
+  return p <= 1 ? 0.0 : (p - 1) * (l.latency + n / (p * l.bandwidth));
+}
+
+double doubling_all_reduce(double n, int p, const Link& l) {
+  return p <= 1 ? 0.0 : std::log2(static_cast<double>(p)) * (l.latency + n / l.bandwidth);
+}
+
+Placement place(int size, int stride, int accelerators_per_node) {
+  Placement g;
+  g.size = size;
+  const int64_t span = static_cast<int64_t>(size - 1) * stride + 1;  // ranks from the first member to the last
+  if (span <= accelerators_per_node && size > 0) {
+    // Inside one node when the group's ranks are aligned (TP blocks, small DP groups).
+    g.per_node = size, g.nodes = 1;
+  } else {
+    g.per_node = std::max(1, std::min(size, accelerators_per_node / std::max(1, stride)));
+    g.nodes = (size + g.per_node - 1) / g.per_node;
+  }
+  return g;
+}
+
+namespace {
+
+// A collective decomposed over a placed group: inside one node, a ring; across
+// nodes, a ring over the shared inter-node links of the n/k bytes each member
+// owns after the intra-node stage.
+template <typename Ring>
+double hierarchical(double n, const Placement& g, const Cluster& c, Ring ring, double intra_passes) {
+  if (g.size <= 1) return 0.0;
+  if (g.nodes == 1) return ring(n, g.size, c.intra_node);
+  const Link inter = c.inter_node_per_accelerator();
+  if (g.per_node == 1) return ring(n, g.nodes, inter);
+  const double intra = intra_passes * ring_all_gather(n, g.per_node, c.intra_node);
+  return intra + ring(n / g.per_node, g.nodes, inter);
+}
+
+}  // namespace
+
+double all_reduce(double n, const Placement& g, const Cluster& c) {
+  return hierarchical(n, g, c, ring_all_reduce, 2.0);  // reduce-scatter in, all-gather out
+}
+
+double all_gather(double n, const Placement& g, const Cluster& c) {
+  return hierarchical(n, g, c, ring_all_gather, 1.0);
+}
+
+double megatron_flops_per_iteration(double B, double s, double l, double h, double V) {
+  return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
+}
+
+namespace {
+
+// One micro-batch's work on one rank, split by what bounds it.
+struct Work {
+  double flops = 0;  // matmul FLOPs
+  double bytes = 0;  // memory traffic of the element-wise kernels
+  double seconds(const Cluster& c, DType t) const { return flops / c.matmul_flops(t) + bytes / c.memory_bandwidth; }
+  Work& operator+=(const Work& o) {
+    flops += o.flops, bytes += o.bytes;
+    return *this;
+  }
+};
+Work operator*(double k, Work w) { return {k * w.flops, k * w.bytes}; }
+
+struct Shape {
+  double b, s, h, a, V, t;  // micro-batch, sequence, width, heads, padded vocabulary, TP degree
+  double e;                 // bytes per activation element (the compute dtype)
+  bool sp, dropout;         // sequence parallel; dropout masks written and read
+};
+
+// Forward of one transformer block on one TP rank. Matmuls: QKV 6bsh^2, output
+// projection 2bsh^2, MLP 16bsh^2, attention scores and values 4bs^2h, all split
+// over TP. Element-wise traffic (read + write, in the compute dtype): per token
+// two LayerNorms and two residual adds over h (split over TP only with sequence
+// parallelism), GeLU over 4h, and per head the score softmax over s (fused scale,
+// mask and softmax as in Megatron-LM), plus dropout's masks when it is on.
+Work block_forward(const Shape& x) {
+  const double tokens = x.b * x.s, rows = x.sp ? tokens / x.t : tokens;
+  Work w;
+  w.flops = (24.0 * tokens * x.h * x.h + 4.0 * x.b * x.s * x.s * x.h) / x.t;
+  const double drop = x.dropout ? 1.0 : 0.0;  // one mask byte per element
+  const double replicated = rows * x.h * (2 * 2 * x.e + 2 * 3 * x.e + drop * 2 * (2 * x.e + 1));
+  const double gelu = tokens * 4 * x.h / x.t * 2 * x.e;
+  const double softmax = tokens * (x.a / x.t) * x.s * (2 * x.e + drop * (2 * x.e + 1));
+  w.bytes = replicated + gelu + softmax;
+  return w;
+}
+
+// The head on the last stage, forward: logits 2bshV over TP, and the
+// cross-entropy's passes over the f32 logits.
+Work head_forward(const Shape& x) {
+  const double tokens = x.b * x.s;
+  return {2.0 * tokens * x.h * x.V / x.t, tokens * x.V / x.t * 4 * 3};
+}
+
+// Activation bytes one TP collective of a block carries.
+double tp_message(const Shape& x) { return x.b * x.s * x.h * x.e; }
+
+// Parameters one rank holds for its layers (TP-split matrices, replicated
+// LayerNorms and biases of width h) and, on the end stages, the embeddings.
+double rank_params(const model::GPTConfig& cfg, double layers, bool first, bool last, int t) {
+  const double h = static_cast<double>(cfg.n_embd);
+  double p = layers * (12.0 * h * h / t + 13.0 * h);
+  if (first) p += static_cast<double>(cfg.padded_vocab_size) * h / t + static_cast<double>(cfg.block_size) * h;
+  if (last && !first) p += static_cast<double>(cfg.padded_vocab_size) * h / t + 2 * h;
+  return p;
+}
+
+}  // namespace
+
+StepPrediction predict_step(const train::TrainOptions& options, int world, const Cluster& c) {
+  train::TrainOptions opt = options;
+  const model::GPTConfig cfg = train::model_config(opt);
+  const train::ParallelPlan plan = train::resolve_plan(opt, world, cfg);
+  BRAID_CONFIG_CHECK(!plan.dp.parameter_server(), "braid plan does not model a parameter server (--dp-mode ps)");
+  const int t = plan.tp.degree, P = plan.pp.stages, v = plan.pp.virtual_stages, d = plan.dp.degree;
+  const int m = plan.pp.micro_batches;
+  const DType ct = plan.compute;
+  Shape x{static_cast<double>(plan.micro_batch), static_cast<double>(plan.seq_len), static_cast<double>(cfg.n_embd),
+          static_cast<double>(cfg.n_head), static_cast<double>(cfg.padded_vocab_size), static_cast<double>(t),
+          static_cast<double>(dtype_size(ct)), plan.tp.sequence_parallel, opt.dropout > 0};
+
+  // One block: forward, backward (twice the forward), recomputation.
+  const Work fwd = block_forward(x);
+  Work recompute;
+  if (plan.recompute == model::Recompute::full) recompute = fwd;
+  if (plan.recompute == model::Recompute::selective)
+    recompute = {4.0 * x.b * x.s * x.s * x.h / x.t, x.b * x.s * (x.a / x.t) * x.s * 2 * x.e};
+  const Placement tp_group = place(t, 1, c.accelerators_per_node);
+  const double tp_ar = all_reduce(tp_message(x), tp_group, c);  // = reduce-scatter + all-gather under SP
+  const double recompute_ar = plan.recompute == model::Recompute::full ? 2 * tp_ar : 0.0;
+  const double block_f = fwd.seconds(c, ct) + 2 * tp_ar;
+  const double block_b = (2.0 * fwd).seconds(c, ct) + recompute.seconds(c, ct) + 2 * tp_ar + recompute_ar;
+
+  // The slowest stage sets the pace (the schedule is simulated with its costs on every stage).
+  StepPrediction r;
+  double stage_f = 0, stage_b = 0, stage_params = 0, stage_tp = 0;
+  for (int s = 0; s < P; ++s) {
+    double layers = 0;
+    for (int k = 0; k < v; ++k) layers += static_cast<double>(plan.pp.layers[static_cast<size_t>(k * P + s)]);
+    const bool first = s == 0, last = s == P - 1;
+    double f = layers * block_f, b = layers * block_b;
+    if (last) {
+      const Work head = head_forward(x);
+      f += head.seconds(c, ct);
+      b += (2.0 * head).seconds(c, ct);
+    }
+    if (f + b > stage_f + stage_b) {
+      stage_f = f, stage_b = b;
+      stage_tp = layers * (4 * tp_ar + recompute_ar);
+      stage_params = rank_params(cfg, layers, first, last, t);
+    }
+    if (first && last) stage_params = rank_params(cfg, layers, true, true, t);
+  }
+  // Activations between stages: each TP rank sends its 1/t slice over the
+  // inter-node link, then the slices are all-gathered inside the node
+  // (Megatron-LM's scatter-gather); forward and backward each pay one transfer.
+  double p2p = 0;
+  if (P > 1) {
+    const Placement next = place(2, t * d, c.accelerators_per_node);
+    const Link link = next.nodes > 1 ? c.inter_node_per_accelerator() : c.intra_node;
+    const double n = tp_message(x);
+    p2p = link.time(n / t) + all_gather(n, tp_group, c);
+  }
+  const double f_cost = stage_f + p2p, b_cost = stage_b + p2p;
+  const auto programs = plan.pp.programs();
+  const parallel::ScheduleStats sim = parallel::check_schedule(programs, P, m, v, f_cost, b_cost);
+  const double pipeline = sim.makespan;
+
+  // Gradient sync over DP in the reduce dtype.
+  const Placement dp_group = place(d, t, c.accelerators_per_node);
+  const double grad_bytes = stage_params * static_cast<double>(dtype_size(plan.reduce));
+  const double param_bytes = stage_params * static_cast<double>(dtype_size(ct));
+  double dp = 0, hidden = 0;
+  switch (plan.dp.mode) {
+    case train::DataParallelMode::ddp:
+      dp = all_reduce(grad_bytes, dp_group, c);
+      break;
+    case train::DataParallelMode::zero1:
+    case train::DataParallelMode::zero2:
+      dp = all_gather(grad_bytes, dp_group, c) + all_gather(param_bytes, dp_group, c);
+      break;
+    default:  // ZeRO-3, FSDP, HSDP: parameters gathered for forward and backward of every micro-batch
+      dp = all_gather(grad_bytes, dp_group, c) + m * 2 * all_gather(param_bytes, dp_group, c);
+      break;
+  }
+  // Buckets and prefetches run during backward only without a pipeline (a
+  // pipeline syncs after its flush); ZeRO-3's gathers hide behind all of compute.
+  if (opt.overlap && P == 1) {
+    const bool gathers = plan.sharded_engine() && plan.dp.zero_stage == 3;
+    hidden = gathers ? m * (stage_f + stage_b) : stage_b;
+  }
+  r.dp_exposed = std::max(0.0, dp - hidden);
+  // AdamW: per element of this rank's state, f32 master, m, v read and written,
+  // the gradient read and the compute copy written.
+  const double state = plan.dp.zero_stage >= 1 ? stage_params / plan.dp.shard_degree : stage_params;
+  r.optimizer = state * (3 * 4 * 2 + dtype_size(plan.reduce) + dtype_size(ct)) / c.memory_bandwidth;
+
+  r.micro_batches = m;
+  r.stage_forward_s = f_cost;
+  r.stage_backward_s = b_cost;
+  r.compute = m * (stage_f + stage_b - stage_tp);
+  r.tp_comm = m * stage_tp;
+  r.pp_comm = m * 2 * p2p;
+  r.bubble = std::max(0.0, pipeline - m * (f_cost + b_cost));
+  r.step_s = pipeline + r.dp_exposed + r.optimizer;
+  const double tokens = static_cast<double>(plan.global_batch) * x.s;
+  const double L = static_cast<double>(cfg.n_layer);
+  const double per_token = 6.0 * (12.0 * L * x.h * x.h + x.V * x.h) + 12.0 * L * x.h * x.s;
+  r.tokens_per_s = tokens / r.step_s;
+  r.model_flops = per_token * tokens;
+  r.tflops_per_accelerator = r.model_flops / (r.step_s * plan.compute_ranks()) / 1e12;
+  r.mfu = r.tflops_per_accelerator * 1e12 / c.peak_flops(ct);
+  return r;
+}
+
+std::string format_prediction(const StepPrediction& p) {
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "step %.4g s | %.4g tokens/s | %.1f TFLOP/s per accelerator | MFU %.1f%%\n"
+                "  compute %.4g s, TP communication %.4g s, pipeline transfers %.4g s, bubble %.4g s, "
+                "exposed DP sync %.4g s, optimizer %.4g s (slowest stage, %d micro-batches)\n",
+                p.step_s, p.tokens_per_s, p.tflops_per_accelerator, 100 * p.mfu, p.compute, p.tp_comm, p.pp_comm,
+                p.bubble, p.dp_exposed, p.optimizer, p.micro_batches);
+  return buf;
+}
+
+}  // namespace braid::plan

@@ -1,0 +1,77 @@
+// braid plan's step-time model: what one training step of a layout costs on a
+// cluster, from the model's FLOPs and bytes (compute), the exact traffic each
+// strand sends (communication, costed by the Hockney alpha-beta model of the
+// algorithm that runs), and the pipeline schedule simulated with those stage
+// times.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "braid/plan/cluster.h"
+#include "braid/train/options.h"
+
+namespace braid::plan {
+
+// ---- collectives (alpha-beta) ----
+// n: bytes of the whole buffer (all-reduce: the buffer; all-gather: the gathered
+// output; reduce-scatter: the input); p: ranks. Sources: Thakur, Rabenseifner &
+// Gropp 2005 ("Optimization of Collective Communication Operations in MPICH").
+
+/// Ring all-reduce: 2(p-1) steps of n/p bytes: 2(p-1)(alpha + n/(p beta)).
+double ring_all_reduce(double n, int p, const Link& l);
+/// Ring all-gather or reduce-scatter: (p-1)(alpha + n/(p beta)).
+double ring_all_gather(double n, int p, const Link& l);
+/// Recursive doubling all-reduce (p a power of two): log2(p)(alpha + n/beta).
+double doubling_all_reduce(double n, int p, const Link& l);
+
+/// Where a group's ranks sit: `size` ranks `stride` apart in rank order, ranks
+/// packed onto nodes of `per_node` accelerators (rank r on node r / per_node).
+struct Placement {
+  int size = 1;
+  int per_node = 1;  // members on each node it touches
+  int nodes = 1;     // nodes it spans
+};
+Placement place(int size, int stride, int accelerators_per_node);
+
+/// All-reduce on a placed group: a ring inside a node; across nodes with one
+/// member per node, a ring over the inter-node links; with k > 1 members per
+/// node, hierarchical: reduce-scatter inside the node, all-reduce of n/k across
+/// nodes, all-gather inside (NCCL's and Megatron's pattern). The inter-node link
+/// is shared by the node's accelerators (Cluster::inter_node_per_accelerator).
+double all_reduce(double n, const Placement& g, const Cluster& c);
+/// All-gather or reduce-scatter on a placed group (the same decomposition).
+double all_gather(double n, const Placement& g, const Cluster& c);
+
+// ---- the step ----
+
+struct StepPrediction {
+  double step_s = 0;            // one optimizer step (global batch)
+  double tokens_per_s = 0;
+  double model_flops = 0;       // per step: braid's MFU count (6N + attention) x tokens
+  double tflops_per_accelerator = 0;  // model_flops / (step x accelerators), TFLOP/s
+  double mfu = 0;               // tflops_per_accelerator / peak
+  // Breakdown on the slowest stage, seconds per step:
+  double compute = 0;           // forward, backward, recomputation (matmuls and element-wise)
+  double tp_comm = 0;           // tensor-parallel collectives (on the critical path)
+  double pp_comm = 0;           // activations and gradients between stages
+  double bubble = 0;            // pipeline idle time
+  double dp_exposed = 0;        // gradient sync not hidden behind backward
+  double optimizer = 0;         // AdamW over this rank's state
+  double stage_forward_s = 0, stage_backward_s = 0;  // one micro-batch on the slowest stage
+  int micro_batches = 1;        // per pipeline (per DP rank)
+};
+
+/// Predicts one step of `braid train` with `opt` on `world` accelerators of
+/// `cluster`: the layout is resolved as train resolves it (TP innermost, then DP,
+/// then PP in rank order). Throws ConfigError as train would for an invalid layout.
+StepPrediction predict_step(const train::TrainOptions& opt, int world, const Cluster& cluster);
+
+/// FLOPs of one iteration as Narayanan et al. (SC21) count them, Eq. 3, with
+/// activation recomputation: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
+double megatron_flops_per_iteration(double B, double s, double l, double h, double V);
+
+/// The prediction as text: step, tokens/s, TFLOP/s per accelerator, MFU and the
+/// breakdown.
+std::string format_prediction(const StepPrediction& p);
+
+}  // namespace braid::plan
