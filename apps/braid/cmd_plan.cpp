@@ -7,7 +7,10 @@
 
 #include "braid/commands.h"
 #include "braid/core/error.h"
+#include <nlohmann/json.hpp>
+
 #include "braid/plan/cost_model.h"
+#include "braid/plan/search.h"
 #include "braid/train/plan.h"
 
 namespace braid::cli {
@@ -18,14 +21,95 @@ struct PlanArgs {
   int ranks = 1;
   bool all_ranks = false;
   std::string cluster, print_cluster;
+  bool search = false, json = false;
+  size_t top = 5;
+  double tokens = 0;
 };
 
+nlohmann::json to_json(const plan::StepPrediction& p) {
+  return {{"step_s", p.step_s},           {"tokens_per_s", p.tokens_per_s},
+          {"tflops_per_accelerator", p.tflops_per_accelerator}, {"mfu", p.mfu},
+          {"compute_s", p.compute},       {"tp_comm_s", p.tp_comm},
+          {"pp_comm_s", p.pp_comm},       {"bubble_s", p.bubble},
+          {"dp_exposed_s", p.dp_exposed}, {"optimizer_s", p.optimizer},
+          {"micro_batches", p.micro_batches}};
+}
+
+// Time and accelerator-hours to train on `tokens` at the predicted rate.
+std::string tokens_line(double tokens, const plan::StepPrediction& p, int accelerators) {
+  const double s = tokens / p.tokens_per_s;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%.4g tokens: %.4g days on %d accelerators, %.4g accelerator-hours\n", tokens,
+                s / 86400, accelerators, s * accelerators / 3600);
+  return buf;
+}
+
+// --search: the best layouts, why the others lose, and where the flags' own
+// layout ranks when it is one of them.
+void print_search(const PlanArgs& a) {
+  const plan::Cluster c = plan::load_cluster(a.cluster);
+  const plan::SearchResult r = plan::search_layouts(a.opt, a.ranks, c, a.top);
+  BRAID_CONFIG_CHECK(!r.best.empty(), "no layout fits in ", format_bytes(c.memory_bytes), " per accelerator among the ",
+                     r.checked, " fastest; use more accelerators, a smaller --batch or a smaller model");
+  const plan::StepPrediction& best = r.best.front().prediction;
+  // The flags' own layout, planned the same way.
+  const std::string mine = plan::describe_layout(a.opt, a.ranks);
+  double mine_bytes = 0;
+  plan::StepPrediction mine_p;
+  bool mine_ok = true;
+  try {
+    mine_bytes = plan::largest_rank_bytes(a.opt, a.ranks);
+    mine_p = plan::predict_step(a.opt, a.ranks, c, true);
+  } catch (const ConfigError&) {
+    mine_ok = false;
+  }
+  if (a.json) {
+    nlohmann::json j = {{"cluster", c.name}, {"accelerators", a.ranks}, {"considered", r.considered},
+                        {"checked", r.checked}, {"seconds", r.seconds}};
+    for (const auto& k : r.best)
+      j["best"].push_back({{"layout", k.layout}, {"peak_bytes", k.peak_bytes}, {"prediction", to_json(k.prediction)},
+                           {"why_slower", plan::why_slower(k.prediction, best)}});
+    for (const auto& k : r.too_big)
+      j["too_big"].push_back({{"layout", k.layout}, {"peak_bytes", k.peak_bytes}, {"estimate_s", k.estimate_s}});
+    if (mine_ok)
+      j["yours"] = {{"layout", mine}, {"peak_bytes", mine_bytes}, {"fits", mine_bytes <= c.memory_bytes},
+                    {"prediction", to_json(mine_p)}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("braid plan --search: %zu layouts on %d accelerators of %s (%s each); the %zu fastest by the "
+              "closed-form estimate planned exactly and simulated, in %.1f s\n\n",
+              r.considered, a.ranks, c.name.c_str(), format_bytes(c.memory_bytes).c_str(), r.checked, r.seconds);
+  std::printf("%-4s %-52s %10s %8s %7s %10s  %s\n", "rank", "layout", "step (s)", "TFLOP/s", "MFU", "peak mem",
+              "why slower than #1");
+  for (size_t i = 0; i < r.best.size(); ++i) {
+    const auto& k = r.best[i];
+    std::printf("%-4zu %-52s %10.4g %8.1f %6.1f%% %10s  %s\n", i + 1, k.layout.c_str(), k.prediction.step_s,
+                k.prediction.tflops_per_accelerator, 100 * k.prediction.mfu, format_bytes(k.peak_bytes).c_str(),
+                i == 0 ? "" : plan::why_slower(k.prediction, best).c_str());
+  }
+  for (const auto& k : r.too_big)
+    std::printf("does not fit: %s needs %s (estimate %.4g s)\n", k.layout.c_str(), format_bytes(k.peak_bytes).c_str(),
+                k.estimate_s);
+  if (mine_ok) {
+    std::printf("\nyour flags' layout, %s: %.4g s (%.1f TFLOP/s per accelerator), peak %s%s\n", mine.c_str(),
+                mine_p.step_s, mine_p.tflops_per_accelerator, format_bytes(mine_bytes).c_str(),
+                mine_bytes <= c.memory_bytes ? "" : ": does not fit");
+    for (size_t i = 0; i < r.best.size(); ++i)
+      if (r.best[i].prediction.step_s < mine_p.step_s && r.best[i].layout != mine)
+        std::printf("  #%zu %s beats it: yours has %s\n", i + 1, r.best[i].layout.c_str(),
+                    plan::why_slower(mine_p, r.best[i].prediction).c_str());
+  }
+  if (a.tokens > 0) std::printf("\nwith #1, %s", tokens_line(a.tokens, best, a.ranks).c_str());
+}
+
 // The step-time model's prediction for the layout on `cluster`.
-void print_prediction(const train::TrainOptions& opt, int ranks, const std::string& cluster) {
+void print_prediction(const train::TrainOptions& opt, int ranks, const std::string& cluster, double tokens) {
   const plan::Cluster c = plan::load_cluster(cluster);
   const plan::StepPrediction p = plan::predict_step(opt, ranks, c);
   std::printf("predicted on %d accelerators of %s (%d per node, matmuls at %.0f%% of peak):\n%s\n", ranks,
               c.name.c_str(), c.accelerators_per_node, 100 * c.matmul_fraction, plan::format_prediction(p).c_str());
+  if (tokens > 0) std::printf("%s", tokens_line(tokens, p, ranks).c_str());
 }
 }  // namespace
 
@@ -36,21 +120,42 @@ void add_plan(CLI::App& app) {
       "plan", "Predict the per-rank peak memory by category of `braid train` (allocates nothing)");
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_model_and_layout_options(c, o);
-  c->add_option("--ranks", a->ranks, "Ranks of the job (TP x DP x PP)")->capture_default_str();
+  c->add_option("--ranks,--accelerators", a->ranks, "Ranks of the job (TP x DP x PP): one per accelerator")
+      ->capture_default_str();
   c->add_flag("--all-ranks", a->all_ranks, "Print every rank (default: every rank up to 8, else rank 0 and the largest)");
   c->add_option("--cluster", a->cluster,
                 "Also predict the step time on this cluster: a preset (a100-80gb, h100-80gb, h200) or a TOML file")
       ->group("Time");
   c->add_option("--print-cluster", a->print_cluster, "Print a preset's TOML (a start for a file of your own) and exit")
       ->group("Time");
+  c->add_flag("--search", a->search, "With --cluster: rank the layouts that fit (TP, PP, schedule, DP, micro-batch, ZeRO, "
+              "SP, recompute) by predicted step time")->group("Time");
+  c->add_option("--top", a->top, "With --search: how many layouts to show")->check(CLI::Range(1, 100))
+      ->capture_default_str()->group("Time");
+  c->add_option("--tokens", a->tokens, "With --cluster: the time and accelerator-hours to train on this many tokens")
+      ->check(CLI::PositiveNumber)->group("Time");
+  c->add_flag("--json", a->json, "With --cluster: print the prediction (or the search) as JSON")->group("Time");
 
   c->callback([a] {
     if (!a->print_cluster.empty()) {
       std::printf("%s", plan::cluster_preset_text(a->print_cluster).c_str());
       return;
     }
-    train::TrainOptions opt = a->opt;
     BRAID_CONFIG_CHECK(a->ranks >= 1, "--ranks ", a->ranks, " must be >= 1");
+    BRAID_CONFIG_CHECK(!a->cluster.empty() || !(a->search || a->json || a->tokens > 0),
+                       "--search, --json and --tokens need --cluster (a preset: a100-80gb, h100-80gb, h200, or a file)");
+    if (a->search) return print_search(*a);
+    if (a->json) {
+      const plan::Cluster cl = plan::load_cluster(a->cluster);
+      const plan::StepPrediction p = plan::predict_step(a->opt, a->ranks, cl);
+      nlohmann::json j = {{"cluster", cl.name}, {"accelerators", a->ranks},
+                          {"layout", plan::describe_layout(a->opt, a->ranks)},
+                          {"peak_bytes", plan::largest_rank_bytes(a->opt, a->ranks)}, {"prediction", to_json(p)}};
+      if (a->tokens > 0) j["days"] = a->tokens / p.tokens_per_s / 86400;
+      std::printf("%s\n", j.dump(2).c_str());
+      return;
+    }
+    train::TrainOptions opt = a->opt;
     std::vector<train::MemoryPlan> all;
     all.reserve(static_cast<size_t>(a->ranks));
     for (int r = 0; r < a->ranks; ++r) all.push_back(train::plan_memory(opt, a->ranks, r));
@@ -83,7 +188,7 @@ void add_plan(CLI::App& app) {
     for (const auto& p : shown)
       std::printf("as `braid train` prints it, rank %d: %s\n", p.rank, train::format_ledger_line(p).c_str());
     std::printf("\n%s\n%s.\n", train::format_zero_formulas(shown).c_str(), train::kNotInLedger);
-    if (!a->cluster.empty()) print_prediction(a->opt, a->ranks, a->cluster);
+    if (!a->cluster.empty()) print_prediction(a->opt, a->ranks, a->cluster, a->tokens);
   });
 }
 

@@ -125,7 +125,7 @@ double rank_params(const model::GPTConfig& cfg, double layers, bool first, bool 
 
 }  // namespace
 
-StepPrediction predict_step(const train::TrainOptions& options, int world, const Cluster& c) {
+StepPrediction predict_step(const train::TrainOptions& options, int world, const Cluster& c, bool simulate) {
   train::TrainOptions opt = options;
   const model::GPTConfig cfg = train::model_config(opt);
   const train::ParallelPlan plan = train::resolve_plan(opt, world, cfg);
@@ -180,9 +180,12 @@ StepPrediction predict_step(const train::TrainOptions& options, int world, const
     p2p = link.time(n / t) + all_gather(n, tp_group, c);
   }
   const double f_cost = stage_f + p2p, b_cost = stage_b + p2p;
-  const auto programs = plan.pp.programs();
-  const parallel::ScheduleStats sim = parallel::check_schedule(programs, P, m, v, f_cost, b_cost);
-  const double pipeline = sim.makespan;
+  double pipeline = 0;
+  if (simulate) {
+    pipeline = parallel::check_schedule(plan.pp.programs(), P, m, v, f_cost, b_cost).makespan;
+  } else {
+    pipeline = m * (f_cost + b_cost) / (1.0 - parallel::theoretical_bubble(plan.pp.schedule, P, m, v));
+  }
 
   // Gradient sync over DP in the reduce dtype.
   const Placement dp_group = place(d, t, c.accelerators_per_node);

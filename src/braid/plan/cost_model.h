@@ -64,7 +64,9 @@ struct StepPrediction {
 /// Predicts one step of `braid train` with `opt` on `world` accelerators of
 /// `cluster`: the layout is resolved as train resolves it (TP innermost, then DP,
 /// then PP in rank order). Throws ConfigError as train would for an invalid layout.
-StepPrediction predict_step(const train::TrainOptions& opt, int world, const Cluster& cluster);
+/// simulate = false: the schedule's closed-form bubble (theoretical_bubble) in
+/// place of its simulation, for ranking many layouts quickly.
+StepPrediction predict_step(const train::TrainOptions& opt, int world, const Cluster& cluster, bool simulate = true);
 
 /// FLOPs of one iteration as Narayanan et al. (SC21) count them, Eq. 3, with
 /// activation recomputation: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).

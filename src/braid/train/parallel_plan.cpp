@@ -316,6 +316,11 @@ model::PipelineStage PipelinePlan::stage(int pp_rank) const {
   if (stages == 1) return {};
   parallel::ScheduleStats st;
   programs(&st);
+  return stage(pp_rank, st);
+}
+
+model::PipelineStage PipelinePlan::stage(int pp_rank, const parallel::ScheduleStats& st) const {
+  if (stages == 1) return {};
   model::PipelineStage out;
   for (int c = 0; c < virtual_stages; ++c) {
     const int q = c * stages + pp_rank;  // virtual stage (Megatron's interleaved placement)

@@ -59,6 +59,8 @@ struct PipelinePlan {
   /// The layers and activation slots of pipeline rank pp_rank: each chunk's
   /// slots are the most micro-batches the schedule's simulation keeps alive.
   model::PipelineStage stage(int pp_rank) const;
+  /// The same from a simulation already run (programs(&stats)).
+  model::PipelineStage stage(int pp_rank, const parallel::ScheduleStats& stats) const;
 };
 
 /// The resolved layout of a job of `world` ranks.

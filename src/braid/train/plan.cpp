@@ -28,16 +28,45 @@ size_t MemoryPlan::model_state_bytes() const {
          at(MemCategory::grads) + at(MemCategory::optimizer);
 }
 
-MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
+namespace {
+
+// The layout resolved, no rank chosen yet.
+MemoryPlan resolved(const TrainOptions& options, int world_size) {
   BRAID_CONFIG_CHECK(world_size >= 1, "--ranks ", world_size, " must be >= 1");
-  BRAID_CONFIG_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside [0, ", world_size, ")");
   MemoryPlan p;
   p.config = model_config(options);
   p.options = options;
   p.parallel = resolve_plan(p.options, world_size, p.config);
+  p.world_size = world_size;
+  return p;
+}
+
+MemoryPlan plan_rank(MemoryPlan p, int rank, const model::PipelineStage& stage);
+
+}  // namespace
+
+MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
+  MemoryPlan p = resolved(options, world_size);
+  BRAID_CONFIG_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside [0, ", world_size, ")");
+  const model::PipelineStage stage = p.parallel.pp.stage(p.parallel.pp_rank(rank));
+  return plan_rank(std::move(p), rank, stage);
+}
+
+std::vector<MemoryPlan> plan_memory_per_stage(const TrainOptions& options, int world_size) {
+  const MemoryPlan p = resolved(options, world_size);
+  parallel::ScheduleStats st;
+  if (p.parallel.pp.stages > 1) p.parallel.pp.programs(&st);
+  std::vector<MemoryPlan> out;
+  for (int s = 0; s < p.parallel.pp.stages; ++s)
+    out.push_back(plan_rank(p, p.parallel.grid().rank({0, 0, s}), p.parallel.pp.stage(s, st)));
+  return out;
+}
+
+namespace {
+
+MemoryPlan plan_rank(MemoryPlan p, int rank, const model::PipelineStage& stage) {
   const TrainOptions& o = p.options;
   const ParallelPlan& pl = p.parallel;
-  p.world_size = world_size;
   p.rank = rank;
   auto add = [&p](MemCategory c, size_t b) { p.bytes[static_cast<size_t>(c)] += b; };
 
@@ -47,7 +76,6 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   const bool engine = pl.sharded_engine();
   const bool storage = engine || pl.compute != DType::f32;
   const int pp_rank = pl.pp_rank(rank);
-  const model::PipelineStage stage = pl.pp.stage(pp_rank);
   const model::GPTMemoryPlan g = model::memory_plan(p.config, o.micro_batch, o.seq_len, !storage,
                                                          pl.tp.degree, pl.tp.sequence_parallel, o.dropout, stage,
                                                          pl.recompute);
@@ -84,6 +112,8 @@ MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
   add(MemCategory::activations, 2 * static_cast<size_t>(o.micro_batch * o.seq_len) * sizeof(int32_t));
   return p;
 }
+
+}  // namespace
 
 std::string format_ledger_line(const MemoryPlan& p) {
   std::ostringstream os;

@@ -41,6 +41,9 @@ struct MemoryPlan {
 /// when the options are invalid for world_size (as Trainer would) or rank is
 /// outside [0, world_size).
 MemoryPlan plan_memory(const TrainOptions& opt, int world_size, int rank);
+/// plan_memory of each pipeline stage's first rank (TP and DP rank 0, which holds
+/// the largest shard), the schedule simulated once: element s is stage s.
+std::vector<MemoryPlan> plan_memory_per_stage(const TrainOptions& opt, int world_size);
 
 /// The same one-line format as MemoryLedger::report() ("params=... total=..."),
 /// so a plan can be compared with the "peak memory rank R:" line of train.

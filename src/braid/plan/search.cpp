@@ -1,0 +1,144 @@
+#include "braid/plan/search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "braid/core/error.h"
+#include "braid/train/parallel_plan.h"
+#include "braid/train/plan.h"
+
+namespace braid::plan {
+
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+// Every layout of base's model on n accelerators that braid can run.
+std::vector<train::TrainOptions> enumerate(const train::TrainOptions& base, int n, const Cluster& c,
+                                           const model::GPTConfig& cfg) {
+  std::vector<train::TrainOptions> out;
+  const int64_t B = base.global_batch;
+  for (int tp : divisors(std::min(n, c.accelerators_per_node))) {
+    if (cfg.n_head % tp != 0 || cfg.padded_vocab_size % tp != 0) continue;
+    for (int pp : divisors(n / tp)) {
+      if (pp > cfg.n_layer) continue;
+      const int dp = n / (tp * pp);
+      for (int64_t mb : {1, 2, 4, 8, 16, 32}) {
+        if (B % (dp * mb) != 0) continue;
+        const int64_t m = B / (dp * mb);
+        struct Sched { const char* name; int v; };
+        std::vector<Sched> scheds = {{"1f1b", 1}};
+        if (pp > 1) {
+          for (int v : {2, 4})
+            if (cfg.n_layer % (pp * v) == 0 && m % pp == 0) scheds.push_back({"interleaved", v});
+          scheds.push_back({"zb-h1", 1});
+        }
+        for (const Sched& s : scheds)
+          for (int zero : {0, 1, 2, 3})
+            for (bool sp : {false, true}) {
+              if (sp && tp == 1) continue;
+              for (const char* rc : {"none", "selective", "full"}) {
+                if (std::string(s.name) == "zb-h1" && std::string(rc) != "none") continue;
+                train::TrainOptions o = base;
+                o.tp = tp, o.pp = pp, o.dp = dp, o.micro_batch = mb, o.micro_batches = 0;
+                o.schedule = s.name, o.virtual_stages = s.v, o.zero = zero, o.fsdp = false;
+                o.sequence_parallel = sp, o.recompute = rc, o.pp_layers.clear();
+                out.push_back(o);
+              }
+            }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+double largest_rank_bytes(const train::TrainOptions& opt, int world) {
+  // Within a stage ranks differ only by their shard (DP rank 0 has the largest).
+  double peak = 0;
+  for (const auto& p : train::plan_memory_per_stage(opt, world)) peak = std::max(peak, static_cast<double>(p.total()));
+  return peak;
+}
+
+std::string describe_layout(const train::TrainOptions& o, int world) {
+  char buf[256];
+  const int dp = world / (o.tp * o.pp);
+  std::snprintf(buf, sizeof buf, "tp=%d%s pp=%d%s dp=%d mb=%lld zero=%d recompute=%s", o.tp,
+                o.sequence_parallel ? "+sp" : "", o.pp,
+                o.pp == 1 ? ""
+                          : (" " + o.schedule + (o.virtual_stages > 1 ? "x" + std::to_string(o.virtual_stages) : ""))
+                                .c_str(),
+                dp, static_cast<long long>(o.micro_batch), o.zero, o.recompute.c_str());
+  return buf;
+}
+
+std::string why_slower(const StepPrediction& o, const StepPrediction& b) {
+  const std::pair<const char*, double> parts[] = {{"compute", o.compute - b.compute},
+                                                 {"TP communication", o.tp_comm - b.tp_comm},
+                                                 {"pipeline transfers", o.pp_comm - b.pp_comm},
+                                                 {"bubble", o.bubble - b.bubble},
+                                                 {"exposed DP sync", o.dp_exposed - b.dp_exposed},
+                                                 {"optimizer", o.optimizer - b.optimizer}};
+  std::vector<std::pair<const char*, double>> v(std::begin(parts), std::end(parts));
+  std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+  std::string s;
+  for (const auto& [name, d] : v) {
+    if (d <= 0.01 * b.step_s) continue;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s+%.3g s %s", s.empty() ? "" : ", ", d, name);
+    s += buf;
+    if (s.size() > 60) break;
+  }
+  return s.empty() ? "within 1% of the best" : s;
+}
+
+SearchResult search_layouts(const train::TrainOptions& base, int n, const Cluster& c, size_t keep) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const model::GPTConfig cfg = train::model_config(base);
+  SearchResult r;
+  std::vector<Candidate> all;
+  for (train::TrainOptions& o : enumerate(base, n, c, cfg)) {
+    Candidate k;
+    try {
+      k.estimate_s = predict_step(o, n, c, false).step_s;
+    } catch (const ConfigError&) {
+      continue;  // a layout braid refuses (uneven splits and the like)
+    }
+    k.opt = std::move(o);
+    all.push_back(std::move(k));
+  }
+  BRAID_CONFIG_CHECK(!all.empty(), "no layout of this model runs on ", n, " accelerators with --batch ",
+                     base.global_batch, "; try another accelerator count or batch");
+  r.considered = all.size();
+  std::sort(all.begin(), all.end(), [](const Candidate& x, const Candidate& y) { return x.estimate_s < y.estimate_s; });
+  // Exact memory and simulated schedules for the fastest, until `keep` fit.
+  // The simulation may reorder them; going 3x deep keeps the winners among them.
+  for (Candidate& k : all) {
+    if (r.best.size() >= 3 * keep) break;
+    k.layout = describe_layout(k.opt, n);
+    k.checked = true;
+    ++r.checked;
+    k.peak_bytes = largest_rank_bytes(k.opt, n);
+    k.fits = k.peak_bytes <= c.memory_bytes;
+    if (!k.fits) {
+      if (r.too_big.size() < keep) r.too_big.push_back(k);
+      continue;
+    }
+    k.prediction = predict_step(k.opt, n, c, true);
+    r.best.push_back(k);
+  }
+  std::sort(r.best.begin(), r.best.end(),
+            [](const Candidate& x, const Candidate& y) { return x.prediction.step_s < y.prediction.step_s; });
+  if (r.best.size() > keep) r.best.resize(keep);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace braid::plan
