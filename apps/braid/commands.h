@@ -4,6 +4,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include "braid/data/token_file.h"
 #include "braid/train/trainer.h"
 
 namespace braid::cli {
@@ -28,10 +29,11 @@ CLI::Validator one_of(std::vector<std::string> names);
 /// --batch, --micro-batch, --seq-len, --zero, --fsdp, --tp, --pp, ...).
 void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o);
 
-/// The tokens of a token file (braid prepare-data), checked against GPT-2's
-/// vocabulary; `what` ("train", "val", "eval") names it and its flag in errors.
-/// `format`: --data-format (auto or nanogpt, data::parse_token_format).
-std::vector<uint16_t> load_tokens(const std::string& path, const char* what, const std::string& format = "auto");
+/// The tokens of a token file (braid prepare-data), mapped read-only (not
+/// copied) and checked against GPT-2's vocabulary; `what` ("train", "val",
+/// "eval") names it and its flag in errors. `format`: --data-format (auto or
+/// nanogpt, data::parse_token_format).
+data::MappedTokens load_tokens(const std::string& path, const char* what, const std::string& format = "auto");
 
 /// Set by a command that initialised MPI with more than one rank, so main()
 /// takes the whole job down on error instead of leaving peers hanging.

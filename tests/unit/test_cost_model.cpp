@@ -202,7 +202,9 @@ TEST(CostModel, PredictsTheMegatronWeakScalingTable) {
     const double got = achieved(i, c), want = col["tflops"][i];
     std::printf("  %6s: predicted %5.1f TFLOP/s per GPU, published %5.1f (%+.1f%%)\n",
                 std::to_string(col["params_b"][i]).substr(0, 6).c_str(), got, want, 100 * (got / want - 1));
-    if (i > 0) EXPECT_NEAR(got / want, 1.0, 0.15) << "row " << i;
+    if (i > 0) {
+      EXPECT_NEAR(got / want, 1.0, 0.15) << "row " << i;
+    }
   }
 }
 

@@ -18,6 +18,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+std::vector<uint16_t> as_vector(const MappedTokens& t) { return {t.begin(), t.end()}; }
+
 class TokenFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -105,7 +107,7 @@ TEST_F(TokenFileTest, EveryFlippedBitIsCaughtAndVersionOneStillReads) {
   const TokenFile tf = read_token_file(p);
   EXPECT_EQ(tf.version, 1u);
   ASSERT_EQ(tf.tokens.size(), ids.size());
-  EXPECT_EQ(tf.tokens.back(), ids.back());
+  EXPECT_EQ(tf.tokens[tf.tokens.size() - 1], ids.back());
   // Without checksums an id past the vocabulary is still caught.
   v1[24] = '\xff', v1[25] = '\xff';
   spit(p, v1);
@@ -116,8 +118,9 @@ TEST_F(TokenFileTest, EmptyAndOverwrite) {
   const std::string p = path("empty.bin");
   write_token_file(p, std::vector<int32_t>{}, 50257);
   EXPECT_TRUE(read_token_file(p).tokens.empty());
+  EXPECT_EQ(read_token_file(p).tokens.data(), nullptr);  // nothing mapped
   write_token_file(p, std::vector<int32_t>{7}, 50257);
-  EXPECT_EQ(read_token_file(p).tokens, std::vector<uint16_t>{7});
+  EXPECT_EQ(as_vector(read_token_file(p).tokens), std::vector<uint16_t>{7});
 }
 
 TEST_F(TokenFileTest, RejectsOutOfRangeIds) {
@@ -172,6 +175,154 @@ TEST_F(TokenFileTest, CorruptFilesAreConfigErrors) {
     EXPECT_NE(error_of(p).find(p), std::string::npos) << "error must name the path " << p;
 }
 
+// The version-2 layout built here on its own (header, its CRC, a CRC per
+// block, the ids), to hold the streaming writer to the format.
+std::string reference_bytes(const std::vector<uint16_t>& ids, uint32_t vocab) {
+  auto le = [](std::string& b, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) b.push_back(static_cast<char>(v >> (8 * i)));
+  };
+  auto crc = [](const char* p, size_t n) {
+    return static_cast<uint32_t>(::crc32_z(0, reinterpret_cast<const Bytef*>(p), n));
+  };
+  std::string head("BRAIDTOK"), body;
+  le(head, 2, 4), le(head, vocab, 4), le(head, ids.size(), 8), le(head, kTokenBlock, 4);
+  le(head, crc(head.data(), head.size()), 4);
+  for (uint16_t id : ids) le(body, id, 2);
+  for (size_t a = 0; a < body.size(); a += 2 * size_t{kTokenBlock})
+    le(head, crc(body.data() + a, std::min(body.size() - a, 2 * size_t{kTokenBlock})), 4);
+  return head + body;
+}
+
+std::vector<uint16_t> pattern_ids(size_t n, size_t seed = 1) {
+  std::vector<uint16_t> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = static_cast<uint16_t>((i * 7919 + seed * 104729) % 50257);
+  return ids;
+}
+
+TEST_F(TokenFileTest, StreamingWriterMatchesTheFormatInAnyPieces) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{kTokenBlock} - 1, size_t{kTokenBlock}, size_t{kTokenBlock} + 1,
+                   2 * size_t{kTokenBlock} + 17}) {
+    const std::vector<uint16_t> ids = pattern_ids(n);
+    const std::string want = reference_bytes(ids, 50257);
+    // Appended in uneven pieces (int32 and uint16 alike) ...
+    {
+      TokenFileWriter w(path("streamed.bin"), 50257);
+      std::vector<int32_t> wide(ids.begin(), ids.end());
+      for (size_t a = 0, k = 1; a < n; a += k, k = k * 3 + 1) {
+        k = std::min(k, n - a);
+        if (k % 2) w.append(wide.data() + a, k);
+        else w.append(ids.data() + a, k);
+      }
+      EXPECT_EQ(w.size(), n);
+      w.finish();
+    }
+    EXPECT_EQ(slurp(path("streamed.bin")), want) << n << " ids";
+    // ... or whole by write_token_file.
+    write_token_file(path("whole.bin"), ids, 50257);
+    EXPECT_EQ(slurp(path("whole.bin")), want) << n << " ids";
+  }
+  size_t files = 0;
+  for (auto it = fs::directory_iterator(dir_); it != fs::directory_iterator(); ++it) ++files;
+  EXPECT_EQ(files, 2u) << "a temporary file was left behind";
+}
+
+TEST_F(TokenFileTest, WriterAbandonedBeforeFinishLeavesNoFile) {
+  write_token_file(path("kept.bin"), std::vector<uint16_t>{1, 2, 3}, 50257);
+  const std::string before = slurp(path("kept.bin"));
+  {
+    TokenFileWriter w(path("kept.bin"), 50257);
+    w.append(pattern_ids(kTokenBlock + 5));  // a block on disk, some ids buffered
+    TokenFileWriter fresh(path("never.bin"), 50257);
+    fresh.append(pattern_ids(10));
+  }
+  EXPECT_EQ(slurp(path("kept.bin")), before);
+  EXPECT_FALSE(fs::exists(path("never.bin")));
+  size_t files = 0;
+  for (auto it = fs::directory_iterator(dir_); it != fs::directory_iterator(); ++it) ++files;
+  EXPECT_EQ(files, 1u) << "a temporary file was left behind";
+}
+
+TEST_F(TokenFileTest, BadIdInAnAppendKeepsWhatCameBefore) {
+  TokenFileWriter w(path("w.bin"), 50257);
+  w.append(std::vector<int32_t>{5, 6});
+  try {
+    w.append(std::vector<int32_t>{7, 50257});
+    FAIL() << "id 50257 was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at position 3"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(w.size(), 2u);
+  w.finish();
+  EXPECT_EQ(as_vector(read_token_file(path("w.bin")).tokens), (std::vector<uint16_t>{5, 6}));
+}
+
+TEST_F(TokenFileTest, MoveTailSplitsAcrossBlocks) {
+  const size_t n = 2 * size_t{kTokenBlock} + 1000;
+  const std::vector<uint16_t> ids = pattern_ids(n);
+  for (size_t tail : {size_t{0}, size_t{10}, size_t{1000}, size_t{1001}, size_t{kTokenBlock} + 3, n}) {
+    {
+      TokenFileWriter a(path("a.bin"), 50257), b(path("b.bin"), 50257);
+      b.append(std::vector<uint16_t>{42});
+      a.append(ids);
+      a.move_tail(tail, b);
+      EXPECT_EQ(a.size(), n - tail);
+      EXPECT_EQ(b.size(), tail + 1);
+      a.append(std::vector<uint16_t>{7, 8});  // still appendable after the move
+      a.finish();
+      b.finish();
+    }
+    std::vector<uint16_t> head(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(tail)), rest{42};
+    head.push_back(7), head.push_back(8);
+    rest.insert(rest.end(), ids.end() - static_cast<std::ptrdiff_t>(tail), ids.end());
+    EXPECT_EQ(slurp(path("a.bin")), reference_bytes(head, 50257)) << "tail " << tail;
+    EXPECT_EQ(slurp(path("b.bin")), reference_bytes(rest, 50257)) << "tail " << tail;
+  }
+}
+
+// The ids as the reader used to return them: the file's bytes decoded.
+std::vector<uint16_t> decoded(const std::string& bytes, size_t offset) {
+  std::vector<uint16_t> ids((bytes.size() - offset) / 2);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<uint16_t>(static_cast<unsigned char>(bytes[offset + 2 * i]) |
+                                   static_cast<unsigned char>(bytes[offset + 2 * i + 1]) << 8);
+  return ids;
+}
+
+TEST_F(TokenFileTest, MappedIdsEqualTheFileAndOutliveAReplacement) {
+  const std::vector<uint16_t> ids = pattern_ids(kTokenBlock + 77);
+  const std::string p = path("m.bin");
+  write_token_file(p, ids, 50257);
+  TokenFile tf = read_token_file(p);
+  ASSERT_EQ(tf.tokens.size(), ids.size());
+  EXPECT_EQ(as_vector(tf.tokens), decoded(slurp(p), 32 + 4 * 2));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(tf.tokens.data()) % alignof(uint16_t), 0u);
+  // Moving keeps the map; a writer renames a new file over the path, leaving it intact.
+  MappedTokens moved = std::move(tf.tokens);
+  EXPECT_TRUE(tf.tokens.empty());
+  write_token_file(p, std::vector<uint16_t>{1, 2, 3}, 50257);
+  EXPECT_EQ(std::vector<uint16_t>(moved.span().begin(), moved.span().end()), ids);
+  EXPECT_EQ(read_token_file(p).tokens.size(), 3u);
+  // llm.c's ids map past its 1024-byte header (not page-aligned in the general case).
+  fs::create_directories(dir_);
+  std::vector<uint16_t> gpt2(ids.begin(), ids.begin() + 5000);
+  int32_t h[256] = {kLlmcTokenMagic, 1, 5000};
+  std::string l(reinterpret_cast<const char*>(h), sizeof h);
+  l.append(reinterpret_cast<const char*>(gpt2.data()), 2 * gpt2.size());
+  spit(path("l.bin"), l);
+  EXPECT_EQ(as_vector(read_token_file(path("l.bin")).tokens), decoded(l, 1024));
+}
+
+TEST_F(TokenFileTest, SeedFilesOfTheEarlierWriterReadAndRewriteByteForByte) {
+  const std::string seeds = std::string(BRAID_SOURCE_DIR) + "/tests/fuzz/corpus/token_file/";
+  for (const char* name : {"v2_small.bin", "v2_empty.bin"}) {
+    const std::string bytes = slurp(seeds + name);
+    ASSERT_FALSE(bytes.empty()) << seeds << name;
+    const TokenFile tf = read_token_file(seeds + name);
+    write_token_file(path("again.bin"), as_vector(tf.tokens), tf.vocab_size);
+    EXPECT_EQ(slurp(path("again.bin")), bytes) << name;
+  }
+}
+
 // llm.c's token file: 256 int32 (magic, version, count), then uint16 ids.
 std::string llmc_bytes(const std::vector<uint16_t>& ids, int32_t version = 1, int32_t count = -1) {
   int32_t h[256] = {};
@@ -189,13 +340,13 @@ TEST_F(TokenFileTest, LlmcFilesAreReadByTheirMagicAndNanoGptOnlyWhenAsked) {
   spit(path("llmc.bin"), llmc_bytes(ids));
   const TokenFile l = read_token_file(path("llmc.bin"));
   EXPECT_EQ(l.format, "llmc");
-  EXPECT_EQ(l.tokens, ids);
+  EXPECT_EQ(as_vector(l.tokens), ids);
   // nanoGPT: the ids alone; without --data-format nanogpt they are refused (no magic).
   spit(path("nano.bin"), std::string(reinterpret_cast<const char*>(ids.data()), 2 * ids.size()));
   EXPECT_NE(error_of(path("nano.bin")).find("--data-format nanogpt"), std::string::npos);
   const TokenFile n = read_token_file(path("nano.bin"), TokenFormat::nanogpt);
   EXPECT_EQ(n.format, "nanogpt");
-  EXPECT_EQ(n.tokens, ids);
+  EXPECT_EQ(as_vector(n.tokens), ids);
   EXPECT_EQ(parse_token_format("NanoGPT"), TokenFormat::nanogpt);
   EXPECT_EQ(parse_token_format("auto"), TokenFormat::detect);
   EXPECT_THROW(parse_token_format("llmc"), ConfigError);

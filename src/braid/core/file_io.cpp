@@ -73,7 +73,7 @@ AtomicFile::AtomicFile(std::string path, std::string what)
   const fs::path p(path_);
   if (p.has_parent_path()) make_writable_directory(p.parent_path().string(), what_ + " directory");
   tmp_ = path_ + ".tmp." + std::to_string(::getpid());
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = ::open(tmp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) io_error("create " + what_, tmp_);
   writer_ = FileWriter(fd_, tmp_);
 }

@@ -48,6 +48,9 @@ class AtomicFile {
   /// All four steps after the bytes are written.
   void commit();
   const std::string& temp_path() const { return tmp_; }
+  /// The temporary file's descriptor (open for reading and writing) until
+  /// sync(), for positioned I/O (pread, pwrite, ftruncate) beside writer().
+  int fd() const { return fd_; }
 
  private:
   [[noreturn]] void fail(const char* op, const std::string& file);

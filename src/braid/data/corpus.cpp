@@ -161,20 +161,30 @@ size_t utf8_length(std::string_view t, size_t i) {
 
 void check_text_input(std::string_view text, const std::string& path) {
   BRAID_DATA_CHECK(!text.empty(), "--input ", path, " is empty; nothing to tokenize (pass a UTF-8 text file)");
-  size_t line = 1;
+  check_text_piece(text, path, 0, 1);
+}
+
+uint64_t check_text_piece(std::string_view text, const std::string& path, uint64_t offset, uint64_t line) {
+  const uint64_t line0 = line;
   for (size_t i = 0; i < text.size();) {
-    BRAID_DATA_CHECK(text[i] != '\0', "--input ", path, " holds a NUL byte at offset ", i, " (line ", line,
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x80) {  // the common case, printable ASCII
+      ++i;
+      continue;
+    }
+    BRAID_DATA_CHECK(c != 0, "--input ", path, " holds a NUL byte at offset ", offset + i, " (line ", line,
                      "): a binary file, not text; pass a UTF-8 text file");
     const size_t n = utf8_length(text, i);
     if (n == 0) {
       char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(text[i]));
-      throw DataError(detail::concat("--input ", path, " is not valid UTF-8: byte ", hex, " at offset ", i,
+      std::snprintf(hex, sizeof hex, "0x%02X", c);
+      throw DataError(detail::concat("--input ", path, " is not valid UTF-8: byte ", hex, " at offset ", offset + i,
                                      " (line ", line, "); convert it first, e.g. `iconv -f latin1 -t utf-8`"));
     }
-    line += text[i] == '\n';
+    line += c == '\n';
     i += n;
   }
+  return line - line0;
 }
 
 }  // namespace braid::data

@@ -2,6 +2,7 @@
 // document per file, with a fixed train/validation split.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,5 +45,10 @@ TrainValSplit split_train_val(std::vector<Document> docs, size_t every = 20);
 /// tokenize: not empty, no NUL byte (a binary file), valid UTF-8. Throws
 /// DataError naming the file, the byte offset and line, and the fix.
 void check_text_input(std::string_view text, const std::string& path);
+
+/// The same checks but the empty one for a piece of file `path` that starts at
+/// byte `offset`, on line `line` (messages give the file's positions), cut at
+/// a character boundary. Returns the number of '\n' in `text`.
+uint64_t check_text_piece(std::string_view text, const std::string& path, uint64_t offset, uint64_t line);
 
 }  // namespace braid::data

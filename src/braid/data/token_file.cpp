@@ -1,8 +1,14 @@
 #include "braid/data/token_file.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 
@@ -11,6 +17,10 @@
 #include "braid/core/hash.h"
 
 namespace braid::data {
+
+// The ids are used in place: written from memory and mapped as they are.
+static_assert(std::endian::native == std::endian::little, "token files hold little-endian uint16 ids");
+
 namespace {
 
 void put_le(std::vector<unsigned char>& buf, uint64_t v, int bytes) {
@@ -23,60 +33,224 @@ uint64_t get_le(const unsigned char* p, int bytes) {
   return v;
 }
 
-template <typename T>
-void write_impl(const std::string& path, const std::vector<T>& ids, int64_t vocab_size) {
-  BRAID_CHECK(vocab_size > 0 && vocab_size <= 65536, "token file ", path, ": vocab_size ",
-              vocab_size, " does not fit uint16 ids");
-  std::vector<unsigned char> body;
-  body.reserve(2 * ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const int64_t id = static_cast<int64_t>(ids[i]);
-    BRAID_CHECK(id >= 0 && id < vocab_size, "token file ", path, ": id ", id, " at position ", i,
-                " is outside [0, ", vocab_size, ")");
-    put_le(body, static_cast<uint64_t>(id), 2);
-  }
-  std::vector<unsigned char> head;
-  head.insert(head.end(), kTokenFileMagic, kTokenFileMagic + 8);
-  put_le(head, kTokenFileVersion, 4);
-  put_le(head, static_cast<uint64_t>(vocab_size), 4);
-  put_le(head, ids.size(), 8);
-  put_le(head, kTokenBlock, 4);
-  put_le(head, crc32(head.data(), head.size()), 4);
-  const size_t block_bytes = 2 * size_t{kTokenBlock};
-  for (size_t a = 0; a < body.size(); a += block_bytes)
-    put_le(head, crc32(body.data() + a, std::min(block_bytes, body.size() - a)), 4);
+[[noreturn]] void io_error(const char* op, const std::string& file) {
+  throw ConfigError(detail::concat("cannot ", op, " ", file, ": ", std::strerror(errno),
+                                   "; check that the directory is writable and has space"));
+}
 
-  AtomicFile out(path, "token file");
-  out.writer().write(head.data(), head.size());
-  out.writer().write(body.data(), body.size());
-  out.commit();
+void pwrite_all(int fd, const void* p, size_t n, uint64_t off, const std::string& file) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, c, n, static_cast<off_t>(off));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) io_error("write", file);
+    c += w, off += static_cast<uint64_t>(w), n -= static_cast<size_t>(w);
+  }
+}
+
+void pread_all(int fd, void* p, size_t n, uint64_t off, const std::string& file) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, c, n, static_cast<off_t>(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) io_error("read back", file);
+    if (r == 0) throw ConfigError(detail::concat("cannot read back ", file, ": it ended at byte ", off,
+                                                 "; was it changed by another process?"));
+    c += r, off += static_cast<uint64_t>(r), n -= static_cast<size_t>(r);
+  }
 }
 
 }  // namespace
 
+// ---- writing -------------------------------------------------------------------
+
+TokenFileWriter::TokenFileWriter(std::string path, int64_t vocab_size)
+    : path_(std::move(path)), vocab_size_(vocab_size) {
+  BRAID_CHECK(vocab_size > 0 && vocab_size <= 65536, "token file ", path_, ": vocab_size ", vocab_size,
+              " does not fit uint16 ids");
+  file_ = std::make_unique<AtomicFile>(path_, "token file");
+  block_.reserve(kTokenBlock);
+}
+
+// The AtomicFile removes the temporary file unless finish() renamed it.
+TokenFileWriter::~TokenFileWriter() = default;
+
+template <typename T>
+void TokenFileWriter::append_ids(const T* ids, size_t n) {
+  BRAID_CHECK(!finished_, "token file ", path_, ": append after finish()");
+  // Every id is checked first, so a bad one leaves the file as it was.
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t id = static_cast<int64_t>(ids[i]);
+    BRAID_CHECK(id >= 0 && id < vocab_size_, "token file ", path_, ": id ", id, " at position ", count_ + i,
+                " is outside [0, ", vocab_size_, ")");
+  }
+  for (size_t i = 0; i < n;) {
+    const size_t k = std::min(n - i, size_t{kTokenBlock} - block_.size());
+    for (size_t j = 0; j < k; ++j) block_.push_back(static_cast<uint16_t>(ids[i + j]));
+    i += k;
+    count_ += k;
+    if (block_.size() == kTokenBlock) write_block();
+  }
+}
+
+void TokenFileWriter::append(const int32_t* ids, size_t n) { append_ids(ids, n); }
+void TokenFileWriter::append(const uint16_t* ids, size_t n) { append_ids(ids, n); }
+
+// Writes the buffered ids after those on disk, with their checksum.
+void TokenFileWriter::write_block() {
+  const size_t bytes = 2 * block_.size();
+  crcs_.push_back(crc32(block_.data(), bytes));
+  pwrite_all(file_->fd(), block_.data(), bytes, 2 * on_disk_, file_->temp_path());
+  on_disk_ += block_.size();
+  block_.clear();
+}
+
+void TokenFileWriter::move_tail(uint64_t n, TokenFileWriter& to) {
+  BRAID_CHECK(n <= count_ && &to != this && !finished_, "token file ", path_, ": cannot move ", n, " of ",
+              count_, " ids");
+  const uint64_t keep = count_ - n;
+  std::vector<uint16_t> buf;
+  for (uint64_t i = keep; i < on_disk_;) {  // the tail's ids on disk, a block at a time
+    const uint64_t k = std::min<uint64_t>(on_disk_ - i, kTokenBlock);
+    buf.resize(k);
+    pread_all(file_->fd(), buf.data(), 2 * k, 2 * i, file_->temp_path());
+    to.append(buf.data(), k);
+    i += k;
+  }
+  if (keep >= on_disk_) {
+    to.append(block_.data() + (keep - on_disk_), count_ - keep);
+    block_.resize(keep - on_disk_);
+  } else {
+    to.append(block_.data(), block_.size());
+    // Back to the whole blocks before `keep`; the block `keep` falls in is buffered again.
+    const uint64_t whole = keep / kTokenBlock * kTokenBlock;
+    block_.resize(keep - whole);
+    pread_all(file_->fd(), block_.data(), 2 * block_.size(), 2 * whole, file_->temp_path());
+    if (::ftruncate(file_->fd(), static_cast<off_t>(2 * whole)) != 0) io_error("truncate", file_->temp_path());
+    on_disk_ = whole;
+    crcs_.resize(whole / kTokenBlock);
+  }
+  count_ = keep;
+}
+
+void TokenFileWriter::finish() {
+  BRAID_CHECK(!finished_, "token file ", path_, ": finish() twice");
+  if (!block_.empty()) write_block();
+  std::vector<unsigned char> head;
+  head.insert(head.end(), kTokenFileMagic, kTokenFileMagic + 8);
+  put_le(head, kTokenFileVersion, 4);
+  put_le(head, static_cast<uint64_t>(vocab_size_), 4);
+  put_le(head, count_, 8);
+  put_le(head, kTokenBlock, 4);
+  put_le(head, crc32(head.data(), head.size()), 4);
+  for (uint32_t c : crcs_) put_le(head, c, 4);
+  // The ids move up past the header, last bytes first, so none is overwritten before it is read.
+  const int fd = file_->fd();
+  const std::string& tmp = file_->temp_path();
+  block_.resize(kTokenBlock);  // the buffer of the move (its capacity already)
+  const uint64_t chunk = 2 * block_.size();
+  for (uint64_t end = 2 * count_; end > 0;) {
+    const uint64_t n = std::min(end, chunk);
+    pread_all(fd, block_.data(), n, end - n, tmp);
+    pwrite_all(fd, block_.data(), n, end - n + head.size(), tmp);
+    end -= n;
+  }
+  block_.clear();
+  pwrite_all(fd, head.data(), head.size(), 0, tmp);
+  file_->commit();
+  finished_ = true;
+}
+
 void write_token_file(const std::string& path, const std::vector<int32_t>& ids, int64_t vocab_size) {
-  write_impl(path, ids, vocab_size);
+  TokenFileWriter w(path, vocab_size);
+  w.append(ids);
+  w.finish();
 }
 void write_token_file(const std::string& path, const std::vector<uint16_t>& ids, int64_t vocab_size) {
-  write_impl(path, ids, vocab_size);
+  TokenFileWriter w(path, vocab_size);
+  w.append(ids);
+  w.finish();
 }
+
+// ---- mapping -------------------------------------------------------------------
+
+MappedTokens MappedTokens::map(const std::string& path, uint64_t offset, uint64_t count) {
+  BRAID_CHECK(offset % 2 == 0, "token file ", path, ": ids at odd offset ", offset);
+  MappedTokens m;
+  if (count == 0) return m;  // mmap refuses length 0
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  BRAID_CONFIG_CHECK(fd >= 0, "token file ", path, " cannot be opened: ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw ConfigError(detail::concat("token file ", path, " cannot be read: ", std::strerror(e)));
+  }
+  const uint64_t need = offset + 2 * count;
+  if (static_cast<uint64_t>(st.st_size) < need) {
+    ::close(fd);
+    throw DataError(detail::concat("token file ", path, " has ", st.st_size, " bytes, fewer than the ", need,
+                                   " that its ", count, " ids need (truncated?); run `braid prepare-data` to "
+                                   "(re)create it"));
+  }
+  // The map starts at byte 0 (mmap offsets must be page-aligned); the ids start `offset` bytes in.
+  void* p = ::mmap(nullptr, need, PROT_READ, MAP_SHARED, fd, 0);
+  const int e = errno;
+  ::close(fd);
+  if (p == MAP_FAILED)
+    throw ConfigError(detail::concat("cannot map token file ", path, " (", need, " bytes): ", std::strerror(e),
+                                     "; check the address-space limit (ulimit -v)"));
+  m.base_ = p;
+  m.map_bytes_ = need;
+  m.data_ = reinterpret_cast<const uint16_t*>(static_cast<const unsigned char*>(p) + offset);
+  m.size_ = count;
+  return m;
+}
+
+MappedTokens::MappedTokens(MappedTokens&& o) noexcept
+    : base_(o.base_), map_bytes_(o.map_bytes_), data_(o.data_), size_(o.size_) {
+  o.base_ = nullptr, o.map_bytes_ = 0, o.data_ = nullptr, o.size_ = 0;
+}
+
+MappedTokens& MappedTokens::operator=(MappedTokens&& o) noexcept {
+  if (this != &o) {
+    release();
+    base_ = o.base_, map_bytes_ = o.map_bytes_, data_ = o.data_, size_ = o.size_;
+    o.base_ = nullptr, o.map_bytes_ = 0, o.data_ = nullptr, o.size_ = 0;
+  }
+  return *this;
+}
+
+MappedTokens::~MappedTokens() { release(); }
+
+void MappedTokens::release() {
+  if (base_) ::munmap(base_, map_bytes_);
+  base_ = nullptr;
+}
+
+// ---- reading -------------------------------------------------------------------
 
 namespace {
 
 constexpr uint32_t kGpt2Vocab = 50257;
 
-// `count` little-endian uint16 GPT-2 ids from `in` (already past any header).
-std::vector<uint16_t> read_gpt2_ids(FileReader& in, uint64_t count, const std::string& path, const char* kind) {
-  std::vector<unsigned char> raw(2 * count);
-  if (count && !in.read(raw.data(), raw.size()))
-    throw DataError(detail::concat(kind, " token file ", path, " is cut short"));
-  std::vector<uint16_t> ids(count);
-  for (uint64_t i = 0; i < count; ++i) {
-    ids[i] = static_cast<uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8));
-    if (ids[i] >= kGpt2Vocab)
-      throw DataError(detail::concat(kind, " token file ", path, ": token ", ids[i], " at position ", i,
-                                     " is not a GPT-2 id (< ", kGpt2Vocab, "); is it another tokenizer's file?"));
-  }
+// Position of the first id >= limit in ids[0, n), or n. The max runs vectorized.
+size_t first_out_of_range(const uint16_t* ids, size_t n, uint32_t limit) {
+  uint16_t mx = 0;
+  for (size_t i = 0; i < n; ++i) mx = std::max(mx, ids[i]);
+  if (mx < limit) return n;
+  size_t i = 0;
+  while (ids[i] < limit) ++i;
+  return i;
+}
+
+// `count` GPT-2 ids at byte `offset` of `path` (llm.c, nanoGPT: no checksums), checked < 50257.
+MappedTokens map_gpt2_ids(const std::string& path, uint64_t offset, uint64_t count, const char* kind) {
+  MappedTokens ids = MappedTokens::map(path, offset, count);
+  const size_t bad = first_out_of_range(ids.data(), ids.size(), kGpt2Vocab);
+  if (bad < ids.size())
+    throw DataError(detail::concat(kind, " token file ", path, ": token ", ids[bad], " at position ", bad,
+                                   " is not a GPT-2 id (< ", kGpt2Vocab, "); is it another tokenizer's file?"));
   return ids;
 }
 
@@ -97,7 +271,7 @@ TokenFile read_llmc(FileReader& in, const unsigned char* first24, const std::str
   tf.format = "llmc";
   tf.version = 1;
   tf.vocab_size = kGpt2Vocab;
-  tf.tokens = read_gpt2_ids(in, count, path, "llm.c");
+  tf.tokens = map_gpt2_ids(path, sizeof h, count, "llm.c");
   return tf;
 }
 
@@ -128,7 +302,7 @@ TokenFile read_token_file(const std::string& path, TokenFormat format) {
     TokenFile tf;
     tf.format = "nanogpt";
     tf.vocab_size = kGpt2Vocab;
-    tf.tokens = read_gpt2_ids(in, size / 2, path, "nanoGPT");
+    tf.tokens = map_gpt2_ids(path, 0, size / 2, "nanoGPT");
     return tf;
   }
   unsigned char hdr[kTokenFileHeaderBytes];
@@ -161,22 +335,20 @@ TokenFile read_token_file(const std::string& path, TokenFormat format) {
   if (count > size / 2 || size != head + 4 * blocks + 2 * count)
     throw corrupt(detail::concat("header says ", count, " tokens (", head + 4 * blocks + 2 * count,
                                  " bytes) but the file has ", size, " bytes (truncated?)"));
-  std::vector<unsigned char> crcs(4 * blocks);
+  std::vector<unsigned char> crcs(4 * blocks);  // 4 bytes per MiB of ids
   if (blocks && !in.read(crcs.data(), crcs.size())) throw corrupt("short read");
-  std::vector<unsigned char> raw(2 * count);
-  if (count && !in.read(raw.data(), raw.size())) throw corrupt("short read");
-  for (uint64_t b = 0; b < blocks; ++b) {
-    const uint64_t a = 2 * b * block, n = std::min<uint64_t>(2 * block, raw.size() - a);
-    if (kVerifyChecksums && crc32(raw.data() + a, n) != get_le(crcs.data() + 4 * b, 4))
-      throw corrupt(detail::concat("the checksum of tokens ", b * block, "..", b * block + n / 2 - 1,
-                                   " does not match (a changed byte)"));
-  }
-  tf.tokens.resize(count);
-  for (uint64_t i = 0; i < count; ++i) {
-    tf.tokens[i] = static_cast<uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8));
-    if (tf.tokens[i] >= tf.vocab_size)
-      throw corrupt(detail::concat("token ", tf.tokens[i], " at position ", i, " >= vocab_size ",
-                                   tf.vocab_size));
+  tf.tokens = MappedTokens::map(path, head + 4 * blocks, count);
+  // Each block's checksum, then its ids, while its pages are fresh in cache;
+  // a version-1 file (no checksums) is checked in blocks of the same size.
+  const uint64_t step = block ? block : kTokenBlock;
+  for (uint64_t a = 0; a < count; a += step) {
+    const uint64_t n = std::min(step, count - a);
+    const uint16_t* ids = tf.tokens.data() + a;
+    if (block && kVerifyChecksums && crc32(ids, 2 * n) != get_le(crcs.data() + 4 * (a / block), 4))
+      throw corrupt(detail::concat("the checksum of tokens ", a, "..", a + n - 1, " does not match (a changed byte)"));
+    const size_t bad = first_out_of_range(ids, n, tf.vocab_size);
+    if (bad < n)
+      throw corrupt(detail::concat("token ", ids[bad], " at position ", a + bad, " >= vocab_size ", tf.vocab_size));
   }
   return tf;
 }

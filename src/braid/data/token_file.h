@@ -20,8 +20,14 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
+
+namespace braid {
+class AtomicFile;
+}
 
 namespace braid::data {
 
@@ -35,26 +41,111 @@ enum class TokenFormat : uint8_t { detect, nanogpt };
 
 inline constexpr int32_t kLlmcTokenMagic = 20240520;
 
+/// The ids of a token file as a read-only memory map (PROT_READ, MAP_SHARED):
+/// ranks of one machine that map the same file share its pages in the page
+/// cache, and nothing is copied. Move-only; unmaps on destruction. Zero ids map
+/// nothing (data() is null). The file must not be truncated or rewritten in
+/// place while mapped (reading a page past its end raises SIGBUS); braid's
+/// writers replace files by rename, which leaves an open map intact.
+class MappedTokens {
+ public:
+  MappedTokens() = default;
+  /// Maps `count` uint16 ids at byte `offset` (even) of `path`; the map starts
+  /// at byte 0, as mmap offsets must be page-aligned. Throws ConfigError naming
+  /// the path when it cannot be opened or mapped, DataError when the file is
+  /// shorter than offset + 2 * count bytes.
+  static MappedTokens map(const std::string& path, uint64_t offset, uint64_t count);
+  MappedTokens(MappedTokens&& o) noexcept;
+  MappedTokens& operator=(MappedTokens&& o) noexcept;
+  MappedTokens(const MappedTokens&) = delete;
+  MappedTokens& operator=(const MappedTokens&) = delete;
+  ~MappedTokens();
+
+  const uint16_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  uint16_t operator[](size_t i) const { return data_[i]; }
+  const uint16_t* begin() const { return data_; }
+  const uint16_t* end() const { return data_ + size_; }
+  std::span<const uint16_t> span() const { return {data_, size_}; }
+  operator std::span<const uint16_t>() const { return span(); }
+
+ private:
+  void release();
+  void* base_ = nullptr;  // the mapping: bytes [0, map_bytes_) of the file
+  size_t map_bytes_ = 0;
+  const uint16_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 struct TokenFile {
   uint32_t vocab_size = 0;
   uint32_t version = 0;          // braid: 1 is read without checksums; llm.c, nanoGPT: their own
   std::string format = "braid";  // "braid", "llmc" or "nanogpt"
-  std::vector<uint16_t> tokens;  // (N,)
+  MappedTokens tokens;           // (N,) ids, mapped read-only
+};
+
+/// Writes a version-2 token file from ids appended in pieces, in memory
+/// bounded by one checksum block (1 MiB) plus 4 bytes per block: ids go to
+/// `<path>.tmp.<pid>` (parent directories created) as they come, each block's
+/// CRC-32 as it completes. finish() moves the ids up by the size of the header
+/// and checksum table (known only then), writes those in front, fsyncs and
+/// renames the file over `path`. A writer destroyed before finish() removes
+/// its temporary file and leaves `path` as it was.
+class TokenFileWriter {
+ public:
+  /// Throws braid::Error unless 0 < vocab_size <= 65536, ConfigError when the
+  /// temporary file cannot be created (naming it).
+  TokenFileWriter(std::string path, int64_t vocab_size);
+  ~TokenFileWriter();
+  TokenFileWriter(const TokenFileWriter&) = delete;
+  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
+
+  /// Appends ids[0..n); each must be in [0, vocab_size), else braid::Error
+  /// names the id and its position in the file (nothing of this call is kept).
+  void append(const int32_t* ids, size_t n);
+  void append(const uint16_t* ids, size_t n);
+  void append(std::span<const int32_t> ids) { append(ids.data(), ids.size()); }
+  void append(std::span<const uint16_t> ids) { append(ids.data(), ids.size()); }
+  /// Moves the last n ids appended (n <= size()) to the end of `to` (another
+  /// writer), reading them back in bounded pieces: a split that is known only
+  /// once the whole stream has been written.
+  void move_tail(uint64_t n, TokenFileWriter& to);
+  /// Ids appended so far.
+  uint64_t size() const { return count_; }
+  const std::string& path() const { return path_; }
+  /// Writes the header and checksums, fsyncs, renames into place and fsyncs
+  /// the directory. Throws ConfigError naming the file on an I/O failure.
+  void finish();
+
+ private:
+  template <typename T>
+  void append_ids(const T* ids, size_t n);
+  void write_block();
+  std::string path_;
+  int64_t vocab_size_;
+  std::unique_ptr<AtomicFile> file_;
+  uint64_t count_ = 0;            // ids appended
+  uint64_t on_disk_ = 0;          // ids in the temporary file: whole blocks
+  std::vector<uint16_t> block_;   // the ids after them, fewer than kTokenBlock
+  std::vector<uint32_t> crcs_;    // CRC-32 of each block on disk
+  bool finished_ = false;
 };
 
 /// Writes `ids` (each in [0, vocab_size), vocab_size <= 65536) to `path`
-/// atomically: creates parent directories, writes `<path>.tmp.<pid>`, fsyncs it
-/// and renames it over `path`. Throws braid::Error on an out-of-range id and
-/// braid::ConfigError on an I/O failure (naming the path).
+/// atomically with a TokenFileWriter. Throws braid::Error on an out-of-range
+/// id and braid::ConfigError on an I/O failure (naming the path).
 void write_token_file(const std::string& path, const std::vector<int32_t>& ids, int64_t vocab_size);
 void write_token_file(const std::string& path, const std::vector<uint16_t>& ids, int64_t vocab_size);
 
-/// Reads and validates a token file (magic, version, header checksum, size,
-/// each block's checksum as it is read, ids < vocab_size). Throws braid::ConfigError when it is missing and
-/// braid::DataError when it is truncated or corrupt, each naming the path and
-/// the fix ("run `braid prepare-data`"). llm.c and nanoGPT files hold GPT-2
-/// ids (vocab_size 50257, no checksums); a file with no known magic is refused
-/// unless `format` is nanogpt.
+/// Opens and validates a token file (magic, version, header checksum, size,
+/// each block's checksum, ids < vocab_size), reading every page once, and
+/// returns its ids mapped in place (MappedTokens: no copy). Throws
+/// braid::ConfigError when it is missing and braid::DataError when it is
+/// truncated or corrupt, each naming the path and the fix ("run `braid
+/// prepare-data`"). llm.c and nanoGPT files hold GPT-2 ids (vocab_size 50257,
+/// no checksums); a file with no known magic is refused unless `format` is
+/// nanogpt.
 TokenFile read_token_file(const std::string& path, TokenFormat format = TokenFormat::detect);
 /// "auto" -> detect, "nanogpt" -> nanogpt (case-insensitive); throws ConfigError naming both.
 TokenFormat parse_token_format(const std::string& s);

@@ -13,7 +13,7 @@
 namespace braid::train {
 
 namespace {
-void check_ids(const std::vector<uint16_t>& d, const char* what, const model::GPTConfig& cfg,
+void check_ids(std::span<const uint16_t> d, const char* what, const model::GPTConfig& cfg,
                bool vocab_given) {
   const uint16_t mx = d.empty() ? uint16_t{0} : *std::max_element(d.begin(), d.end());
   BRAID_CONFIG_CHECK(mx < cfg.vocab_size, what, " data holds token id ", mx, " outside the model's vocabulary of ",
@@ -23,12 +23,12 @@ void check_ids(const std::vector<uint16_t>& d, const char* what, const model::GP
 }
 }  // namespace
 
-void check_token_data(const TrainOptions& opt, const model::GPTConfig& cfg, const std::vector<uint16_t>& train,
-                      const std::vector<uint16_t>* val) {
+void check_token_data(const TrainOptions& opt, const model::GPTConfig& cfg, std::span<const uint16_t> train,
+                      std::span<const uint16_t> val) {
   check_ids(train, "training", cfg, opt.vocab_size > 0);
-  if (!val || opt.val_every <= 0) return;
-  check_ids(*val, "validation", cfg, opt.vocab_size > 0);
-  BRAID_CONFIG_CHECK(val->size() > static_cast<size_t>(opt.seq_len) + 1, "validation data holds ", val->size(),
+  if (val.empty() || opt.val_every <= 0) return;
+  check_ids(val, "validation", cfg, opt.vocab_size > 0);
+  BRAID_CONFIG_CHECK(val.size() > static_cast<size_t>(opt.seq_len) + 1, "validation data holds ", val.size(),
                      " tokens, fewer than one sequence of --seq-len ", opt.seq_len,
                      " + 1; use more validation data, a shorter --seq-len, or --val-every 0");
 }

@@ -2,6 +2,7 @@
 // with the values and the fix instead of after hours of training.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -11,11 +12,11 @@
 namespace braid::train {
 
 /// Throws ConfigError when a token id of `train` (or of `val`, which is only
-/// read when validation is on) is outside cfg's vocabulary, naming the id and
-/// the --vocab-size that fits, or when `val` holds fewer than --seq-len + 1
-/// tokens.
-void check_token_data(const TrainOptions& opt, const model::GPTConfig& cfg, const std::vector<uint16_t>& train,
-                      const std::vector<uint16_t>* val);
+/// read when validation is on; empty: none) is outside cfg's vocabulary, naming
+/// the id and the --vocab-size that fits, or when `val` holds fewer than
+/// --seq-len + 1 tokens.
+void check_token_data(const TrainOptions& opt, const model::GPTConfig& cfg, std::span<const uint16_t> train,
+                      std::span<const uint16_t> val);
 
 /// --save / --save-every / --keep-last / --resume / --inject-save-fault taken
 /// together: throws ConfigError for a flag that would do nothing or a bad value.

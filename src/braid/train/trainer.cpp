@@ -19,7 +19,7 @@
 namespace braid::train {
 
 Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
-                 const std::vector<uint16_t>& train, const std::vector<uint16_t>* val)
+                 std::span<const uint16_t> train, std::span<const uint16_t> val)
     : opt_(options), world_(world), train_(train), val_(val), tracer_(std::make_shared<TraceRecorder>(options.trace_out)) {
   const model::GPTConfig cfg = model_config(opt_);
   plan_ = resolve_plan(opt_, world.size(), cfg);
@@ -123,14 +123,14 @@ void Trainer::update(StepRecord& r) {
 }
 
 float Trainer::evaluate() {
-  BRAID_CHECK(val_ != nullptr && !val_->empty(), "no validation data");
+  BRAID_CHECK(!val_.empty(), "no validation data");
   model_->set_training(false);
   struct Restore {
     model::GPT& m;
     ~Restore() { m.set_training(true); }
   } restore{*model_};
   const int64_t B = opt_.micro_batch, T = opt_.seq_len;
-  const size_t windows = val_->size() - static_cast<size_t>(T);
+  const size_t windows = val_.size() - static_cast<size_t>(T);
   // Under a parameter server the server evaluates alone; otherwise each DP rank
   // takes its slice and the losses are averaged.
   const int eval_size = ps_ ? 1 : dp_size_;
@@ -147,7 +147,7 @@ float Trainer::evaluate() {
         offs[static_cast<size_t>(b)] = static_cast<size_t>(j * T) % windows;
       }
       if (model_->is_first_stage() || model_->is_last_stage())
-        data::gather_batch(val_->data(), offs.data(), B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
+        data::gather_batch(val_.data(), offs.data(), B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
       float l = forward_pass(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
       // The loss lives on the last stage.
       if (pp_size_ > 1) ctx_->pp()->broadcast(&l, 1, DType::f32, pp_size_ - 1);
@@ -160,7 +160,7 @@ float Trainer::evaluate() {
   return loss;
 }
 
-Trainer::WindowLoss Trainer::evaluate_windows(const std::vector<uint16_t>& tokens, int64_t max_windows) {
+Trainer::WindowLoss Trainer::evaluate_windows(std::span<const uint16_t> tokens, int64_t max_windows) {
   BRAID_CONFIG_CHECK(!ps_, "evaluation runs without a parameter server; drop --dp-mode ps");
   const int64_t T = opt_.seq_len, B = opt_.micro_batch;
   int64_t W = tokens.size() > 0 ? static_cast<int64_t>((tokens.size() - 1) / static_cast<size_t>(T)) : 0;
@@ -323,7 +323,7 @@ std::vector<StepRecord> Trainer::run() {
     std::printf("--resume auto: no checkpoint in %s yet; starting at step 0\n", opt_.save_dir.c_str());
   }
   log.open(start_step_);
-  const bool validate = val_ && !val_->empty() && opt_.val_every > 0;
+  const bool validate = !val_.empty() && opt_.val_every > 0;
   if (validate && start_step_ == 0) validate_now(log, 0);  // the starting point of the curve
   std::vector<StepRecord> out = run_steps(log, validate);
   trace_into(nullptr);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,11 +32,17 @@
 namespace braid::train {
 
 /// One rank's trainer. `world` is the communicator of all ranks; the DP group
-/// is derived from it. Token streams must outlive the trainer.
+/// is derived from it. Token streams (views: a vector, a mapped token file)
+/// must outlive the trainer; they are read, never copied.
 class Trainer {
  public:
-  Trainer(const TrainOptions& opt, comm::Communicator& world, const std::vector<uint16_t>& train,
-          const std::vector<uint16_t>* val);
+  /// An empty `val` means no validation stream.
+  Trainer(const TrainOptions& opt, comm::Communicator& world, std::span<const uint16_t> train,
+          std::span<const uint16_t> val);
+  /// The same with the validation stream by pointer (nullptr: none).
+  Trainer(const TrainOptions& opt, comm::Communicator& world, std::span<const uint16_t> train,
+          const std::vector<uint16_t>* val)
+      : Trainer(opt, world, train, val ? std::span<const uint16_t>(*val) : std::span<const uint16_t>()) {}
   ~Trainer();
 
   /// Runs steps [start, opt.steps): resumes from opt.resume if set, logs,
@@ -58,7 +65,7 @@ class Trainer {
   /// over the DP ranks in micro-batches. Collective over the world (every rank
   /// calls it; the result is the same on all). Throws ConfigError when the
   /// stream holds no whole window.
-  WindowLoss evaluate_windows(const std::vector<uint16_t>& tokens, int64_t max_windows);
+  WindowLoss evaluate_windows(std::span<const uint16_t> tokens, int64_t max_windows);
   /// Samples `n` tokens after `prompt` (rank-local; deterministic from the seed).
   std::vector<int32_t> sample(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed);
 
@@ -114,8 +121,8 @@ class Trainer {
 
   TrainOptions opt_;
   comm::Communicator& world_;
-  const std::vector<uint16_t>& train_;
-  const std::vector<uint16_t>* val_;
+  std::span<const uint16_t> train_;  // (N,) token ids
+  std::span<const uint16_t> val_;    // (N_val,); empty: no validation
   MemoryLedger ledger_;
   std::unique_ptr<model::GPT> model_;
   Buffer tokens_, targets_;      // (micro_batch, T) int32

@@ -54,6 +54,7 @@ write("empty.txt", b"")
 write("binary.txt", bytes(range(256)) * 8)
 write("bad_utf8.txt", b"The jury said \xff\xfe\xc3 that the election was fair.\n" * 20)
 write("tiny.txt", b"The jury said.\n")
+write("bad.jsonl", b'{"text": "The jury said."}\n{"text": "cut short\n')
 write("a_file", b"I am a file, not a directory\n")
 
 tr = lambda *a: ["train"] + base + list(a)
@@ -152,6 +153,12 @@ CASES = [
                                                       p("pd")], 3, "too small"),
     ("prepare-data into a file", ["prepare-data", "--input", p("text.txt"), "--out-dir", p("a_file")], 2,
      "a_file"),
+    ("prepare-data of a pattern matching nothing", ["prepare-data", "--input", p("*.nothing"), "--out-dir", p("pd")],
+     2, "matches no file"),
+    ("prepare-data of a bad JSON line", ["prepare-data", "--input", p("bad.jsonl"), "--out-dir", p("pd")], 3,
+     "bad.jsonl:2"),
+    ("prepare-data of a JSON line without the field", ["prepare-data", "--input", p("bad.jsonl"), "--text-field",
+                                                       "body", "--out-dir", p("pd")], 3, "--text-field"),
 ]
 
 os.makedirs(d + "/empty_dir", exist_ok=True)
