@@ -353,10 +353,18 @@ void add_train(CLI::App& app) {
     a->opt.algo = comm::parse_algorithm(a->algo);
     BRAID_CONFIG_CHECK(a->backend == "mpi" || a->backend == "local", "--backend '", a->backend,
                        "' is not known; use mpi or local");
-    // Mapped once per process; local ranks (threads) share the map, MPI ranks on a node its pages.
-    const data::MappedTokens train = load_tokens(a->train_data, "train", a->data_format);
-    data::MappedTokens val;
-    if (!a->val_data.empty()) val = load_tokens(a->val_data, "val", a->data_format);
+    // Mapped once per process (local ranks, threads, share the map; MPI ranks on a
+    // node its pages), after the layout's checks: a layout that cannot run is
+    // refused before a large file is read and verified.
+    data::MappedTokens train, val;
+    auto load = [&] {
+      train = load_tokens(a->train_data, "train", a->data_format);
+      if (!a->val_data.empty()) val = load_tokens(a->val_data, "val", a->data_format);
+    };
+    auto check_layout = [&](int world_size) {
+      train::TrainOptions probe = a->opt;
+      train::resolve_plan(probe, world_size, train::model_config(probe));
+    };
     // Every output is created (its directory) or refused now, not after training.
     for (const auto& [flag, file] : {std::pair<const char*, std::string>{"--metrics-out", a->opt.metrics_out},
                                      {"--trace-out", a->opt.trace_out}})
@@ -372,8 +380,8 @@ void add_train(CLI::App& app) {
                          a->opt.inject_failure_kind, "' needs one process per rank; use the mpi backend");
       // The layout's checks need no rank: fail before spawning the ranks' threads
       // (a rank count far beyond the batch would otherwise allocate them all first).
-      train::TrainOptions probe = a->opt;
-      train::resolve_plan(probe, a->local_ranks, train::model_config(probe));
+      check_layout(a->local_ranks);
+      load();
       train::install_stop_handler();
       comm::run_local(a->local_ranks, [&](comm::Communicator& w) { run_rank(*a, w, train, val); }, a->comm);
       return;
@@ -382,6 +390,8 @@ void add_train(CLI::App& app) {
     comm::MpiRuntime mpi;
     auto world = mpi.world(a->comm);
     g_abort_job_on_error = world->size() > 1;
+    check_layout(world->size());
+    load();
     train::install_stop_handler();
     run_rank(*a, *world, train, val);
 #else

@@ -46,38 +46,38 @@ PY
 # 2. Config errors name the values and the fix, exit non-zero, on every launch mode.
 out=$("$BRAID" train "${common[@]}" --batch 5 --micro-batch 2 --steps 1 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "bad batch: exit code $rc, want 2 (configuration error)"
-echo "$out" | grep -q "global batch 5 is not divisible" || fail "batch message: $out"
+grep -q "global batch 5 is not divisible" <<< "$out" || fail "batch message: $out"
 out=$(timeout 120 "${MPIRUN[@]}" -np 2 "$BRAID" train "${common[@]}" --dp 3 --steps 1 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "dp mismatch: exit code $rc under mpirun, want 2"
-echo "$out" | grep -q -- "--dp 3 but the job has 2 ranks" || fail "dp message: $out"
+grep -q -- "--dp 3 but the job has 2 ranks" <<< "$out" || fail "dp message: $out"
 out=$("$BRAID" train --model tiny --train-data "$tmp/missing.bin" --steps 1 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "missing data: exit code $rc, want 2"
-echo "$out" | grep -q "missing.bin' not found" || fail "missing-file message: $out"
+grep -q "missing.bin' not found" <<< "$out" || fail "missing-file message: $out"
 out=$("$BRAID" train "${common[@]}" --model huge --steps 1 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$out" | grep -qi "tiny" || fail "unknown model (exit $rc): $out"
+[ $rc -eq 2 ] && grep -qi "tiny" <<< "$out" || fail "unknown model (exit $rc): $out"
 out=$("$BRAID" train "${common[@]}" --steps 1 --no-such-flag 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "an unknown flag: exit code $rc, want 2"
 head -c 100 "$tmp/t_train.bin" > "$tmp/cut.bin"
 out=$("$BRAID" train "${common[@]}" --train-data "$tmp/cut.bin" --steps 1 2>&1); rc=$?
-[ $rc -eq 3 ] && echo "$out" | grep -q "cut.bin is corrupt" || fail "a truncated token file (exit $rc, want 3): $out"
+[ $rc -eq 3 ] && grep -q "cut.bin is corrupt" <<< "$out" || fail "a truncated token file (exit $rc, want 3): $out"
 out=$("$BRAID" train "${common[@]}" --backend local --ranks 2 --steps 3 --inject-failure 1:1 2>&1); rc=$?
-[ $rc -eq 4 ] && echo "$out" | grep -q "rank 1: injected failure" || fail "a failed rank as a thread (exit $rc, want 4): $out"
+[ $rc -eq 4 ] && grep -q "rank 1: injected failure" <<< "$out" || fail "a failed rank as a thread (exit $rc, want 4): $out"
 
 # 2b. A model that cannot fit fails at once, before allocating, naming what would fit.
 t0=$SECONDS
 out=$(timeout 60 "$BRAID" train "${common[@]}" --model gpt2 --seq-len 1024 --micro-batch 4 --steps 1 --max-memory 3GiB 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$out" | grep -q "rank 0 needs .* but has 3.0 GiB (--max-memory 3.0 GiB per rank); would fit: " \
+[ $rc -eq 2 ] && grep -q "rank 0 needs .* but has 3.0 GiB (--max-memory 3.0 GiB per rank); would fit: " <<< "$out" \
   || fail "a model that cannot fit (exit $rc): $out"
 [ $((SECONDS - t0)) -le 20 ] || fail "the memory check took $((SECONDS - t0)) s"
 out=$("$BRAID" train "${common[@]}" --steps 1 --max-memory lots 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$out" | grep -q -- "--max-memory 'lots' is not a size" || fail "a bad --max-memory (exit $rc): $out"
+[ $rc -eq 2 ] && grep -q -- "--max-memory 'lots' is not a size" <<< "$out" || fail "a bad --max-memory (exit $rc): $out"
 
 # 3. A failing rank takes the job down with its rank and reason, never a hang.
 out=$(timeout 120 "${MPIRUN[@]}" -np 3 "$BRAID" train "${common[@]}" --batch 6 --steps 10 --val-every 0 \
   --inject-failure 1:2 2>&1); rc=$?
 [ $rc -ne 124 ] || fail "job hung after a rank failed"
 [ $rc -eq 4 ] || fail "job exited $rc after a rank failed, want 4 (a failed rank)"
-echo "$out" | grep -q "rank 1: injected failure on rank 1 at step 2" || fail "failure message: $out"
+grep -q "rank 1: injected failure on rank 1 at step 2" <<< "$out" || fail "failure message: $out"
 # 4. Parameter server under mpirun: synchronous (replicas checked) and asynchronous.
 timeout 300 "${MPIRUN[@]}" -np 3 "$BRAID" train "${common[@]}" --dp-mode ps --steps 3 --val-every 0 \
   --check-replicas > "$tmp/ps.txt" 2>&1 || { cat "$tmp/ps.txt"; fail "ps sync"; }

@@ -37,5 +37,5 @@ grep -q "<svg" "$tmp/s.svg" || fail "svg"
 "$BRAID" schedule --pp 4 --micro-batches 8 --schedule zb-h1 > "$tmp/z.txt" || fail "schedule zb-h1"
 grep -q "bubble 11.1%" "$tmp/z.txt" || { cat "$tmp/z.txt"; fail "zb-h1 bubble"; }
 out=$(timeout 120 "${MPIRUN[@]}" -np 2 "$BRAID" train "${common[@]}" --pp 2 --pp-layers 1,2 2>&1); rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && echo "$out" | grep -q "summing to 4" || fail "pp-layers message rc=$rc: $out"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "summing to 4" <<< "$out" || fail "pp-layers message rc=$rc: $out"
 echo "e2e pp: ok"

@@ -22,7 +22,7 @@ timeout 300 "${MPIRUN[@]}" -np 4 "$BRAID" train "${common[@]}" --steps 6 --zero 
   --resume "$tmp/f.ckpt" > "$tmp/resume.txt" 2>&1 || { cat "$tmp/resume.txt"; fail "resume across layouts"; }
 grep -q "resumed from" "$tmp/resume.txt" || fail "resume line"
 out=$(timeout 120 "$BRAID" train "${common[@]}" --precision nope 2>&1); rc=$?
-[ $rc -ne 0 ] && echo "$out" | grep -q "'nope' is not one of {fp32,bf16,fp16}" || fail "precision message: $out"
+[ $rc -ne 0 ] && grep -q "'nope' is not one of {fp32,bf16,fp16}" <<< "$out" || fail "precision message: $out"
 out=$(timeout 120 "${MPIRUN[@]}" -np 3 "$BRAID" train "${common[@]}" --batch 3 --fsdp --fsdp-shard-size 2 2>&1); rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && echo "$out" | grep -q "use a divisor of 3" || fail "hsdp message rc=$rc: $out"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "use a divisor of 3" <<< "$out" || fail "hsdp message rc=$rc: $out"
 echo "e2e sharded: ok"

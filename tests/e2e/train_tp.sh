@@ -20,5 +20,5 @@ same_over_tcp dp2tp2
 timeout 300 "$BRAID" train "${common[@]}" --steps 6 --resume "$tmp/tp2.ckpt" > "$tmp/resume.txt" 2>&1 \
   || { cat "$tmp/resume.txt"; fail "TP checkpoint did not resume on one rank"; }
 out=$(timeout 120 "${MPIRUN[@]}" -np 3 "$BRAID" train "${common[@]}" --batch 6 --micro-batch 2 --tp 3 2>&1); rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && echo "$out" | grep -q "does not divide n_head=4" || fail "tp message rc=$rc: $out"
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "does not divide n_head=4" <<< "$out" || fail "tp message rc=$rc: $out"
 echo "e2e tp: ok"

@@ -27,6 +27,7 @@ struct Cluster {
   double memory_bandwidth = 0;        // bytes/s per accelerator: element-wise kernels, the optimizer
   double peak_bf16 = 0, peak_fp16 = 0, peak_fp32 = 0;  // dense FLOP/s per accelerator
   double matmul_fraction = 1;         // share of the peak large matmuls reach
+  double kernel_overhead = 0;         // seconds each launched kernel costs beyond its work
   Link intra_node;                    // between accelerators of a node (per accelerator)
   Link inter_node;                    // one inter-node link (one NIC)
   int links_per_node = 1;             // inter-node links (NICs) of a node
@@ -41,10 +42,11 @@ struct Cluster {
 };
 
 /// Parses a cluster description (TOML: name, accelerators_per_node, memory_gib,
-/// memory_bandwidth_gbs, matmul_fraction; [peak_tflops] bf16, fp16, fp32;
+/// memory_bandwidth_gbs, matmul_fraction, kernel_overhead_us; [peak_tflops] bf16, fp16, fp32;
 /// [intra_node] bandwidth_gbs, latency_us; [inter_node] bandwidth_gbs,
 /// latency_us, links_per_node; GB = 1e9 bytes, TFLOP = 1e12). Every field is
-/// required and every value must be positive (matmul_fraction in (0, 1]).
+/// required and every value must be positive (matmul_fraction in (0, 1],
+/// kernel_overhead_us may be 0).
 /// Throws ConfigError naming `origin`, the field and the fix.
 Cluster parse_cluster(std::istream& in, const std::string& origin);
 /// A preset by name, else the TOML file at that path. Throws ConfigError naming

@@ -67,6 +67,12 @@ double megatron_flops_per_iteration(double B, double s, double l, double h, doub
 
 namespace {
 
+// Kernels one block's forward launches: two LayerNorms, four matmuls (QKV,
+// output projection, MLP in and out), two batched attention matmuls, the
+// softmax, GeLU, two bias-dropout-residual adds, dropout on the scores, the
+// transposes of Q, K, V and of the context, and two TP collectives.
+constexpr double kBlockKernels = 20;
+
 // One micro-batch's work on one rank, split by what bounds it.
 struct Work {
   double flops = 0;  // matmul FLOPs
@@ -146,8 +152,12 @@ StepPrediction predict_step(const train::TrainOptions& options, int world, const
   const Placement tp_group = place(t, 1, c.accelerators_per_node);
   const double tp_ar = all_reduce(tp_message(x), tp_group, c);  // = reduce-scatter + all-gather under SP
   const double recompute_ar = plan.recompute == model::Recompute::full ? 2 * tp_ar : 0.0;
-  const double block_f = fwd.seconds(c, ct) + 2 * tp_ar;
-  const double block_b = (2.0 * fwd).seconds(c, ct) + recompute.seconds(c, ct) + 2 * tp_ar + recompute_ar;
+  // Each kernel a block launches also pays a fixed cost (launch and dispatch):
+  // its forward runs kBlockKernels, backward twice as many.
+  const double launch = kBlockKernels * c.kernel_overhead;
+  const double block_f = fwd.seconds(c, ct) + 2 * tp_ar + launch;
+  const double block_b = (2.0 * fwd).seconds(c, ct) + recompute.seconds(c, ct) + 2 * tp_ar + recompute_ar +
+                         (2 + (plan.recompute == model::Recompute::full ? 1 : 0)) * launch;
 
   // The slowest stage sets the pace (the schedule is simulated with its costs on every stage).
   StepPrediction r;
