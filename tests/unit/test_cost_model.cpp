@@ -90,6 +90,21 @@ TEST(CostModel, ClusterFilesAreCheckedFieldByField) {
   EXPECT_THROW(load_cluster("no-such-cluster"), ConfigError);
 }
 
+TEST(CostModel, ThisMachineIsMeasuredAndWritesAClusterFile) {
+  const Cluster m = load_cluster("this-machine");
+  EXPECT_EQ(m.name, "this-machine");
+  EXPECT_GT(m.peak_fp32, 1e9);  // any CPU of this decade
+  EXPECT_GE(m.peak_bf16, m.peak_fp32);  // no slower than the f32 path braid would take
+  EXPECT_GT(m.memory_bandwidth, 1e8);
+  EXPECT_GT(m.intra_node.bandwidth, 1e7);
+  EXPECT_GT(m.memory_bytes, 0);
+  std::istringstream in(format_cluster(m));
+  const Cluster back = parse_cluster(in, "measured");
+  EXPECT_NEAR(back.peak_fp32 / m.peak_fp32, 1.0, 1e-5);
+  EXPECT_NEAR(back.intra_node.latency / m.intra_node.latency, 1.0, 1e-5);
+  EXPECT_EQ(back.accelerators_per_node, m.accelerators_per_node);
+}
+
 TEST(CostModel, OneStageStepIsTheMicroBatchesWork) {
   // Without a pipeline, no bubble: the step is m micro-batches of forward and
   // backward, the gradient all-reduce and AdamW.

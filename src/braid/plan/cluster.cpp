@@ -1,12 +1,14 @@
 #include "braid/plan/cluster.h"
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "braid/core/error.h"
+#include "braid/plan/this_machine.h"
 
 namespace braid::plan {
 
@@ -181,12 +183,13 @@ Cluster parse_cluster(std::istream& in, const std::string& origin) {
 }
 
 Cluster load_cluster(const std::string& name_or_path) {
+  if (name_or_path == "this-machine") return measure_this_machine();
   if (auto it = presets().find(name_or_path); it != presets().end()) {
     std::istringstream in(it->second);
     return parse_cluster(in, name_or_path);
   }
   BRAID_CONFIG_CHECK(std::filesystem::is_regular_file(name_or_path), "--cluster ", name_or_path,
-                     " is neither a preset (", preset_names(), ") nor a TOML file");
+                     " is neither a preset (", preset_names(), ", this-machine) nor a TOML file");
   std::ifstream in(name_or_path);
   BRAID_CONFIG_CHECK(in.good(), "--cluster ", name_or_path, " cannot be read");
   return parse_cluster(in, name_or_path);
@@ -198,7 +201,22 @@ std::vector<std::string> cluster_presets() {
   return out;
 }
 
+std::string format_cluster(const Cluster& c) {
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "name = \"%s\"\naccelerators_per_node = %d\nmemory_gib = %.6g\nmemory_bandwidth_gbs = %.6g\n"
+                "matmul_fraction = %.6g\nkernel_overhead_us = %.6g\n\n[peak_tflops]\nbf16 = %.6g\nfp16 = %.6g\n"
+                "fp32 = %.6g\n\n[intra_node]\nbandwidth_gbs = %.6g\nlatency_us = %.6g\n\n[inter_node]\n"
+                "bandwidth_gbs = %.6g\nlatency_us = %.6g\nlinks_per_node = %d\n",
+                c.name.c_str(), c.accelerators_per_node, c.memory_bytes / double(1ull << 30), c.memory_bandwidth / 1e9,
+                c.matmul_fraction, c.kernel_overhead * 1e6, c.peak_bf16 / 1e12, c.peak_fp16 / 1e12, c.peak_fp32 / 1e12,
+                c.intra_node.bandwidth / 1e9, c.intra_node.latency * 1e6, c.inter_node.bandwidth / 1e9,
+                c.inter_node.latency * 1e6, c.links_per_node);
+  return buf;
+}
+
 std::string cluster_preset_text(const std::string& name) {
+  if (name == "this-machine") return "# measured by braid on this machine\n" + format_cluster(measure_this_machine());
   auto it = presets().find(name);
   BRAID_CONFIG_CHECK(it != presets().end(), "no cluster preset '", name, "'; the presets are ", preset_names());
   return it->second;

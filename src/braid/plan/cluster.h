@@ -49,13 +49,17 @@ struct Cluster {
 /// kernel_overhead_us may be 0).
 /// Throws ConfigError naming `origin`, the field and the fix.
 Cluster parse_cluster(std::istream& in, const std::string& origin);
-/// A preset by name, else the TOML file at that path. Throws ConfigError naming
-/// the presets when it is neither.
+/// A preset by name, "this-machine" (measured now: measure_this_machine), else
+/// the TOML file at that path. Throws ConfigError naming the presets when it is
+/// none of them.
 Cluster load_cluster(const std::string& name_or_path);
 /// The presets' names.
 std::vector<std::string> cluster_presets();
-/// A preset's TOML text (a starting point for a file of one's own); throws
-/// ConfigError naming the presets for an unknown name.
+/// A preset's TOML text (a starting point for a file of one's own; for
+/// "this-machine", the measured figures); throws ConfigError naming the presets
+/// for an unknown name.
 std::string cluster_preset_text(const std::string& name);
+/// `c` as a cluster file (parse_cluster reads it back).
+std::string format_cluster(const Cluster& c);
 
 }  // namespace braid::plan
