@@ -44,10 +44,14 @@ std::string tokens_line(double tokens, const plan::StepPrediction& p, int accele
   return buf;
 }
 
+nlohmann::json tokens_json(double tokens, const plan::StepPrediction& p, int accelerators) {
+  const double s = tokens / p.tokens_per_s;
+  return {{"tokens", tokens}, {"days", s / 86400}, {"accelerator_hours", s * accelerators / 3600}};
+}
+
 // --search: the best layouts, why the others lose, and where the flags' own
 // layout ranks when it is one of them.
-void print_search(const PlanArgs& a) {
-  const plan::Cluster c = plan::load_cluster(a.cluster);
+void print_search(const PlanArgs& a, const plan::Cluster& c) {
   const plan::SearchResult r = plan::search_layouts(a.opt, a.ranks, c, a.top);
   BRAID_CONFIG_CHECK(!r.best.empty(), "no layout fits in ", format_bytes(c.memory_bytes), " per accelerator among the ",
                      r.checked, " fastest; use more accelerators, a smaller --batch or a smaller model");
@@ -57,23 +61,32 @@ void print_search(const PlanArgs& a) {
   double mine_bytes = 0;
   plan::StepPrediction mine_p;
   bool mine_ok = true;
+  std::string mine_error;
   try {
     mine_bytes = plan::largest_rank_bytes(a.opt, a.ranks);
     mine_p = plan::predict_step(a.opt, a.ranks, c, true);
-  } catch (const ConfigError&) {
+  } catch (const ConfigError& e) {
     mine_ok = false;
+    mine_error = e.what();
   }
   if (a.json) {
     nlohmann::json j = {{"cluster", c.name}, {"accelerators", a.ranks}, {"considered", r.considered},
                         {"checked", r.checked}, {"seconds", r.seconds}};
-    for (const auto& k : r.best)
-      j["best"].push_back({{"layout", k.layout}, {"peak_bytes", k.peak_bytes}, {"prediction", to_json(k.prediction)},
-                           {"why_slower", plan::why_slower(k.prediction, best)}});
+    for (size_t i = 0; i < r.best.size(); ++i) {
+      const auto& k = r.best[i];
+      j["best"].push_back({{"layout", k.layout}, {"peak_bytes", static_cast<uint64_t>(k.peak_bytes)},
+                           {"prediction", to_json(k.prediction)},
+                           {"why_slower", i == 0 ? "" : plan::why_slower(k.prediction, best)}});
+    }
+    if (a.tokens > 0) j["tokens"] = tokens_json(a.tokens, best, a.ranks);
     for (const auto& k : r.too_big)
-      j["too_big"].push_back({{"layout", k.layout}, {"peak_bytes", k.peak_bytes}, {"estimate_s", k.estimate_s}});
+      j["too_big"].push_back(
+          {{"layout", k.layout}, {"peak_bytes", static_cast<uint64_t>(k.peak_bytes)}, {"estimate_s", k.estimate_s}});
     if (mine_ok)
-      j["yours"] = {{"layout", mine}, {"peak_bytes", mine_bytes}, {"fits", mine_bytes <= c.memory_bytes},
-                    {"prediction", to_json(mine_p)}};
+      j["yours"] = {{"layout", mine}, {"peak_bytes", static_cast<uint64_t>(mine_bytes)},
+                    {"fits", mine_bytes <= c.memory_bytes}, {"prediction", to_json(mine_p)}};
+    else
+      j["yours"] = {{"error", mine_error}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
@@ -91,6 +104,7 @@ void print_search(const PlanArgs& a) {
   for (const auto& k : r.too_big)
     std::printf("does not fit: %s needs %s (estimate %.4g s)\n", k.layout.c_str(), format_bytes(k.peak_bytes).c_str(),
                 k.estimate_s);
+  if (!mine_ok) std::printf("\nyour flags' layout does not run here: %s\n", mine_error.c_str());
   if (mine_ok) {
     std::printf("\nyour flags' layout, %s: %.4g s (%.1f TFLOP/s per accelerator), peak %s%s\n", mine.c_str(),
                 mine_p.step_s, mine_p.tflops_per_accelerator, format_bytes(mine_bytes).c_str(),
@@ -104,8 +118,7 @@ void print_search(const PlanArgs& a) {
 }
 
 // The step-time model's prediction for the layout on `cluster`.
-void print_prediction(const train::TrainOptions& opt, int ranks, const std::string& cluster, double tokens) {
-  const plan::Cluster c = plan::load_cluster(cluster);
+void print_prediction(const train::TrainOptions& opt, int ranks, const plan::Cluster& c, double tokens) {
   const plan::StepPrediction p = plan::predict_step(opt, ranks, c);
   std::printf("predicted on %d accelerators of %s (%d per node, matmuls at %.0f%% of peak):\n%s\n", ranks,
               c.name.c_str(), c.accelerators_per_node, 100 * c.matmul_fraction, plan::format_prediction(p).c_str());
@@ -144,14 +157,16 @@ void add_plan(CLI::App& app) {
     BRAID_CONFIG_CHECK(a->ranks >= 1, "--ranks ", a->ranks, " must be >= 1");
     BRAID_CONFIG_CHECK(!a->cluster.empty() || !(a->search || a->json || a->tokens > 0),
                        "--search, --json and --tokens need --cluster (a preset: a100-80gb, h100-80gb, h200, or a file)");
-    if (a->search) return print_search(*a);
+    // A cluster that does not load is refused before any table is printed.
+    const plan::Cluster cl = a->cluster.empty() ? plan::Cluster{} : plan::load_cluster(a->cluster);
+    if (a->search) return print_search(*a, cl);
     if (a->json) {
-      const plan::Cluster cl = plan::load_cluster(a->cluster);
       const plan::StepPrediction p = plan::predict_step(a->opt, a->ranks, cl);
       nlohmann::json j = {{"cluster", cl.name}, {"accelerators", a->ranks},
                           {"layout", plan::describe_layout(a->opt, a->ranks)},
-                          {"peak_bytes", plan::largest_rank_bytes(a->opt, a->ranks)}, {"prediction", to_json(p)}};
-      if (a->tokens > 0) j["days"] = a->tokens / p.tokens_per_s / 86400;
+                          {"peak_bytes", static_cast<uint64_t>(plan::largest_rank_bytes(a->opt, a->ranks))},
+                          {"prediction", to_json(p)}};
+      if (a->tokens > 0) j["tokens"] = tokens_json(a->tokens, p, a->ranks);
       std::printf("%s\n", j.dump(2).c_str());
       return;
     }
@@ -188,7 +203,7 @@ void add_plan(CLI::App& app) {
     for (const auto& p : shown)
       std::printf("as `braid train` prints it, rank %d: %s\n", p.rank, train::format_ledger_line(p).c_str());
     std::printf("\n%s\n%s.\n", train::format_zero_formulas(shown).c_str(), train::kNotInLedger);
-    if (!a->cluster.empty()) print_prediction(a->opt, a->ranks, a->cluster, a->tokens);
+    if (!a->cluster.empty()) print_prediction(a->opt, a->ranks, cl, a->tokens);
   });
 }
 

@@ -77,10 +77,12 @@ std::string run_record(const TrainArgs& a, comm::Communicator& world) {
   char now[32];
   const std::time_t t = std::time(nullptr);
   std::strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  nlohmann::json config = toml_lines_to_json(a.resolved);
+  config["val-data"] = a.val_data;  // derived from --train-data when not given
   const nlohmann::json r = {{"run", "braid train"},  {"version", BRAID_VERSION}, {"commit", BRAID_COMMIT},
                             {"time", now},           {"ranks", world.size()},    {"backend", world.backend()},
                             {"hosts", hosts},        {"given", toml_lines_to_json(a.given)},
-                            {"config", toml_lines_to_json(a.resolved)}};
+                            {"config", std::move(config)}};
   return r.dump();
 }
 
@@ -250,7 +252,7 @@ void add_train(CLI::App& app) {
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_model_and_layout_options(c, o);
   c->add_option("--train-data", a->train_data, "Training token file (braid prepare-data)")->capture_default_str();
-  c->add_option("--val-data", a->val_data, "Validation token file ('' disables)")->capture_default_str();
+  c->add_option("--val-data", a->val_data, "Validation token file ('' disables; with --train-data X_train.bin and no --val-data: X_val.bin when it exists)")->capture_default_str();
   c->add_option("--data-format", a->data_format, "auto: braid's token files and llm.c's (by their magic); nanogpt: headerless uint16 GPT-2 ids (nanoGPT's prepare.py)")
       ->transform(one_of({"auto", "nanogpt"}))
       ->capture_default_str();
@@ -350,6 +352,18 @@ void add_train(CLI::App& app) {
     a->given = c->config_to_str(false, false);
     a->resolved = c->config_to_str(true, false);
     check_flags_that_do_something(*c, a->opt);
+    // Validation follows --train-data: X_train.bin is checked on X_val.bin when it
+    // exists, not silently on the default corpus.
+    if (c->count("--train-data") && !c->count("--val-data")) {
+      const std::string& t = a->train_data;
+      const std::string suffix = "_train.bin";
+      const bool paired = t.size() > suffix.size() && t.compare(t.size() - suffix.size(), suffix.size(), suffix) == 0;
+      const std::string v = paired ? t.substr(0, t.size() - suffix.size()) + "_val.bin" : "";
+      a->val_data = !v.empty() && std::filesystem::exists(v) ? v : "";
+      if (a->val_data.empty())
+        std::fprintf(stderr, "braid train: no validation: %s has no _val.bin beside it; pass --val-data FILE\n",
+                     t.c_str());
+    }
     a->opt.algo = comm::parse_algorithm(a->algo);
     BRAID_CONFIG_CHECK(a->backend == "mpi" || a->backend == "local", "--backend '", a->backend,
                        "' is not known; use mpi or local");

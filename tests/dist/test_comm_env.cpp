@@ -72,6 +72,17 @@ TEST(CommEnv, BadValuesNameTheVariableAndTheValue) {
   EXPECT_NE(error_of({{"BRAID_COMM_RING_RECVS_AHEAD", "65"}}).find("[1, 64]"), std::string::npos);
 }
 
+TEST(CommEnv, AMisspelledVariableIsRefused) {
+  EXPECT_NO_THROW(comm::algo::check_env_names({"PATH", "BRAID_COMM_RING_RECVS_AHEAD", "BRAID_DATA_PACKAGES"}));
+  try {
+    comm::algo::check_env_names({"BRAID_COMM_RING_CHUNK"});
+    ADD_FAILURE() << "a misspelled variable passed";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("BRAID_COMM_RING_CHUNK is not a variable braid reads"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("BRAID_COMM_RING_CHUNK_BYTES"), std::string::npos);
+  }
+}
+
 TEST(CommEnv, AFormerNameIsRefusedWithTheNewOne) {
   const std::string e = error_of({{"BRAID_COMM_DEPTH", "2"}});
   EXPECT_NE(e.find("BRAID_COMM_DEPTH was renamed BRAID_COMM_RING_RECVS_AHEAD"), std::string::npos) << e;

@@ -12,6 +12,12 @@ timeout 300 "${MPIRUN[@]}" -np 2 "$BRAID" train "${common[@]}" --steps 6 --val-e
   || { cat "$tmp/out.txt"; fail "mpirun train exited non-zero"; }
 grep -q "step     6/6" "$tmp/out.txt" || { cat "$tmp/out.txt"; fail "no step lines"; }
 grep -q "val loss" "$tmp/out.txt" || fail "no validation line"
+# Validation follows --train-data: t_train.bin is validated on t_val.bin beside it.
+"$BRAID" train --backend local --model tiny --train-data "$tmp/t_train.bin" --seq-len 32 --batch 4 --micro-batch 1 \
+  --steps 1 --val-every 1 --val-batches 1 --metrics-out "$tmp/pair.jsonl" > "$tmp/pair.txt" 2>&1 \
+  || { cat "$tmp/pair.txt"; fail "train with --train-data alone"; }
+grep -q "val loss" "$tmp/pair.txt" || { cat "$tmp/pair.txt"; fail "no validation on t_val.bin"; }
+grep -q "t_val.bin" "$tmp/pair.jsonl" || fail "the run record does not name t_val.bin"
 grep -q -- "--- sample" "$tmp/out.txt" || fail "no sample"
 [ -f "$tmp/ck/step_6.ckpt" ] || fail "no checkpoint written"
 "$BRAID" verify "$tmp/ck" > "$tmp/verify.txt" || { cat "$tmp/verify.txt"; fail "braid verify"; }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>  // environ
 
 #include "braid/core/error.h"
 
@@ -13,6 +14,9 @@ CommBase::CommBase(std::shared_ptr<Monitor> monitor, std::shared_ptr<CommState> 
     : monitor_(std::move(monitor)), state_(std::move(state)) {
   if (monitor_ && state_) monitor_->attach(state_);
   algo::apply_env(ring_opts_, [](const char* name) { return std::getenv(name); });
+  std::vector<std::string> names;
+  for (char** e = environ; e && *e; ++e) names.emplace_back(*e, std::strcspn(*e, "="));
+  algo::check_env_names(names);
 }
 
 CommBase::~CommBase() { stop_progress(); }

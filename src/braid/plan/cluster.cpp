@@ -1,6 +1,7 @@
 #include "braid/plan/cluster.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -142,8 +143,19 @@ Cluster parse_cluster(std::istream& in, const std::string& origin) {
   std::map<std::string, bool> used;
   auto text = [&](const std::string& key) -> std::string {
     auto it = kv.find(key);
-    BRAID_CONFIG_CHECK(it != kv.end(), "cluster ", origin, " has no '", key,
-                       "'; every field of `braid plan --print-cluster a100-80gb` is required");
+    if (it == kv.end()) {
+      static const char* const known[] = {"name", "accelerators_per_node", "memory_gib", "memory_bandwidth_gbs",
+                                          "matmul_fraction", "kernel_overhead_us", "peak_tflops.bf16",
+                                          "peak_tflops.fp16", "peak_tflops.fp32", "intra_node.bandwidth_gbs",
+                                          "intra_node.latency_us", "inter_node.bandwidth_gbs",
+                                          "inter_node.latency_us", "inter_node.links_per_node"};
+      std::string unknown;  // misspellings, most likely
+      for (const auto& [k, v] : kv)
+        if (std::find(std::begin(known), std::end(known), k) == std::end(known))
+          unknown += (unknown.empty() ? " (it has '" : "', '") + k;
+      throw ConfigError(detail::concat("cluster ", origin, " has no '", key, "'", unknown.empty() ? "" : unknown + "')",
+                                       "; every field of `braid plan --print-cluster a100-80gb` is required"));
+    }
     used[key] = true;
     return it->second;
   };

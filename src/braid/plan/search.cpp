@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "braid/core/error.h"
@@ -134,8 +135,12 @@ SearchResult search_layouts(const train::TrainOptions& base, int n, const Cluste
     k.prediction = predict_step(k.opt, n, c, true);
     r.best.push_back(k);
   }
-  std::sort(r.best.begin(), r.best.end(),
-            [](const Candidate& x, const Candidate& y) { return x.prediction.step_s < y.prediction.step_s; });
+  // Equal times (ZeRO stages that move the same bytes here): the smaller memory first.
+  std::sort(r.best.begin(), r.best.end(), [](const Candidate& x, const Candidate& y) {
+    const double dx = x.prediction.step_s, dy = y.prediction.step_s;
+    if (std::abs(dx - dy) > 1e-9 * std::max(dx, dy)) return dx < dy;
+    return x.peak_bytes < y.peak_bytes;
+  });
   if (r.best.size() > keep) r.best.resize(keep);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

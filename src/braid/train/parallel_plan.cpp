@@ -169,7 +169,7 @@ void validate_batch(const TrainOptions& o, int dp, const model::GPTConfig& cfg) 
                      "global batch ", o.global_batch, " is not divisible by dp (", dp,
                      ") x micro-batch (", o.micro_batch, ") = ", dp * o.micro_batch,
                      "; use a --batch that is a multiple of ", dp * o.micro_batch,
-                     " or change --micro-batch");
+                     " or change --micro-batch (--micro-batch auto picks the largest that divides)");
   BRAID_CONFIG_CHECK(o.seq_len > 0 && o.seq_len <= cfg.block_size, "--seq-len ", o.seq_len,
                      " must be in [1, ", cfg.block_size, "] (block_size of model '", cfg.name,
                      "'); pass --seq-len ", cfg.block_size, " or less, or --block-size ", o.seq_len,

@@ -66,6 +66,9 @@ struct RingOptions {
 /// not parse, or when a variable is set under the name it had before (so that a
 /// setting is never silently ignored).
 void apply_env(RingOptions& opts, const std::function<const char*(const char*)>& getenv);
+/// Throws ConfigError naming the variable and the known ones when a name in `set`
+/// (the environment's variable names) starts with BRAID_COMM_ but is not one of them.
+void check_env_names(const std::vector<std::string>& set);
 /// Every variable apply_env reads, in docs/USAGE.md's order.
 std::vector<std::string> env_names();
 

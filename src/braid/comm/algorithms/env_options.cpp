@@ -76,6 +76,20 @@ void apply_env(RingOptions& opts, const std::function<const char*(const char*)>&
   }
 }
 
+void check_env_names(const std::vector<std::string>& set) {
+  const std::string prefix = "BRAID_COMM_";
+  for (const std::string& name : set) {
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    bool known = false;
+    for (const Var& v : kVars) known = known || name == v.name || name == v.old_name;
+    if (known) continue;
+    std::string all;
+    for (const Var& v : kVars) all += (all.empty() ? "" : ", ") + std::string(v.name);
+    throw ConfigError(detail::concat(name, " is not a variable braid reads (a misspelling would be ignored); the ",
+                                     prefix, "* variables are ", all));
+  }
+}
+
 std::vector<std::string> env_names() {
   std::vector<std::string> out;
   for (const Var& v : kVars) out.emplace_back(v.name);
