@@ -36,17 +36,17 @@ nlohmann::json to_json(const plan::StepPrediction& p) {
 }
 
 // Time and accelerator-hours to train on `tokens` at the predicted rate.
-std::string tokens_line(double tokens, const plan::StepPrediction& p, int accelerators) {
-  const double s = tokens / p.tokens_per_s;
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%.4g tokens: %.4g days on %d accelerators, %.4g accelerator-hours\n", tokens,
-                s / 86400, accelerators, s * accelerators / 3600);
-  return buf;
-}
-
 nlohmann::json tokens_json(double tokens, const plan::StepPrediction& p, int accelerators) {
   const double s = tokens / p.tokens_per_s;
   return {{"tokens", tokens}, {"days", s / 86400}, {"accelerator_hours", s * accelerators / 3600}};
+}
+
+std::string tokens_line(double tokens, const plan::StepPrediction& p, int accelerators) {
+  const nlohmann::json t = tokens_json(tokens, p, accelerators);
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%.4g tokens: %.4g days on %d accelerators, %.4g accelerator-hours\n", tokens,
+                t["days"].get<double>(), accelerators, t["accelerator_hours"].get<double>());
+  return buf;
 }
 
 // --search: the best layouts, why the others lose, and where the flags' own

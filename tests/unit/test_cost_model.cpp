@@ -3,7 +3,6 @@
 // weak-scaling table (its matmul fraction fitted on the first row only).
 #include <gtest/gtest.h>
 
-#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -150,14 +149,7 @@ struct Row {
 std::map<std::string, std::string> read_toml(const std::string& path) {
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << path;
-  std::map<std::string, std::string> kv;
-  for (const auto& it : CLI::ConfigTOML().from_config(in)) {
-    if (it.inputs.empty()) continue;
-    std::string key;
-    for (const auto& p : it.parents) key += p + ".";
-    kv[key + it.name] = it.inputs.front();
-  }
-  return kv;
+  return read_toml_values(in, path);
 }
 
 std::vector<double> numbers(const std::string& s) {

@@ -125,12 +125,12 @@ Link Cluster::inter_node_per_accelerator() const {
   return l;
 }
 
-Cluster parse_cluster(std::istream& in, const std::string& origin) {
+std::map<std::string, std::string> read_toml_values(std::istream& in, const std::string& origin) {
   std::vector<CLI::ConfigItem> items;
   try {
     items = CLI::ConfigTOML().from_config(in);
   } catch (const CLI::ParseError& e) {
-    throw ConfigError(detail::concat("cluster ", origin, ": ", e.what()));
+    throw ConfigError(detail::concat(origin, ": ", e.what()));
   }
   std::map<std::string, std::string> kv;
   for (const CLI::ConfigItem& it : items) {
@@ -139,6 +139,11 @@ Cluster parse_cluster(std::istream& in, const std::string& origin) {
     for (const auto& p : it.parents) key += p + ".";
     kv[key + it.name] = it.inputs.front();
   }
+  return kv;
+}
+
+Cluster parse_cluster(std::istream& in, const std::string& origin) {
+  const std::map<std::string, std::string> kv = read_toml_values(in, "cluster " + origin);
   Cluster c;
   std::map<std::string, bool> used;
   auto text = [&](const std::string& key) -> std::string {

@@ -4,6 +4,7 @@
 // preset: a100-80gb, h100-80gb, h200 (vendors' figures, sources in each preset).
 #pragma once
 #include <istream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,11 @@ struct Cluster {
   /// sends at once: the node's links shared among them.
   Link inter_node_per_accelerator() const;
 };
+
+/// A TOML text's values by dotted key ("section.key" -> its text, quotes removed),
+/// as CLI11's TOML reader gives them. Throws ConfigError naming `origin` when it
+/// does not parse.
+std::map<std::string, std::string> read_toml_values(std::istream& in, const std::string& origin);
 
 /// Parses a cluster description (TOML: name, accelerators_per_node, memory_gib,
 /// memory_bandwidth_gbs, matmul_fraction, kernel_overhead_us; [peak_tflops] bf16, fp16, fp32;

@@ -177,7 +177,6 @@ StepPrediction predict_step(const train::TrainOptions& options, int world, const
       stage_tp = layers * (4 * tp_ar + recompute_ar);
       stage_params = rank_params(cfg, layers, first, last, t);
     }
-    if (first && last) stage_params = rank_params(cfg, layers, true, true, t);
   }
   // Activations between stages: each TP rank sends its 1/t slice over the
   // inter-node link, then the slices are all-gathered inside the node
