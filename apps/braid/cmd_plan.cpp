@@ -2,7 +2,9 @@
 // memory by category that `braid train` reports at the end of a run.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "braid/commands.h"
@@ -11,6 +13,10 @@
 
 #include "braid/plan/cost_model.h"
 #include "braid/plan/search.h"
+#include "braid/plan/this_machine.h"
+#ifdef BRAID_WITH_MPI
+#include "braid/comm/backends/mpi.h"
+#endif
 #include "braid/train/plan.h"
 
 namespace braid::cli {
@@ -33,6 +39,30 @@ nlohmann::json to_json(const plan::StepPrediction& p) {
           {"pp_comm_s", p.pp_comm},       {"bubble_s", p.bubble},
           {"dp_exposed_s", p.dp_exposed}, {"optimizer_s", p.optimizer},
           {"micro_batches", p.micro_batches}};
+}
+
+// Ranks this process was launched among by mpirun (OpenMPI's or a PMI launcher's
+// variable), 1 when started alone.
+int launched_ranks() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (const char* v = std::getenv(name)) return std::max(1, std::atoi(v));
+  return 1;
+}
+
+// this-machine, measured among the ranks mpirun launched (links between MPI
+// processes, as `braid train` runs) or, started alone, among threads. Under
+// mpirun only rank 0 gets the cluster; the others get nothing and stop.
+std::optional<plan::Cluster> measure_this_machine_once() {
+  if (launched_ranks() > 1) {
+#ifdef BRAID_WITH_MPI
+    comm::MpiRuntime mpi;
+    auto world = mpi.world();
+    plan::Cluster c = plan::measure_this_machine(world.get());
+    if (world->rank() != 0) return std::nullopt;
+    return c;
+#endif
+  }
+  return plan::measure_this_machine();
 }
 
 // Time and accelerator-hours to train on `tokens` at the predicted rate.
@@ -150,15 +180,21 @@ void add_plan(CLI::App& app) {
   c->add_flag("--json", a->json, "With --cluster: print the prediction (or the search) as JSON")->group("Time");
 
   c->callback([a] {
+    std::optional<plan::Cluster> measured;
+    if (a->print_cluster == "this-machine" || a->cluster == "this-machine") {
+      measured = measure_this_machine_once();
+      if (!measured) return;  // a rank other than 0 of mpirun: measured, nothing to print
+    }
     if (!a->print_cluster.empty()) {
-      std::printf("%s", plan::cluster_preset_text(a->print_cluster).c_str());
+      std::printf("%s", measured ? ("# measured by braid on this machine\n" + plan::format_cluster(*measured)).c_str()
+                                 : plan::cluster_preset_text(a->print_cluster).c_str());
       return;
     }
     BRAID_CONFIG_CHECK(a->ranks >= 1, "--ranks ", a->ranks, " must be >= 1");
     BRAID_CONFIG_CHECK(!a->cluster.empty() || !(a->search || a->json || a->tokens > 0),
                        "--search, --json and --tokens need --cluster (a preset: a100-80gb, h100-80gb, h200, or a file)");
     // A cluster that does not load is refused before any table is printed.
-    const plan::Cluster cl = a->cluster.empty() ? plan::Cluster{} : plan::load_cluster(a->cluster);
+    const plan::Cluster cl = measured ? *measured : a->cluster.empty() ? plan::Cluster{} : plan::load_cluster(a->cluster);
     if (a->search) return print_search(*a, cl);
     if (a->json) {
       const plan::StepPrediction p = plan::predict_step(a->opt, a->ranks, cl);

@@ -80,7 +80,7 @@ TEST(CostModel, ClusterFilesAreCheckedFieldByField) {
     s.replace(s.find(from), from.size(), to);
     return s;
   };
-  EXPECT_NE(error(replace("matmul_fraction = 0.637", "matmul_fraction = 1.5")).find("matmul_fraction"),
+  EXPECT_NE(error(replace("matmul_fraction = 0.634", "matmul_fraction = 1.5")).find("matmul_fraction"),
             std::string::npos);
   EXPECT_NE(error(replace("links_per_node = 8", "links = 8")).find("has no 'inter_node.links_per_node'"),
             std::string::npos);
@@ -97,11 +97,85 @@ TEST(CostModel, ThisMachineIsMeasuredAndWritesAClusterFile) {
   EXPECT_GT(m.memory_bandwidth, 1e8);
   EXPECT_GT(m.intra_node.bandwidth, 1e7);
   EXPECT_GT(m.memory_bytes, 0);
+  // Fitted to braid's own block: a share of the ceiling, never above it.
+  EXPECT_GT(m.matmul_fraction, 0.0);
+  EXPECT_LE(m.matmul_fraction, 1.0);
+  EXPECT_GT(m.backward_matmul_fraction, 0.0);
+  EXPECT_LE(m.backward_matmul_fraction, 1.0);
+  EXPECT_FALSE(m.comm_overlaps_compute);  // the progress threads share the cores
   std::istringstream in(format_cluster(m));
   const Cluster back = parse_cluster(in, "measured");
   EXPECT_NEAR(back.peak_fp32 / m.peak_fp32, 1.0, 1e-5);
   EXPECT_NEAR(back.intra_node.latency / m.intra_node.latency, 1.0, 1e-5);
+  EXPECT_NEAR(back.backward_matmul_fraction / m.backward_matmul_fraction, 1.0, 1e-5);
+  EXPECT_EQ(back.comm_overlaps_compute, m.comm_overlaps_compute);
   EXPECT_EQ(back.accelerators_per_node, m.accelerators_per_node);
+}
+
+// A cluster file with a line changed: `key = value` replaced, or added after
+// kernel_overhead_us when the file has no such key.
+Cluster with_line(const std::string& preset, const std::string& key, const std::string& value) {
+  std::istringstream in(cluster_preset_text(preset));
+  std::string text, line;
+  bool found = false;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + " ", 0) == 0) line = key + " = " + value, found = true;
+    text += line + "\n";
+    if (!found && line.rfind("kernel_overhead_us", 0) == 0) text += key + " = " + value + "\n", found = true;
+  }
+  std::istringstream file(text);
+  return parse_cluster(file, "edited");
+}
+
+TEST(CostModel, OptionalClusterFieldsDefaultAndParse) {
+  const Cluster a = load_cluster("a100-80gb");
+  EXPECT_EQ(a.backward_matmul_fraction, a.matmul_fraction);  // absent: backward as fast as forward
+  EXPECT_TRUE(a.comm_overlaps_compute);
+  EXPECT_EQ(with_line("a100-80gb", "backward_matmul_fraction", "0.5").backward_matmul_fraction, 0.5);
+  EXPECT_FALSE(with_line("a100-80gb", "comm_overlaps_compute", "false").comm_overlaps_compute);
+  EXPECT_THROW(with_line("a100-80gb", "comm_overlaps_compute", "sometimes"), ConfigError);
+  EXPECT_THROW(with_line("a100-80gb", "backward_matmul_fraction", "1.5"), ConfigError);
+}
+
+// gpt2 at sequence 1024 with micro-batches of 8.
+train::TrainOptions gpt2_options(int64_t global_batch) {
+  train::TrainOptions o;
+  o.model = "gpt2";
+  o.global_batch = global_batch;
+  o.micro_batch = 8;
+  o.seq_len = 1024;
+  return o;
+}
+
+TEST(CostModel, BackwardFractionSlowsBackwardOnly) {
+  // Halving backward's rate doubles backward's matmul time and leaves forward alone.
+  const train::TrainOptions o = gpt2_options(8);
+  const Cluster c = load_cluster("a100-80gb");
+  const Cluster slow = with_line("a100-80gb", "backward_matmul_fraction", std::to_string(c.matmul_fraction / 2));
+  const StepPrediction p = predict_step(o, 1, c), q = predict_step(o, 1, slow);
+  EXPECT_NEAR(q.stage_forward_s, p.stage_forward_s, 1e-12);
+  EXPECT_GT(q.stage_backward_s, 1.8 * p.stage_backward_s);
+  EXPECT_LT(q.stage_backward_s, 2.0 * p.stage_backward_s);  // element-wise work and launches unchanged
+}
+
+TEST(CostModel, CommunicationOnSharedCoresIsNeverHidden) {
+  // DDP on one node: overlap hides the gradient all-reduce behind backward,
+  // unless the collectives run on the cores that compute; then the whole
+  // ring all-reduce of the f32 gradients, 2(p-1)(alpha + n/(p beta)), is exposed.
+  const train::TrainOptions o = gpt2_options(64);
+  const Cluster c = load_cluster("a100-80gb");
+  const Cluster shared = with_line("a100-80gb", "comm_overlaps_compute", "false");
+  const StepPrediction hidden = predict_step(o, 8, c), exposed = predict_step(o, 8, shared);
+  EXPECT_NEAR(hidden.dp_exposed, 0.0, 1e-12);
+  const double n = 4.0 * 124475904;  // f32 gradients: gpt2's flat buffer (braid plan's Psi)
+  EXPECT_NEAR(exposed.dp_exposed / ring_all_reduce(n, 8, c.intra_node), 1.0, 1e-3);
+  EXPECT_NEAR(exposed.step_s - hidden.step_s, exposed.dp_exposed, 1e-12);
+}
+
+TEST(CostModel, OptimizerBytesCountTheNormPassAndTheComputeCopy) {
+  EXPECT_EQ(optimizer_bytes_per_element(DType::f32, DType::f32), 24 + 2 * 4);
+  EXPECT_EQ(optimizer_bytes_per_element(DType::bf16, DType::f32), 24 + 2 * 4 + 2);
+  EXPECT_EQ(optimizer_bytes_per_element(DType::bf16, DType::bf16), 24 + 2 * 2 + 2);
 }
 
 TEST(CostModel, OneStageStepIsTheMicroBatchesWork) {
@@ -197,10 +271,11 @@ TEST(CostModel, PredictsTheMegatronWeakScalingTable) {
     return F / (col["gpus"][i] * p.step_s) / 1e12;
   };
   Cluster c = load_cluster("a100-80gb");
-  // Fit the matmul fraction on the first row alone (achieved grows with it).
+  // Fit the matmul fraction (forward and backward alike, as the preset has one)
+  // on the first row alone (achieved grows with it).
   double lo = 0.05, hi = 1.0;
   for (int it = 0; it < 50; ++it) {
-    c.matmul_fraction = 0.5 * (lo + hi);
+    c.matmul_fraction = c.backward_matmul_fraction = 0.5 * (lo + hi);
     (achieved(0, c) > col["tflops"][0] ? hi : lo) = c.matmul_fraction;
   }
   EXPECT_NEAR(c.matmul_fraction, load_cluster("a100-80gb").matmul_fraction, 0.0005)

@@ -27,16 +27,24 @@ struct Cluster {
   double memory_bytes = 0;            // per accelerator
   double memory_bandwidth = 0;        // bytes/s per accelerator: element-wise kernels, the optimizer
   double peak_bf16 = 0, peak_fp16 = 0, peak_fp32 = 0;  // dense FLOP/s per accelerator
-  double matmul_fraction = 1;         // share of the peak large matmuls reach
+  double matmul_fraction = 1;         // share of the peak large matmuls reach (forward)
+  double backward_matmul_fraction = 1;  // the same for backward's (input and weight gradients)
   double kernel_overhead = 0;         // seconds each launched kernel costs beyond its work
   Link intra_node;                    // between accelerators of a node (per accelerator)
   Link inter_node;                    // one inter-node link (one NIC)
   int links_per_node = 1;             // inter-node links (NICs) of a node
+  /// Whether communication runs beside compute (GPUs: copy engines and NICs) so
+  /// that overlap hides it; false where the ranks' progress threads share the
+  /// cores that compute (this-machine), so a collective costs its time even
+  /// when it overlaps.
+  bool comm_overlaps_compute = true;
 
   /// Peak dense FLOP/s of one accelerator in `dtype`.
   double peak_flops(DType dtype) const;
   /// What large matmuls reach: peak_flops(dtype) x matmul_fraction.
   double matmul_flops(DType dtype) const { return peak_flops(dtype) * matmul_fraction; }
+  /// What backward's matmuls reach: peak_flops(dtype) x backward_matmul_fraction.
+  double backward_matmul_flops(DType dtype) const { return peak_flops(dtype) * backward_matmul_fraction; }
   /// The inter-node link one accelerator has when every accelerator of its node
   /// sends at once: the node's links shared among them.
   Link inter_node_per_accelerator() const;
@@ -51,8 +59,9 @@ std::map<std::string, std::string> read_toml_values(std::istream& in, const std:
 /// memory_bandwidth_gbs, matmul_fraction, kernel_overhead_us; [peak_tflops] bf16, fp16, fp32;
 /// [intra_node] bandwidth_gbs, latency_us; [inter_node] bandwidth_gbs,
 /// latency_us, links_per_node; GB = 1e9 bytes, TFLOP = 1e12). Every field is
-/// required and every value must be positive (matmul_fraction in (0, 1],
-/// kernel_overhead_us may be 0).
+/// required but backward_matmul_fraction (default: matmul_fraction) and
+/// comm_overlaps_compute (true or false; default true), and every value must be
+/// positive (the fractions in (0, 1], kernel_overhead_us may be 0).
 /// Throws ConfigError naming `origin`, the field and the fix.
 Cluster parse_cluster(std::istream& in, const std::string& origin);
 /// A preset by name, "this-machine" (measured now: measure_this_machine), else

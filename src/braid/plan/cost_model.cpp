@@ -65,6 +65,23 @@ double megatron_flops_per_iteration(double B, double s, double l, double h, doub
   return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
 }
 
+BlockWork block_forward_work(double b, double s, double h, double heads, int tp, double e, bool sp, bool dropout) {
+  const double t = tp, tokens = b * s, rows = sp ? tokens / t : tokens;
+  BlockWork w;
+  w.flops = (24.0 * tokens * h * h + 4.0 * b * s * s * h) / t;
+  const double drop = dropout ? 1.0 : 0.0;  // one mask byte per element
+  const double replicated = rows * h * (2 * 2 * e + 2 * 3 * e + drop * 2 * (2 * e + 1));
+  const double gelu = tokens * 4 * h / t * 2 * e;
+  const double softmax = tokens * (heads / t) * s * (2 * e + drop * (2 * e + 1));
+  w.bytes = replicated + gelu + softmax;
+  return w;
+}
+
+double optimizer_bytes_per_element(DType compute, DType grad) {
+  return 3 * 4 * 2 + 2.0 * static_cast<double>(dtype_size(grad)) +
+         (compute == DType::f32 ? 0.0 : static_cast<double>(dtype_size(compute)));
+}
+
 namespace {
 
 // Kernels one block's forward launches: two LayerNorms, four matmuls (QKV,
@@ -77,7 +94,10 @@ constexpr double kBlockKernels = 20;
 struct Work {
   double flops = 0;  // matmul FLOPs
   double bytes = 0;  // memory traffic of the element-wise kernels
-  double seconds(const Cluster& c, DType t) const { return flops / c.matmul_flops(t) + bytes / c.memory_bandwidth; }
+  /// Backward's matmuls (input and weight gradients) run at their own rate.
+  double seconds(const Cluster& c, DType t, bool backward = false) const {
+    return flops / (backward ? c.backward_matmul_flops(t) : c.matmul_flops(t)) + bytes / c.memory_bandwidth;
+  }
   Work& operator+=(const Work& o) {
     flops += o.flops, bytes += o.bytes;
     return *this;
@@ -91,29 +111,22 @@ struct Shape {
   bool sp, dropout;         // sequence parallel; dropout masks written and read
 };
 
-// Forward of one transformer block on one TP rank. Matmuls: QKV 6bsh^2, output
-// projection 2bsh^2, MLP 16bsh^2, attention scores and values 4bs^2h, all split
-// over TP. Element-wise traffic (read + write, in the compute dtype): per token
-// two LayerNorms and two residual adds over h (split over TP only with sequence
-// parallelism), GeLU over 4h, and per head the score softmax over s (fused scale,
-// mask and softmax as in Megatron-LM), plus dropout's masks when it is on.
 Work block_forward(const Shape& x) {
-  const double tokens = x.b * x.s, rows = x.sp ? tokens / x.t : tokens;
-  Work w;
-  w.flops = (24.0 * tokens * x.h * x.h + 4.0 * x.b * x.s * x.s * x.h) / x.t;
-  const double drop = x.dropout ? 1.0 : 0.0;  // one mask byte per element
-  const double replicated = rows * x.h * (2 * 2 * x.e + 2 * 3 * x.e + drop * 2 * (2 * x.e + 1));
-  const double gelu = tokens * 4 * x.h / x.t * 2 * x.e;
-  const double softmax = tokens * (x.a / x.t) * x.s * (2 * x.e + drop * (2 * x.e + 1));
-  w.bytes = replicated + gelu + softmax;
-  return w;
+  const BlockWork w = block_forward_work(x.b, x.s, x.h, x.a, static_cast<int>(x.t), x.e, x.sp, x.dropout);
+  return {w.flops, w.bytes};
 }
 
 // The head on the last stage, forward: logits 2bshV over TP, and the
-// cross-entropy's passes over the f32 logits.
+// cross-entropy's three passes over the f32 logits (maximum, sum of
+// exponentials, probabilities). Backward: twice the matmul FLOPs, and one pass
+// that reads the probabilities and writes the logits' gradient.
 Work head_forward(const Shape& x) {
   const double tokens = x.b * x.s;
   return {2.0 * tokens * x.h * x.V / x.t, tokens * x.V / x.t * 4 * 3};
+}
+Work head_backward(const Shape& x) {
+  const double tokens = x.b * x.s;
+  return {4.0 * tokens * x.h * x.V / x.t, tokens * x.V / x.t * 4 * 2};
 }
 
 // Activation bytes one TP collective of a block carries.
@@ -156,7 +169,7 @@ StepPrediction predict_step(const train::TrainOptions& options, int world, const
   // its forward runs kBlockKernels, backward twice as many.
   const double launch = kBlockKernels * c.kernel_overhead;
   const double block_f = fwd.seconds(c, ct) + 2 * tp_ar + launch;
-  const double block_b = (2.0 * fwd).seconds(c, ct) + recompute.seconds(c, ct) + 2 * tp_ar + recompute_ar +
+  const double block_b = (2.0 * fwd).seconds(c, ct, true) + recompute.seconds(c, ct) + 2 * tp_ar + recompute_ar +
                          (2 + (plan.recompute == model::Recompute::full ? 1 : 0)) * launch;
 
   // The slowest stage sets the pace (the schedule is simulated with its costs on every stage).
@@ -170,7 +183,7 @@ StepPrediction predict_step(const train::TrainOptions& options, int world, const
     if (last) {
       const Work head = head_forward(x);
       f += head.seconds(c, ct);
-      b += (2.0 * head).seconds(c, ct);
+      b += head_backward(x).seconds(c, ct, true);
     }
     if (f + b > stage_f + stage_b) {
       stage_f = f, stage_b = b;
@@ -215,15 +228,15 @@ StepPrediction predict_step(const train::TrainOptions& options, int world, const
   }
   // Buckets and prefetches run during backward only without a pipeline (a
   // pipeline syncs after its flush); ZeRO-3's gathers hide behind all of compute.
-  if (opt.overlap && P == 1) {
+  // On a cluster whose communication shares the compute cores nothing is hidden.
+  if (opt.overlap && P == 1 && c.comm_overlaps_compute) {
     const bool gathers = plan.sharded_engine() && plan.dp.zero_stage == 3;
     hidden = gathers ? m * (stage_f + stage_b) : stage_b;
   }
   r.dp_exposed = std::max(0.0, dp - hidden);
-  // AdamW: per element of this rank's state, f32 master, m, v read and written,
-  // the gradient read and the compute copy written.
+  // AdamW and the norm over this rank's state.
   const double state = plan.dp.zero_stage >= 1 ? stage_params / plan.dp.shard_degree : stage_params;
-  r.optimizer = state * (3 * 4 * 2 + dtype_size(plan.reduce) + dtype_size(ct)) / c.memory_bandwidth;
+  r.optimizer = state * optimizer_bytes_per_element(ct, plan.reduce) / c.memory_bandwidth;
 
   r.micro_batches = m;
   r.stage_forward_s = f_cost;

@@ -42,6 +42,29 @@ double all_reduce(double n, const Placement& g, const Cluster& c);
 /// All-gather or reduce-scatter on a placed group (the same decomposition).
 double all_gather(double n, const Placement& g, const Cluster& c);
 
+// ---- one transformer block ----
+
+/// What one transformer block's forward costs on one TP rank: matmul FLOPs and the
+/// bytes its element-wise kernels read and write. Backward is twice both.
+struct BlockWork {
+  double flops = 0;  // matmul FLOPs
+  double bytes = 0;  // element-wise traffic
+};
+/// Forward of one block for a micro-batch of b sequences of s tokens, width h,
+/// `heads` heads, over `tp` TP ranks, activations of `elem_bytes` bytes.
+/// Matmuls: QKV 6bsh^2, output projection 2bsh^2, MLP 16bsh^2, attention scores
+/// and values 4bs^2h, all split over TP (Narayanan et al. SC21, sec. 5.1).
+/// Element-wise (read + write): per token two LayerNorms and two residual adds
+/// over h (split over TP only with sequence parallelism), GeLU over 4h, the
+/// score softmax over s per head, dropout's masks when dropout is on.
+BlockWork block_forward_work(double b, double s, double h, double heads, int tp, double elem_bytes,
+                             bool sequence_parallel, bool dropout);
+
+/// Bytes braid's optimizer moves per element of state it updates: the f32 master,
+/// m and v read and written (24), the gradient read twice (the global norm's
+/// pass and AdamW), and the compute copy written when it is not the master.
+double optimizer_bytes_per_element(DType compute, DType grad);
+
 // ---- the step ----
 
 struct StepPrediction {

@@ -4,14 +4,22 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
+#include <exception>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
 #include "braid/core/host_memory.h"
+#include "braid/core/rng.h"
+#include "braid/core/span_sink.h"
+#include "braid/kernels/cpu/adamw.h"
+#include "braid/model/gpt.h"
+#include "braid/plan/cost_model.h"
 #include "braid/train/mfu.h"
+#include "braid/train/optimizer.h"
 
 namespace braid::plan {
 
@@ -21,62 +29,196 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Bytes/s of a 64 MiB memcpy (read + write counted once each, as the
-// element-wise kernels' traffic is), best of a few.
-double memcpy_bandwidth() {
-  const size_t n = size_t{64} << 20;
-  std::vector<char> a(n, 1), b(n, 0);
-  double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Bytes/s braid's optimizer streams at, as the cost model counts its bytes
+// (optimizer_bytes_per_element per f32 element): the gradient norm's pass and AdamW as the
+// clipped step runs it (adamw_update_mixed), over 16 Mi elements, best of a few.
+double optimizer_bandwidth() {
+  const size_t n = size_t{16} << 20;
+  std::vector<float> p(n, 1.f), g(n, 1e-3f), m(n, 0.f), v(n, 0.f);
+  double best = 1e30, sink = 0;
+  for (int t = 1; t <= 4; ++t) {
     const auto t0 = Clock::now();
-    std::memcpy(b.data(), a.data(), n);
+    sink += train::grad_sumsq(g.data(), DType::f32, n, 1.f);
+    kernels::adamw_update_mixed(p.data(), g.data(), DType::f32, 0.5f, m.data(), v.data(), n, 1e-4f, 0.9f, 0.95f,
+                                1e-8f, 0.1f, t);
     best = std::min(best, seconds_since(t0));
   }
-  return 2.0 * static_cast<double>(n) / best;
+  BRAID_CHECK(sink >= 0, "gradient norm probe");
+  return optimizer_bytes_per_element(DType::f32, DType::f32) * static_cast<double>(n) / best;
 }
 
-// One-way time of a message of `bytes` between two ranks: half the best round trip.
-double one_way(comm::Communicator& c, std::vector<char>& buf, size_t bytes, int reps) {
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    if (c.rank() == 0) {
-      c.send(buf.data(), bytes, 1, 1);
-      c.recv(buf.data(), bytes, 1, 2);
-    } else {
-      c.recv(buf.data(), bytes, 0, 1);
-      c.send(buf.data(), bytes, 0, 2);
-    }
-    best = std::min(best, seconds_since(t0) / 2);
+// Seconds per span name, summed.
+class SpanTotals : public SpanSink {
+ public:
+  void span(std::string name, const char*, const std::string&, double t0_us, double t1_us, std::string) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    seconds_[name] += (t1_us - t0_us) * 1e-6;
   }
-  return best;
+  double take(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const double s = seconds_[name];
+    seconds_.clear();
+    return s;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, double> seconds_;
+};
+
+// The shape the matmul fractions are fitted at: a block of gpt2's width with 512
+// tokens per micro-batch, between what `small` (1,024) and `gpt2` runs here
+// (256) use.
+constexpr int64_t kFitB = 4, kFitT = 128, kFitC = 768, kFitHeads = 12;
+
+// One rank's figures, measured while every other rank of the node measures its own.
+struct RankRates {
+  double ceiling = 0;              // FLOP/s, the median probe
+  double optimizer_bandwidth = 0;  // bytes/s
+  double forward_fraction = 0, backward_fraction = 0;
+};
+
+// The f32 matmul ceiling now: one short probe (braid's matmuls run in f32 in
+// every precision, on half-rounded operands: train::matmul_path).
+double ceiling_probe() { return train::measure_matmul_ceiling(1024, 768, 3072, DType::f32, 1, 0.05).flops; }
+
+// The share of the ceiling a block's matmuls reach, such that the cost model's
+// block (block_forward_work: its FLOPs at that share plus its element-wise bytes
+// at `bandwidth`) takes `seconds`.
+double fitted_fraction(double flops, double bytes, double seconds, double bandwidth, double ceiling) {
+  const double matmul_s = std::max(seconds - bytes / bandwidth, 0.5 * seconds);
+  return flops / (ceiling * matmul_s);
 }
 
-// Least-squares alpha + n / beta over the ping-pong sizes.
-Link fit_link(const std::vector<double>& n, const std::vector<double>& t) {
-  const double k = static_cast<double>(n.size());
-  double sn = 0, st = 0, snn = 0, snt = 0;
-  for (size_t i = 0; i < n.size(); ++i) sn += n[i], st += t[i], snn += n[i] * n[i], snt += n[i] * t[i];
-  const double slope = (k * snt - sn * st) / (k * snn - sn * sn);
-  const double alpha = (st - slope * sn) / k;
-  return {1.0 / std::max(slope, 1e-15), std::max(alpha, 1e-7)};
+// Block 0's forward and backward in a 2-block f32 GPT of a small vocabulary at
+// the fit shape, each step after a warm-up beside a ceiling probe: the fractions
+// are the medians of the per-step ratios, so that a neighbour's burst of load
+// slows the probe and the block alike.
+RankRates measure_rank() {
+  RankRates r;
+  r.optimizer_bandwidth = optimizer_bandwidth();
+  model::GPTConfig cfg = model::GPTConfig::preset("small");
+  cfg.name = "fit";
+  cfg.n_layer = 2, cfg.n_embd = kFitC, cfg.n_head = kFitHeads, cfg.block_size = kFitT;
+  cfg.vocab_size = cfg.padded_vocab_size = 256;
+  model::GPT gpt(cfg, kFitB, kFitT);
+  gpt.init_weights(1);
+  std::vector<int32_t> tokens(static_cast<size_t>(kFitB * kFitT)), targets(tokens.size());
+  Rng rng(3);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<int32_t>(rng.below(256)), targets[i] = static_cast<int32_t>(rng.below(256));
+  SpanTotals spans;
+  gpt.set_span_sink(&spans);
+  const BlockWork w = block_forward_work(kFitB, kFitT, kFitC, kFitHeads, 1, 4, false, false);
+  std::vector<double> f, b, ceilings;
+  for (int rep = 0; rep < 8; ++rep) {
+    const double ceiling = ceiling_probe();
+    gpt.zero_grad();
+    gpt.forward(tokens.data(), targets.data(), kFitB, kFitT);
+    const double fwd = spans.take("forward block 0");
+    gpt.backward(1.0f);
+    const double bwd = spans.take("backward block 0");
+    if (rep == 0) continue;  // warm-up
+    ceilings.push_back(ceiling);
+    f.push_back(fitted_fraction(w.flops, w.bytes, fwd, r.optimizer_bandwidth, ceiling));
+    b.push_back(fitted_fraction(2 * w.flops, 2 * w.bytes, bwd, r.optimizer_bandwidth, ceiling));
+  }
+  r.ceiling = median(ceilings);
+  r.forward_fraction = median(f), r.backward_fraction = median(b);
+  return r;
 }
 
-Link measure_link() {
-  std::vector<double> sizes, times;
-  comm::run_local(2, [&](comm::Communicator& c) {
-    std::vector<char> buf(size_t{16} << 20, 1);
-    for (size_t b = size_t{4} << 10; b <= buf.size(); b *= 4) {
-      const double t = one_way(c, buf, b, 8);
-      if (c.rank() == 0) sizes.push_back(static_cast<double>(b)), times.push_back(t);
-    }
-  });
-  return fit_link(sizes, times);
+// fn() run on n threads at once (ranks as threads); the results in rank order.
+template <typename Fn>
+auto on_every_rank(int n, Fn fn) -> std::vector<decltype(fn())> {
+  std::vector<decltype(fn())> out(static_cast<size_t>(n));
+  std::vector<std::thread> ranks;
+  std::exception_ptr failure;
+  std::mutex mu;
+  for (int r = 0; r < n; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        out[static_cast<size_t>(r)] = fn();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        failure = std::current_exception();
+      }
+    });
+  for (std::thread& t : ranks) t.join();
+  if (failure) std::rethrow_exception(failure);
+  return out;
+}
+
+// Seconds of braid's ring all-reduce of `bytes` (f32 sum) over `c`, the best of
+// a few after a warm-up, and the same figure on every rank (the slowest rank's).
+double all_reduce_seconds(comm::Communicator& c, std::vector<float>& buf, size_t bytes) {
+  const size_t count = bytes / sizeof(float);
+  double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = Clock::now();
+    c.all_reduce(buf.data(), buf.data(), count, DType::f32, comm::ReduceOp::sum);
+    if (r > 0) best = std::min(best, seconds_since(t0));
+  }
+  float t = static_cast<float>(best);
+  c.all_reduce(&t, &t, 1, DType::f32, comm::ReduceOp::max);
+  return t;
+}
+
+// alpha-beta of the link from braid's ring all-reduce over all of `c` (p ranks)
+// at 64 KiB to 64 MiB: its time is 2(p-1)(alpha + n/(p beta)), a line in n. The fit takes in what a collective costs beyond the wire:
+// the copies through shared memory and the reduction's arithmetic.
+Link fit_all_reduce_link(comm::Communicator& c) {
+  std::vector<float> buf(size_t{16} << 20, 1.f);
+  std::vector<double> n, t;
+  for (size_t bytes = size_t{64} << 10; bytes <= buf.size() * sizeof(float); bytes *= 4) {
+    n.push_back(static_cast<double>(bytes));
+    t.push_back(all_reduce_seconds(c, buf, bytes));
+  }
+  // Least squares in relative error (weights 1/t^2), so that the small
+  // messages' latency counts as much as the large ones' bandwidth.
+  double sw = 0, sn = 0, st = 0, snn = 0, snt = 0;
+  for (size_t i = 0; i < n.size(); ++i) {
+    const double w = 1.0 / (t[i] * t[i]);
+    sw += w, sn += w * n[i], st += w * t[i], snn += w * n[i] * n[i], snt += w * n[i] * t[i];
+  }
+  const double slope = std::max((sw * snt - sn * st) / (sw * snn - sn * sn), 1e-15);
+  const double intercept = (st - slope * sn) / sw;
+  const double p = c.size(), steps = 2 * (p - 1);
+  return {steps / (p * slope), std::max(intercept / steps, 1e-7)};
+}
+
+// The node's figures: the mean of every rank's.
+RankRates combine(const std::vector<RankRates>& all) {
+  RankRates m;
+  const double n = static_cast<double>(all.size());
+  for (const RankRates& r : all) {
+    m.ceiling += r.ceiling / n;
+    m.optimizer_bandwidth += r.optimizer_bandwidth / n;
+    m.forward_fraction += r.forward_fraction / n, m.backward_fraction += r.backward_fraction / n;
+  }
+  return m;
+}
+
+// Every rank's figures of `world` (as f32), in rank order.
+std::vector<RankRates> gather_rates(comm::Communicator& world, const RankRates& mine) {
+  const float v[4] = {static_cast<float>(mine.ceiling), static_cast<float>(mine.optimizer_bandwidth),
+                      static_cast<float>(mine.forward_fraction), static_cast<float>(mine.backward_fraction)};
+  std::vector<float> all(4 * static_cast<size_t>(world.size()));
+  world.all_gather(v, all.data(), 4, DType::f32);
+  std::vector<RankRates> out;
+  for (size_t r = 0; r < static_cast<size_t>(world.size()); ++r)
+    out.push_back({all[4 * r], all[4 * r + 1], all[4 * r + 2], all[4 * r + 3]});
+  return out;
 }
 
 }  // namespace
 
-Cluster measure_this_machine() {
+Cluster measure_this_machine(comm::Communicator* world) {
   Cluster c;
   c.name = "this-machine";
   const int threads = std::max(1, omp_get_max_threads());
@@ -84,22 +226,28 @@ Cluster measure_this_machine() {
   c.accelerators_per_node = std::max(1, cores / threads);
   // The memory the host has free now, shared by the node's ranks.
   c.memory_bytes = static_cast<double>(host_memory_available().value_or(uint64_t{1} << 30)) / c.accelerators_per_node;
-  const double f32 = train::measure_matmul_ceiling(1024, 768, 3072, DType::f32).flops;
-  auto half = [&](DType t) {
-    try {
-      return std::max(f32, train::measure_matmul_ceiling(1024, 768, 3072, t).flops);
-    } catch (const Error&) {
-      return f32;  // no matmul for this dtype here: braid computes it in f32
-    }
-  };
-  c.peak_fp32 = f32;
-  c.peak_bf16 = half(DType::bf16);
-  c.peak_fp16 = half(DType::f16);
-  c.matmul_fraction = 1.0;
-  c.memory_bandwidth = memcpy_bandwidth();
-  c.intra_node = measure_link();
+  // Every rank of the node at work at once: ranks on one host share its memory,
+  // caches and clocks, so a rank is slower beside busy neighbours than alone,
+  // and a layout that fills the node sees these rates.
+  RankRates m;
+  if (world && world->size() > 1) {
+    world->barrier();
+    m = combine(gather_rates(*world, measure_rank()));
+    c.intra_node = fit_all_reduce_link(*world);
+  } else {
+    m = combine(on_every_rank(c.accelerators_per_node, measure_rank));
+    comm::run_local(std::max(2, c.accelerators_per_node), [&](comm::Communicator& w) {
+      const Link l = fit_all_reduce_link(w);
+      if (w.rank() == 0) c.intra_node = l;
+    });
+  }
+  c.peak_fp32 = c.peak_bf16 = c.peak_fp16 = m.ceiling;
+  c.memory_bandwidth = m.optimizer_bandwidth;
+  c.matmul_fraction = std::clamp(m.forward_fraction, 0.01, 1.0);
+  c.backward_matmul_fraction = std::clamp(m.backward_fraction, 0.01, 1.0);
   c.inter_node = c.intra_node;
   c.links_per_node = c.accelerators_per_node;
+  c.comm_overlaps_compute = false;  // braid's progress threads run on the ranks' cores
   return c;
 }
 

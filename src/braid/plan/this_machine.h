@@ -2,17 +2,31 @@
 // reading a description. An accelerator is a rank with its compute threads
 // (OMP_NUM_THREADS); a node holds as many as the machine has cores for.
 #pragma once
+#include "braid/comm/communicator.h"
 #include "braid/plan/cluster.h"
 
 namespace braid::plan {
 
-/// Measures: the matmul ceiling per dtype of one rank (oneDNN at a large GPT-2
-/// shape; a dtype without a fast path here gets the f32 figure), the bandwidth of
-/// a large memcpy (element-wise kernels and the optimizer), and the alpha-beta of
-/// braid's own point-to-point messages between two ranks (ranks as threads, a
-/// ping-pong at 4 KiB to 16 MiB, least-squares fit), used for every link since
-/// the ranks share one machine. matmul_fraction is 1 (the ceilings are what is
-/// reached). Takes a few seconds.
-Cluster measure_this_machine();
+/// Measures the machine as `braid train` runs on it, with OMP_NUM_THREADS
+/// threads per rank and every rank of the node at work at once (ranks on one
+/// host share its memory, caches and clocks, so a layout that fills the node sees
+/// these rates):
+/// - the f32 matmul ceiling (oneDNN at a large GPT-2 shape) as the peak of every
+///   dtype, since braid's matmuls run in f32 in every precision;
+/// - matmul_fraction and backward_matmul_fraction fitted so that the cost
+///   model's block (block_forward_work) takes the time a block of braid's own
+///   GPT takes here, forward and backward, at (B, T, C, heads) = (4, 128, 768, 12),
+///   each step beside a ceiling probe (medians of the per-step ratios, and of
+///   the probes for the ceiling);
+/// - memory_bandwidth as braid's optimizer streams (the norm's pass and AdamW,
+///   optimizer_bytes_per_element per element);
+/// - the link's alpha-beta fitted to braid's ring all-reduce among the ranks at
+///   64 KiB to 64 MiB (its 2(p-1)(alpha + n/(p beta))), used for every link since
+///   the ranks share one machine.
+/// world: the ranks of `braid plan` under mpirun (2 or more), each measuring
+/// itself and the links between them as MPI processes; null: the node's ranks as
+/// threads of this process (the local backend's links). Takes a few seconds; a
+/// collective call on every rank of `world`.
+Cluster measure_this_machine(comm::Communicator* world = nullptr);
 
 }  // namespace braid::plan

@@ -39,19 +39,6 @@ std::vector<AdamW::Segment> cut_segments(const std::vector<parallel::OwnedRange>
   return out;
 }
 
-double sumsq(const void* g, DType t, size_t len, float mult) {
-  const int64_t n = static_cast<int64_t>(len);
-  return with_f32_loader(g, t, [n, mult](auto load) {
-    double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const double v = static_cast<double>(load(i) * mult);
-      s += v * v;
-    }
-    return s;
-  });
-}
-
 // Sum over `group` of one double per rank, added in rank order: the same value
 // on every rank (raw doubles travel as f32 pairs, copied bit for bit).
 double group_sum(comm::Communicator* group, double x) {
@@ -65,6 +52,19 @@ double group_sum(comm::Communicator* group, double x) {
 
 }  // namespace
 
+double grad_sumsq(const void* g, DType t, size_t len, float mult) {
+  const int64_t n = static_cast<int64_t>(len);
+  return with_f32_loader(g, t, [n, mult](auto load) {
+    double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = static_cast<double>(load(i) * mult);
+      s += v * v;
+    }
+    return s;
+  });
+}
+
 AdamW::AdamW(const AdamWSettings& s, const parallel::GradSync& sync, const model::GPT& model, bool last_stage_copy,
              MemoryLedger* ledger)
     : s_(s),
@@ -77,7 +77,7 @@ double AdamW::global_grad_sumsq(parallel::GradSync& sync, float mult, int tp_ran
   if (sync.counts_in_norm()) {
     for (const auto& u : segments_) {
       if ((u.tp_replicated && tp_rank != 0) || u.pp_copy) continue;
-      ss += sumsq(sync.grad({u.offset, u.len, u.state}), sync.grad_dtype(), u.len, mult);
+      ss += grad_sumsq(sync.grad({u.offset, u.len, u.state}), sync.grad_dtype(), u.len, mult);
     }
   }
   return group_sum(sync.norm_group(), ss);
