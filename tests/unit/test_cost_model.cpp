@@ -172,6 +172,25 @@ TEST(CostModel, CommunicationOnSharedCoresIsNeverHidden) {
   EXPECT_NEAR(exposed.step_s - hidden.step_s, exposed.dp_exposed, 1e-12);
 }
 
+TEST(CostModel, HsdpGathersInsideTheNodeAndAllReducesAcross) {
+  // 16 A100s on 2 nodes, gathers exposed (comm on the computing cores): FSDP
+  // gathers each unit's parameters from all 16 ranks, across the nodes' links;
+  // HSDP with S = 8 gathers inside a node over NVLink and all-reduces only the
+  // reduced shards (1/8 of the gradients) across nodes. Its optimizer state
+  // is sharded 8 ways, not 16.
+  train::TrainOptions o = gpt2_options(16 * 8 * 8);  // 8 micro-batches per rank
+  o.fsdp = true;
+  const Cluster c = with_line("a100-80gb", "comm_overlaps_compute", "false");
+  const StepPrediction fsdp = predict_step(o, 16, c);
+  o.fsdp_shard_size = 8;
+  const StepPrediction hsdp = predict_step(o, 16, c);
+  EXPECT_LT(hsdp.dp_exposed, 0.7 * fsdp.dp_exposed);  // 27.8 ms against 46.6 here
+  EXPECT_NEAR(hsdp.optimizer / fsdp.optimizer, 2.0, 1e-9);
+  EXPECT_NEAR(hsdp.compute, fsdp.compute, 1e-12);
+  o.fsdp_shard_size = 16;  // one group of every DP rank: FSDP
+  EXPECT_NEAR(predict_step(o, 16, c).dp_exposed, fsdp.dp_exposed, 1e-12);
+}
+
 TEST(CostModel, OptimizerBytesCountTheNormPassAndTheComputeCopy) {
   EXPECT_EQ(optimizer_bytes_per_element(DType::f32, DType::f32), 24 + 2 * 4);
   EXPECT_EQ(optimizer_bytes_per_element(DType::bf16, DType::f32), 24 + 2 * 4 + 2);

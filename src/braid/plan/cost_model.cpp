@@ -222,9 +222,15 @@ StepPrediction predict_step(const train::TrainOptions& options, int world, const
     case train::DataParallelMode::zero2:
       dp = all_gather(grad_bytes, dp_group, c) + all_gather(param_bytes, dp_group, c);
       break;
-    default:  // ZeRO-3, FSDP, HSDP: parameters gathered for forward and backward of every micro-batch
-      dp = all_gather(grad_bytes, dp_group, c) + m * 2 * all_gather(param_bytes, dp_group, c);
+    default: {  // ZeRO-3, FSDP, HSDP: parameters gathered for forward and backward of every micro-batch
+      // over the shard group (the DP group, or HSDP's S consecutive DP ranks),
+      // whose reduced shards HSDP then all-reduces across the d / S replicas.
+      const int S = plan.dp.shard_degree;
+      const Placement shard = place(S, t, c.accelerators_per_node);
+      dp = all_gather(grad_bytes, shard, c) + m * 2 * all_gather(param_bytes, shard, c);
+      if (S < d) dp += all_reduce(grad_bytes / S, place(d / S, t * S, c.accelerators_per_node), c);
       break;
+    }
   }
   // Buckets and prefetches run during backward only without a pipeline (a
   // pipeline syncs after its flush); ZeRO-3's gathers hide behind all of compute.

@@ -20,6 +20,22 @@ std::vector<int> divisors(int n) {
   return d;
 }
 
+// How the DP strand shards: ZeRO stage 0-3, or FSDP over all DP ranks or, as
+// HSDP, within groups of S ranks (S a power of two below dp) replicated across.
+struct Sharding {
+  int zero = 0;
+  bool fsdp = false;
+  int shard_size = 0;
+};
+std::vector<Sharding> shardings(int dp) {
+  std::vector<Sharding> out = {{0}, {1}, {2}, {3}};
+  if (dp < 2) return out;
+  out.push_back({0, true, 0});
+  for (int s = 2; s < dp; s *= 2)
+    if (dp % s == 0) out.push_back({0, true, s});
+  return out;
+}
+
 // Every layout of base's model on n accelerators that braid can run.
 std::vector<train::TrainOptions> enumerate(const train::TrainOptions& base, int n, const Cluster& c,
                                            const model::GPTConfig& cfg) {
@@ -41,14 +57,15 @@ std::vector<train::TrainOptions> enumerate(const train::TrainOptions& base, int 
           scheds.push_back({"zb-h1", 1});
         }
         for (const Sched& s : scheds)
-          for (int zero : {0, 1, 2, 3})
+          for (const Sharding& sh : shardings(dp))
             for (bool sp : {false, true}) {
               if (sp && tp == 1) continue;
               for (const char* rc : {"none", "selective", "full"}) {
                 if (std::string(s.name) == "zb-h1" && std::string(rc) != "none") continue;
                 train::TrainOptions o = base;
                 o.tp = tp, o.pp = pp, o.dp = dp, o.micro_batch = mb, o.micro_batches = 0;
-                o.schedule = s.name, o.virtual_stages = s.v, o.zero = zero, o.fsdp = false;
+                o.schedule = s.name, o.virtual_stages = s.v;
+                o.zero = sh.zero, o.fsdp = sh.fsdp, o.fsdp_shard_size = sh.shard_size;
                 o.sequence_parallel = sp, o.recompute = rc, o.pp_layers.clear();
                 out.push_back(o);
               }
@@ -71,12 +88,15 @@ double largest_rank_bytes(const train::TrainOptions& opt, int world) {
 std::string describe_layout(const train::TrainOptions& o, int world) {
   char buf[256];
   const int dp = world / (o.tp * o.pp);
-  std::snprintf(buf, sizeof buf, "tp=%d%s pp=%d%s dp=%d mb=%lld zero=%d recompute=%s", o.tp,
+  const std::string sharding = !o.fsdp ? "zero=" + std::to_string(o.zero)
+                               : o.fsdp_shard_size > 0 ? "hsdp=" + std::to_string(o.fsdp_shard_size)
+                                                       : std::string("fsdp");
+  std::snprintf(buf, sizeof buf, "tp=%d%s pp=%d%s dp=%d mb=%lld %s recompute=%s", o.tp,
                 o.sequence_parallel ? "+sp" : "", o.pp,
                 o.pp == 1 ? ""
                           : (" " + o.schedule + (o.virtual_stages > 1 ? "x" + std::to_string(o.virtual_stages) : ""))
                                 .c_str(),
-                dp, static_cast<long long>(o.micro_batch), o.zero, o.recompute.c_str());
+                dp, static_cast<long long>(o.micro_batch), sharding.c_str(), o.recompute.c_str());
   return buf;
 }
 

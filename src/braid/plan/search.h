@@ -28,7 +28,8 @@ struct SearchResult {
 
 /// Enumerates TP (a divisor of the node's accelerators and of the heads), PP (up
 /// to the layers), DP, micro-batch, schedule (1f1b, interleaved with 2 or 4
-/// chunks, zb-h1), ZeRO stage 0/1/2/3, sequence parallelism and recomputation for
+/// chunks, zb-h1), ZeRO stage 0/1/2/3 or FSDP (over all DP ranks, or HSDP within
+/// groups of a power of two below the DP degree), sequence parallelism and recomputation for
 /// `base`'s model, batch, sequence and precision on `accelerators`; ranks them by
 /// the closed-form estimate, then plans the memory of the fastest exactly and
 /// simulates their schedules until `keep` fit. Throws ConfigError when no layout
