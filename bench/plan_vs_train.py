@@ -11,7 +11,8 @@ oversubscribed: shown, kept out of the median.
 
 usage: bench/plan_vs_train.py [BRAID] [--only NAME,...] [--steps N] [--out DIR]
 Prints a markdown table and the median and largest error over the rows counted.
-Logs and metrics stay in DIR (default out/plan_vs_train).
+Logs and metrics stay in DIR (default out/plan_vs_train). The rows train on the
+Brown corpus, tokenized first (`braid prepare-data`) when data/ lacks it.
 """
 import json
 import os
@@ -56,6 +57,11 @@ def main():
     os.makedirs(out, exist_ok=True)
     spec = tomllib.load(open(os.path.join(ROOT, "bench", "layouts", "this_machine.toml"), "rb"))
     cores = os.cpu_count() or 1
+    unknown = only - {row["name"] for row in spec["layout"]}
+    if unknown:
+        sys.exit(f"--only: no layout named {', '.join(sorted(unknown))} in bench/layouts/this_machine.toml")
+    if not os.path.exists(os.path.join(ROOT, "data", "brown_train.bin")):
+        run([braid, "prepare-data"], os.path.join(out, "prepare-data.log"))  # the default corpus the rows train on
 
     print(f"clusters measured before each row: {out}/NAME.cluster.toml\n")
     print("| layout | ranks | flags | predicted ms | measured ms | error | predicted breakdown (ms) |")

@@ -167,11 +167,12 @@ void add_plan(CLI::App& app) {
       ->capture_default_str();
   c->add_flag("--all-ranks", a->all_ranks, "Print every rank (default: every rank up to 8, else rank 0 and the largest)");
   c->add_option("--cluster", a->cluster,
-                "Also predict the step time on this cluster: a preset (a100-80gb, h100-80gb, h200) or a TOML file")
+                "Also predict the step time on this cluster: a preset (a100-80gb, h100-80gb, h200), this-machine "
+                "(measured now; run it under mpirun as the job will run) or a TOML file")
       ->group("Time");
-  c->add_option("--print-cluster", a->print_cluster, "Print a preset's TOML (a start for a file of your own) and exit")
+  c->add_option("--print-cluster", a->print_cluster, "Print a preset's TOML, or this-machine's measured figures (a start for a file of your own), and exit")
       ->group("Time");
-  c->add_flag("--search", a->search, "With --cluster: rank the layouts that fit (TP, PP, schedule, DP, micro-batch, ZeRO, "
+  c->add_flag("--search", a->search, "With --cluster: rank the layouts that fit (TP, PP, schedule, DP, micro-batch, ZeRO or FSDP/HSDP, "
               "SP, recompute) by predicted step time")->group("Time");
   c->add_option("--top", a->top, "With --search: how many layouts to show")->check(CLI::Range(1, 100))
       ->capture_default_str()->group("Time");

@@ -205,8 +205,8 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, std::span<const uin
 
 data::MappedTokens load_tokens(const std::string& path, const char* what, const std::string& format) {
   BRAID_CONFIG_CHECK(std::filesystem::exists(path), what, " data file '", path,
-                     "' not found; run `braid prepare-data` (or scripts/setup.sh) from the "
-                     "repository root, or pass --", what, "-data FILE");
+                     "' not found; run `braid prepare-data` from the repository root (scripts/train.sh "
+                     "does), or pass --", what, "-data FILE");
   data::TokenFile f = data::read_token_file(path, data::parse_token_format(format));
   if (f.version < data::kTokenFileVersion)
     std::fprintf(stderr, "braid train: %s data file '%s' predates checksums (version %u): read unverified; "

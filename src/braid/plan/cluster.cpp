@@ -103,6 +103,20 @@ links_per_node = 8
   return p;
 }
 
+// Every field a cluster file may have (backward_matmul_fraction and
+// comm_overlaps_compute optional).
+const std::vector<std::string> kClusterFields = {
+    "name", "accelerators_per_node", "memory_gib", "memory_bandwidth_gbs", "matmul_fraction",
+    "backward_matmul_fraction", "comm_overlaps_compute", "kernel_overhead_us", "peak_tflops.bf16",
+    "peak_tflops.fp16", "peak_tflops.fp32", "intra_node.bandwidth_gbs", "intra_node.latency_us",
+    "inter_node.bandwidth_gbs", "inter_node.latency_us", "inter_node.links_per_node"};
+
+std::string known_fields() {
+  std::string s;
+  for (const std::string& f : kClusterFields) s += (s.empty() ? "" : ", ") + f;
+  return s;
+}
+
 std::string preset_names() {
   std::string s;
   for (const auto& [name, text] : presets()) s += (s.empty() ? "" : ", ") + name;
@@ -149,15 +163,9 @@ Cluster parse_cluster(std::istream& in, const std::string& origin) {
   auto text = [&](const std::string& key) -> std::string {
     auto it = kv.find(key);
     if (it == kv.end()) {
-      static const char* const known[] = {"name", "accelerators_per_node", "memory_gib", "memory_bandwidth_gbs",
-                                          "matmul_fraction", "backward_matmul_fraction", "comm_overlaps_compute",
-                                          "kernel_overhead_us", "peak_tflops.bf16",
-                                          "peak_tflops.fp16", "peak_tflops.fp32", "intra_node.bandwidth_gbs",
-                                          "intra_node.latency_us", "inter_node.bandwidth_gbs",
-                                          "inter_node.latency_us", "inter_node.links_per_node"};
       std::string unknown;  // misspellings, most likely
       for (const auto& [k, v] : kv)
-        if (std::find(std::begin(known), std::end(known), k) == std::end(known))
+        if (std::find(kClusterFields.begin(), kClusterFields.end(), k) == kClusterFields.end())
           unknown += (unknown.empty() ? " (it has '" : "', '") + k;
       throw ConfigError(detail::concat("cluster ", origin, " has no '", key, "'", unknown.empty() ? "" : unknown + "')",
                                        "; every field of `braid plan --print-cluster a100-80gb` is required"));
@@ -203,8 +211,8 @@ Cluster parse_cluster(std::istream& in, const std::string& origin) {
   BRAID_CONFIG_CHECK(links == static_cast<int>(links), "cluster ", origin, ": inter_node.links_per_node must be a whole number");
   c.links_per_node = static_cast<int>(links);
   for (const auto& [key, value] : kv)
-    BRAID_CONFIG_CHECK(used.count(key), "cluster ", origin, " has an unknown field '", key,
-                       "'; the fields are those of `braid plan --print-cluster a100-80gb`");
+    BRAID_CONFIG_CHECK(used.count(key), "cluster ", origin, " has an unknown field '", key, "'; the fields are ",
+                       known_fields(), " (`braid plan --print-cluster this-machine` writes every one)");
   return c;
 }
 

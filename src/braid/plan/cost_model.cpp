@@ -267,9 +267,9 @@ std::string format_prediction(const StepPrediction& p) {
   std::snprintf(buf, sizeof buf,
                 "step %.4g s | %.4g tokens/s | %.1f TFLOP/s per accelerator | MFU %.1f%%\n"
                 "  compute %.4g s, TP communication %.4g s, pipeline transfers %.4g s, bubble %.4g s, "
-                "exposed DP sync %.4g s, optimizer %.4g s (slowest stage, %d micro-batches)\n",
+                "exposed DP sync %.4g s, optimizer %.4g s (slowest stage, %d micro-batch%s)\n",
                 p.step_s, p.tokens_per_s, p.tflops_per_accelerator, 100 * p.mfu, p.compute, p.tp_comm, p.pp_comm,
-                p.bubble, p.dp_exposed, p.optimizer, p.micro_batches);
+                p.bubble, p.dp_exposed, p.optimizer, p.micro_batches, p.micro_batches == 1 ? "" : "es");
   return buf;
 }
 
