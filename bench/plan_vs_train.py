@@ -6,7 +6,7 @@ For each layout of bench/layouts/this_machine.toml, the machine is measured
 per rank, as every run here uses, the links between MPI processes) right before the run, so that a slow spell of a shared host moves
 the prediction and the measurement alike; then the predicted step time (`braid
 plan --cluster FILE --json`) stands beside the measured one (median `ms` of the
-steps after the first two in `--metrics-out`). Rows of more ranks than the machine has cores run
+steps after the first, which carries the warm-up, in `--metrics-out`). Rows of more ranks than the machine has cores run
 oversubscribed: shown, kept out of the median.
 
 usage: bench/plan_vs_train.py [BRAID] [--only NAME,...] [--steps N] [--out DIR]

@@ -1,10 +1,13 @@
 // `braid plan`: predicts, without running or allocating, the per-rank peak
 // memory by category that `braid train` reports at the end of a run.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "braid/commands.h"
@@ -59,6 +62,13 @@ std::optional<plan::Cluster> measure_this_machine_once() {
     auto world = mpi.world();
     plan::Cluster c = plan::measure_this_machine(world.get());
     if (world->rank() != 0) return std::nullopt;
+    if (world->size() > c.accelerators_per_node)
+      std::fprintf(stderr,
+                   "braid plan: warning: %d ranks measured on %d cores at OMP_NUM_THREADS=%d (%d accelerators per "
+                   "node): the ranks shared cores, so the figures describe an oversubscribed node; launch "
+                   "cores / OMP_NUM_THREADS ranks\n",
+                   world->size(), std::max(1u, std::thread::hardware_concurrency()), omp_get_max_threads(),
+                   c.accelerators_per_node);
     return c;
 #endif
   }
@@ -127,7 +137,7 @@ void print_search(const PlanArgs& a, const plan::Cluster& c) {
               "why slower than #1");
   for (size_t i = 0; i < r.best.size(); ++i) {
     const auto& k = r.best[i];
-    std::printf("%-4zu %-52s %10.4g %8.1f %6.1f%% %10s  %s\n", i + 1, k.layout.c_str(), k.prediction.step_s,
+    std::printf("%-4zu %-52s %10.4g %8.3g %6.1f%% %10s  %s\n", i + 1, k.layout.c_str(), k.prediction.step_s,
                 k.prediction.tflops_per_accelerator, 100 * k.prediction.mfu, format_bytes(k.peak_bytes).c_str(),
                 i == 0 ? "" : plan::why_slower(k.prediction, best).c_str());
   }
@@ -136,7 +146,7 @@ void print_search(const PlanArgs& a, const plan::Cluster& c) {
                 k.estimate_s);
   if (!mine_ok) std::printf("\nyour flags' layout does not run here: %s\n", mine_error.c_str());
   if (mine_ok) {
-    std::printf("\nyour flags' layout, %s: %.4g s (%.1f TFLOP/s per accelerator), peak %s%s\n", mine.c_str(),
+    std::printf("\nyour flags' layout, %s: %.4g s (%.3g TFLOP/s per accelerator), peak %s%s\n", mine.c_str(),
                 mine_p.step_s, mine_p.tflops_per_accelerator, format_bytes(mine_bytes).c_str(),
                 mine_bytes <= c.memory_bytes ? "" : ": does not fit");
     for (size_t i = 0; i < r.best.size(); ++i)
@@ -182,7 +192,8 @@ void add_plan(CLI::App& app) {
 
   c->callback([a] {
     std::optional<plan::Cluster> measured;
-    if (a->print_cluster == "this-machine" || a->cluster == "this-machine") {
+    const std::string& wanted = a->print_cluster.empty() ? a->cluster : a->print_cluster;
+    if (wanted == "this-machine") {
       measured = measure_this_machine_once();
       if (!measured) return;  // a rank other than 0 of mpirun: measured, nothing to print
     }

@@ -151,7 +151,10 @@ std::map<std::string, std::string> read_toml_values(std::istream& in, const std:
     if (it.inputs.empty()) continue;  // a section header
     std::string key;
     for (const auto& p : it.parents) key += p + ".";
-    kv[key + it.name] = it.inputs.front();
+    key += it.name;
+    // CLI11 gathers a list's items, and a key given twice, into one item's inputs.
+    BRAID_CONFIG_CHECK(it.inputs.size() == 1 && kv.emplace(key, it.inputs.front()).second, origin, ": ", key,
+                       " has more than one value (a list, or the key given twice); give it one");
   }
   return kv;
 }

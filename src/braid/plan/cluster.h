@@ -52,7 +52,7 @@ struct Cluster {
 
 /// A TOML text's values by dotted key ("section.key" -> its text, quotes removed),
 /// as CLI11's TOML reader gives them. Throws ConfigError naming `origin` when it
-/// does not parse.
+/// does not parse, or when a key has more than one value (a list, or repeated).
 std::map<std::string, std::string> read_toml_values(std::istream& in, const std::string& origin);
 
 /// Parses a cluster description (TOML: name, accelerators_per_node, memory_gib,

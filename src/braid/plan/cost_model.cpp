@@ -265,7 +265,7 @@ StepPrediction predict_step(const train::TrainOptions& options, int world, const
 std::string format_prediction(const StepPrediction& p) {
   char buf[1024];
   std::snprintf(buf, sizeof buf,
-                "step %.4g s | %.4g tokens/s | %.1f TFLOP/s per accelerator | MFU %.1f%%\n"
+                "step %.4g s | %.4g tokens/s | %.3g TFLOP/s per accelerator | MFU %.1f%%\n"
                 "  compute %.4g s, TP communication %.4g s, pipeline transfers %.4g s, bubble %.4g s, "
                 "exposed DP sync %.4g s, optimizer %.4g s (slowest stage, %d micro-batch%s)\n",
                 p.step_s, p.tokens_per_s, p.tflops_per_accelerator, 100 * p.mfu, p.compute, p.tp_comm, p.pp_comm,

@@ -28,8 +28,8 @@ struct Sharding {
   int shard_size = 0;
 };
 std::vector<Sharding> shardings(int dp) {
+  if (dp < 2) return {{0}};  // nothing to shard: every stage is the same layout
   std::vector<Sharding> out = {{0}, {1}, {2}, {3}};
-  if (dp < 2) return out;
   out.push_back({0, true, 0});
   for (int s = 2; s < dp; s *= 2)
     if (dp % s == 0) out.push_back({0, true, s});
@@ -89,7 +89,7 @@ std::string describe_layout(const train::TrainOptions& o, int world) {
   char buf[256];
   const int dp = world / (o.tp * o.pp);
   const std::string sharding = !o.fsdp ? "zero=" + std::to_string(o.zero)
-                               : o.fsdp_shard_size > 0 ? "hsdp=" + std::to_string(o.fsdp_shard_size)
+                               : o.fsdp_shard_size > 0 && o.fsdp_shard_size < dp ? "hsdp=" + std::to_string(o.fsdp_shard_size)
                                                        : std::string("fsdp");
   std::snprintf(buf, sizeof buf, "tp=%d%s pp=%d%s dp=%d mb=%lld %s recompute=%s", o.tp,
                 o.sequence_parallel ? "+sp" : "", o.pp,

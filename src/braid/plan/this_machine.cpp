@@ -189,7 +189,10 @@ Link fit_all_reduce_link(comm::Communicator& c) {
   const double slope = std::max((sw * snt - sn * st) / (sw * snn - sn * sn), 1e-15);
   const double intercept = (st - slope * sn) / sw;
   const double p = c.size(), steps = 2 * (p - 1);
-  return {steps / (p * slope), std::max(intercept / steps, 1e-7)};
+  // A fit whose line passes under zero (the large messages slower per byte than
+  // the small ones) takes the smallest message's excess over the line instead.
+  const double alpha = std::max(intercept, t.front() - slope * n.front()) / steps;
+  return {steps / (p * slope), std::max(alpha, 1e-7)};
 }
 
 // The node's figures: the mean of every rank's.
