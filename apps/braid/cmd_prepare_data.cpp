@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "braid/core/stopwatch.h"
 #include "braid/commands.h"
 #include "braid/core/error.h"
 #include "braid/core/file_io.h"
@@ -38,10 +39,6 @@ struct PrepareOptions {
   double val_fraction = 0.05;
   int threads = 2;
 };
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Progress on stderr from a thread of its own: a redrawn bar on a terminal,
 // a line per ~10% of the input otherwise.

@@ -46,6 +46,7 @@ std::vector<train::TrainOptions> enumerate(const train::TrainOptions& base, int 
     for (int pp : divisors(n / tp)) {
       if (pp > cfg.n_layer) continue;
       const int dp = n / (tp * pp);
+      const std::vector<Sharding> sharded = shardings(dp);
       for (int64_t mb : {1, 2, 4, 8, 16, 32}) {
         if (B % (dp * mb) != 0) continue;
         const int64_t m = B / (dp * mb);
@@ -57,7 +58,7 @@ std::vector<train::TrainOptions> enumerate(const train::TrainOptions& base, int 
           scheds.push_back({"zb-h1", 1});
         }
         for (const Sched& s : scheds)
-          for (const Sharding& sh : shardings(dp))
+          for (const Sharding& sh : sharded)
             for (bool sp : {false, true}) {
               if (sp && tp == 1) continue;
               for (const char* rc : {"none", "selective", "full"}) {

@@ -3,8 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
-#include <exception>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -15,6 +13,7 @@
 #include "braid/core/host_memory.h"
 #include "braid/core/rng.h"
 #include "braid/core/span_sink.h"
+#include "braid/core/stopwatch.h"
 #include "braid/kernels/cpu/adamw.h"
 #include "braid/model/gpt.h"
 #include "braid/plan/cost_model.h"
@@ -25,9 +24,7 @@ namespace braid::plan {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using Clock = SteadyClock;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -40,15 +37,14 @@ double median(std::vector<double> v) {
 double optimizer_bandwidth() {
   const size_t n = size_t{16} << 20;
   std::vector<float> p(n, 1.f), g(n, 1e-3f), m(n, 0.f), v(n, 0.f);
-  double best = 1e30, sink = 0;
+  double best = 1e30;
   for (int t = 1; t <= 4; ++t) {
     const auto t0 = Clock::now();
-    sink += train::grad_sumsq(g.data(), DType::f32, n, 1.f);
+    train::grad_sumsq(g.data(), DType::f32, n, 1.f);
     kernels::adamw_update_mixed(p.data(), g.data(), DType::f32, 0.5f, m.data(), v.data(), n, 1e-4f, 0.9f, 0.95f,
                                 1e-8f, 0.1f, t);
     best = std::min(best, seconds_since(t0));
   }
-  BRAID_CHECK(sink >= 0, "gradient norm probe");
   return optimizer_bytes_per_element(DType::f32, DType::f32) * static_cast<double>(n) / best;
 }
 
@@ -131,27 +127,6 @@ RankRates measure_rank() {
   r.ceiling = median(ceilings);
   r.forward_fraction = median(f), r.backward_fraction = median(b);
   return r;
-}
-
-// fn() run on n threads at once (ranks as threads); the results in rank order.
-template <typename Fn>
-auto on_every_rank(int n, Fn fn) -> std::vector<decltype(fn())> {
-  std::vector<decltype(fn())> out(static_cast<size_t>(n));
-  std::vector<std::thread> ranks;
-  std::exception_ptr failure;
-  std::mutex mu;
-  for (int r = 0; r < n; ++r)
-    ranks.emplace_back([&, r] {
-      try {
-        out[static_cast<size_t>(r)] = fn();
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        failure = std::current_exception();
-      }
-    });
-  for (std::thread& t : ranks) t.join();
-  if (failure) std::rethrow_exception(failure);
-  return out;
 }
 
 // Seconds of braid's ring all-reduce of `bytes` (f32 sum) over `c`, the best of
@@ -238,7 +213,10 @@ Cluster measure_this_machine(comm::Communicator* world) {
     m = combine(gather_rates(*world, measure_rank()));
     c.intra_node = fit_all_reduce_link(*world);
   } else {
-    m = combine(on_every_rank(c.accelerators_per_node, measure_rank));
+    comm::run_local(c.accelerators_per_node, [&](comm::Communicator& w) {
+      const RankRates all = combine(gather_rates(w, measure_rank()));
+      if (w.rank() == 0) m = all;
+    });
     comm::run_local(std::max(2, c.accelerators_per_node), [&](comm::Communicator& w) {
       const Link l = fit_all_reduce_link(w);
       if (w.rank() == 0) c.intra_node = l;

@@ -1,7 +1,7 @@
+#include "braid/core/stopwatch.h"
 #include "braid/train/async_ps.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <thread>
 
@@ -15,7 +15,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using parallel::kTagPullHeader, parallel::kTagPullParams, parallel::kTagPushGrads, parallel::kTagPushHeader;
 using parallel::PullHeader, parallel::PushHeader;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 }  // namespace
 
 // The server's bookkeeping, per worker w in 1..W (index 0 unused). Pending

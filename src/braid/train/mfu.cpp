@@ -1,9 +1,9 @@
+#include "braid/core/stopwatch.h"
 #include "braid/train/mfu.h"
 
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <vector>
 
@@ -16,7 +16,6 @@ namespace braid::train {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // n elements of `dtype` with small deterministic values.
 Buffer operand(int64_t n, DType dtype, int salt) {
