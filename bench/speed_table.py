@@ -22,16 +22,19 @@ def med(xs):
 def step_table(runs):
     if not runs:
         return
-    print("| run | rounds | step ms | fwd+bwd ms | tokens/s | matmul ceiling GFLOP/s (spread) | MFU step | MFU fwd+bwd | step vs FMA peak |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| run | rounds | step ms | fwd+bwd ms | rest ms | tokens/s | matmul ceiling GFLOP/s (spread) | MFU step | MFU fwd+bwd | step vs FMA peak |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in sorted(runs):
         rs = runs[name]
         get = lambda k: med([r.get(k, float("nan")) for r in rs])
-        print(f"| {name} | {len(rs)} | {get('step_ms'):.0f} | {get('fwd_bwd_ms'):.0f} | {get('tokens_per_sec'):.1f} | "
+        rest = med([r["step_ms"] - r.get("fwd_bwd_ms", float("nan")) for r in rs])
+        print(f"| {name} | {len(rs)} | {get('step_ms'):.0f} | {get('fwd_bwd_ms'):.0f} | {rest:.0f} | {get('tokens_per_sec'):.1f} | "
               f"{get('matmul_ceiling_flops') / 1e9:.0f} ({100 * get('matmul_ceiling_spread'):.0f} %) | "
               f"{100 * get('mfu'):.1f} % | {100 * get('mfu_fwd_bwd'):.1f} % | {100 * get('mfu_fma'):.1f} % |")
+    print("\nrest ms = step ms - fwd+bwd ms: the gradient norm, clipping and AdamW (zeroing the gradients counts in fwd+bwd)")
     ratios = [("bf16 / fp32, B=8 T=128", "bf16_8x128", "fp32_8x128"), ("bf16 / fp32, B=4 T=64", "bf16_4x64", "fp32_4x64"),
-              ("fp32 / baseline fp32, B=8 T=128", "fp32_8x128", "base_8x128")]
+              ("fp32 / baseline fp32, B=8 T=128", "fp32_8x128", "base_8x128"),
+              ("fp32 / baseline fp32, B=4 T=64", "fp32_4x64", "base_4x64")]
     for label, a, b in ratios:
         if a in runs and b in runs:
             r = med([y["step_ms"] / x["step_ms"] for x, y in zip(runs[a], runs[b])])

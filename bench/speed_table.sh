@@ -4,6 +4,8 @@
 #   step    bench-step, gpt2, one rank, THREADS threads: fp32 and bf16 at B=8 T=128
 #           and B=4 T=64, bf16 with 4 micro-batches; with BASELINE set (another
 #           braid binary), its fp32 step alternated with ours
+#   optimizer the optimizer's streaming passes (gradient norm, AdamW, zero fill)
+#           beside a memcpy of the same buffers
 #   layouts the backward matmuls with and without their transposed copies
 #   comm    bench-comm on 2 ranks (ours vs MPI's own, 64 MiB all-reduce vs memcpy)
 #   comm4   all-gather, reduce-scatter, all-to-all on 4 ranks: median of 7 runs
@@ -11,14 +13,14 @@
 #   reduce  `small` in bf16 on 2 ranks (DDP, ZeRO-2): fp32 gradients (the default)
 #           vs --reduce-dtype bf16, bytes sent and step time
 # Usage: bench/speed_table.sh [rounds]   (env: BRAID, BASELINE, THREADS, OUT, and
-# PARTS: a subset of "step layouts comm comm4 dp reduce", all by default)
+# PARTS: a subset of "step optimizer layouts comm comm4 dp reduce", all by default)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 braid="${BRAID:-$root/build/braid}"
 rounds="${1:-3}"
 threads="${THREADS:-2}"
 out="${OUT:-$root/out/speed_table}"
-parts="${PARTS:-step layouts comm comm4 dp reduce}"
+parts="${PARTS:-step optimizer layouts comm comm4 dp reduce}"
 py=/usr/bin/python3
 want() { [[ " $parts " == *" $1 "* ]]; }
 mkdir -p "$out"
@@ -41,13 +43,22 @@ want step && for r in $(seq 1 "$rounds"); do
   step bf16_4x64 "$braid" bf16 4 64 1 "$r"
   if [ -n "${BASELINE:-}" ]; then
     # An older bench-step has no --precision / --accum: fp32, one micro-batch.
-    OMP_NUM_THREADS="$threads" "$BASELINE" bench-step --model gpt2 --batch 8 --seq-len 128 --steps 3 --warmup 1 \
-      --threads "$threads" --json "$out/step_base_8x128_r$r.json" | sed "s/^/[base r$r] /"
+    for bt in "8 128" "4 64"; do
+      set -- $bt
+      OMP_NUM_THREADS="$threads" "$BASELINE" bench-step --model gpt2 --batch "$1" --seq-len "$2" --steps 3 --warmup 1 \
+        --threads "$threads" --json "$out/step_base_${1}x${2}_r$r.json" | sed "s/^/[base ${1}x${2} r$r] /"
+    done
   fi
 done
 if want step; then
   step bf16_8x128_accum4 "$braid" bf16 8 128 4 1
   step fp32_8x128_accum4 "$braid" fp32 8 128 4 1
+fi
+
+if want optimizer; then
+  echo "== optimizer passes"
+  OMP_NUM_THREADS="$threads" "$root/build/tests/test_unit" --gtest_also_run_disabled_tests \
+    --gtest_filter='GradSumsq.DISABLED_StreamingRates' | grep -v '^\['
 fi
 
 if want layouts; then

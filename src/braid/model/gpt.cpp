@@ -248,7 +248,7 @@ void GPT::init_weights_range(uint64_t seed, float* dst, size_t lo, size_t hi) co
 }
 
 void GPT::zero_grad() {
-  if (!storage_) std::memset(grads(), 0, num_params_ * sizeof(float));
+  if (!storage_) k::fill_zero(grads(), num_params_ * sizeof(float));
 }
 
 const float* GPT::acquire_params(int u) {

@@ -20,15 +20,21 @@ void adamw_loop(float* params, Grad grad, float* m, float* v, size_t n, float lr
   const float inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
   const float decay = 1.0f - lr * weight_decay;
   const int64_t N = int64_t(n);
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
-    const float g = grad(i);
-    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = std::sqrt(vi) * inv_sqrt_bc2 + eps;
-    params[i] = params[i] * decay - step_size * mi / denom;
+#pragma omp parallel
+  {
+    // Each thread's own copy of the loader: read through the team's shared
+    // one, the loop does not vectorise (scalar sqrt and divide per element).
+    const Grad gl = grad;
+#pragma omp for simd schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const float g = gl(i);
+      const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+      const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+      m[i] = mi;
+      v[i] = vi;
+      const float denom = std::sqrt(vi) * inv_sqrt_bc2 + eps;
+      params[i] = params[i] * decay - step_size * mi / denom;
+    }
   }
 }
 }  // namespace

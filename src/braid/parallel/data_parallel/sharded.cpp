@@ -7,6 +7,7 @@
 #include "braid/core/error.h"
 #include "braid/core/hash.h"
 #include "braid/kernels/cpu/convert.h"
+#include "braid/kernels/cpu/elementwise.h"
 
 namespace braid::parallel {
 
@@ -385,7 +386,7 @@ void ShardedEngine::complete_reduce(GSlot& g) {
 
 void ShardedEngine::begin_step() {
   for (auto& g : gslots_) complete_reduce(*g);
-  if (grad_shard_.bytes()) std::memset(grad_shard_.data(), 0, grad_shard_.bytes());
+  kernels::fill_zero(grad_shard_.data(), grad_shard_.bytes());
   in_backward_ = false;
 }
 
