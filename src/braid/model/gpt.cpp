@@ -272,7 +272,9 @@ void GPT::drop(float* out, const float* in, int64_t rows, int64_t row0, uint64_t
 void GPT::sync_replicated_grads(const float* unit_grads, int u) {
   // Under sequence parallelism each TP rank saw only its token rows, so the
   // gradients of replicated LayerNorm weights (and wpe) are partial sums.
-  if (tpn_ == 1 || !tp_.sequence_parallel || (!storage_ && !tp_grad_sync_)) return;
+  // An accumulator that holds earlier micro-batches is summed once, in the last.
+  const bool accumulated = !storage_ || storage_->accumulates_in_place();
+  if (tpn_ == 1 || !tp_.sequence_parallel || (accumulated && !tp_grad_sync_)) return;
   float* g = const_cast<float*>(unit_grads);
   for (const auto& [rel, n] : partial_grads_[size_t(u)]) tpl_.all_reduce_sum(g + rel, n);
 }

@@ -95,8 +95,10 @@ class GPT {
 
   /// Sequence parallelism leaves the gradients of TP-replicated parameters
   /// (LayerNorms, wpe) partial per rank; backward sums them over TP when this is
-  /// true (default). With owned gradients accumulated over micro-batches, set it
-  /// only for the last micro-batch so the sum happens once.
+  /// true (default). With gradients accumulated over micro-batches (owned, or
+  /// a storage that accumulates_in_place), set it only for the last
+  /// micro-batch so the sum happens once; a storage with per-micro-batch
+  /// buffers is summed every time.
   void set_tp_grad_sync(bool on) { tp_grad_sync_ = on; }
   /// Dropout masks of the next forward/backward: keyed by (seed, stream) and
   /// the global token row (row_base + row in this micro-batch), so any layout

@@ -27,6 +27,11 @@ class UnitStorage {
   virtual float* acquire_grads(int u) = 0;
   /// Backward has finished unit u's gradient for this micro-batch.
   virtual void grads_ready(int u) = 0;
+  /// True when acquire_grads hands out the step's accumulator itself (it holds
+  /// the earlier micro-batches' sums), false when it hands out a zeroed buffer
+  /// per micro-batch. Decides when the model sums gradients that are partial
+  /// over TP (GPT::set_tp_grad_sync).
+  virtual bool accumulates_in_place() const { return false; }
 };
 
 }  // namespace braid::model

@@ -6,6 +6,7 @@
 
 #include "braid/core/error.h"
 #include "braid/kernels/cpu/convert.h"
+#include "braid/kernels/cpu/elementwise.h"
 
 namespace braid::parallel {
 
@@ -26,7 +27,9 @@ std::array<size_t, kNumMemCategories> HalfPrecisionStorage::plan(const std::vect
   b[static_cast<size_t>(MemCategory::compute_params)] = n * dtype_size(compute);
   b[static_cast<size_t>(MemCategory::grads)] = n * dtype_size(reduce);
   b[static_cast<size_t>(MemCategory::master_params)] = state_elems * sizeof(float);
-  b[static_cast<size_t>(MemCategory::comm)] = 2 * (w[0] + w[1]) * sizeof(float);
+  // Widened parameters, and f32 unit gradients when the accumulator is in half precision.
+  const size_t work_sets = reduce == DType::f32 ? 1 : 2;
+  b[static_cast<size_t>(MemCategory::comm)] = work_sets * (w[0] + w[1]) * sizeof(float);
   return b;
 }
 
@@ -43,7 +46,7 @@ HalfPrecisionStorage::HalfPrecisionStorage(std::vector<size_t> bounds, DType com
   const auto w = work_elems(bounds_);
   for (size_t i = 0; i < 2; ++i) {
     params_[i].data = Buffer(w[i] * sizeof(float), MemCategory::comm, ledger);
-    grad_work_[i].data = Buffer(w[i] * sizeof(float), MemCategory::comm, ledger);
+    if (reduce != DType::f32) grad_work_[i].data = Buffer(w[i] * sizeof(float), MemCategory::comm, ledger);
   }
 }
 
@@ -71,24 +74,30 @@ float* HalfPrecisionStorage::acquire_grads(int u) {
               " is unfinished");
   g.unit = u;
   g.in_use = true;
-  std::memset(g.data.data(), 0, unit_len(u) * sizeof(float));
+  // An f32 accumulator takes backward's sums in place, as an f32 model's own
+  // gradients do: no zeroed unit buffer, no second pass to add it.
+  if (grad_dtype_ == DType::f32) return grads_.as<float>() + unit_begin(u);
+  kernels::fill_zero(g.data.data(), unit_len(u) * sizeof(float));
   return g.data.as<float>();
 }
 
 void HalfPrecisionStorage::grads_ready(int u) {
   Work& g = grad_slot(u);
   BRAID_CHECK(g.in_use && g.unit == u, "grads_ready: unit ", u, " has no acquired gradient buffer");
+  const bool in_place = grad_dtype_ == DType::f32;
+  float* unit_grads = in_place ? grads_.as<float>() + unit_begin(u) : g.data.as<float>();
   if (inject_inf_) {
-    g.data.as<float>()[0] = std::numeric_limits<float>::infinity();
+    unit_grads[0] = std::numeric_limits<float>::infinity();
     inject_inf_ = false;
   }
-  kernels::accumulate_cast(grads_.as<char>() + unit_begin(u) * dtype_size(grad_dtype_), grad_dtype_, g.data.data(),
-                           DType::f32, unit_len(u));
+  if (!in_place)
+    kernels::accumulate_cast(grads_.as<char>() + unit_begin(u) * dtype_size(grad_dtype_), grad_dtype_, unit_grads,
+                             DType::f32, unit_len(u));
   g.in_use = false;
   if (ready_) ready_(unit_begin(u), unit_begin(u) + unit_len(u));
 }
 
-void HalfPrecisionStorage::zero_grads() { std::memset(grads_.data(), 0, grads_.bytes()); }
+void HalfPrecisionStorage::zero_grads() { kernels::fill_zero(grads_.data(), grads_.bytes()); }
 
 void HalfPrecisionStorage::params_changed() {
   for (auto& s : params_) s.valid = false, s.unit = -1;

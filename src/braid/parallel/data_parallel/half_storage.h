@@ -4,13 +4,15 @@
 // the compute dtype), the f32 master weights of the elements this rank
 // updates, and two f32 working units the kernels read and write. It is the
 // model's UnitStorage: forward widens a unit's parameters to f32 when it takes
-// them, backward's f32 unit gradients are added into the gradient buffer when
-// the unit is done (accumulating micro-batches), which is where the gradient
-// buckets reduce them.
+// them; backward accumulates into the f32 gradient buffer in place (the
+// default), or into an f32 unit buffer that is added into the half-precision
+// gradient buffer when the unit is done (--reduce-dtype bf16 / fp16). The
+// gradient buckets reduce that buffer.
 //
 // Per rank (b = 2 bytes, g = 4 or 2 bytes, Ψ elements, S elements owned):
 // compute params Ψb, grads Ψg, master 4S (S = Ψ under DDP, about Ψ/N under
-// ZeRO-1); working units (comm): 2 x (unit 0 + the largest other unit) f32.
+// ZeRO-1); working units (comm): (unit 0 + the largest other unit) f32 for the
+// widened parameters, and as much again for unit gradients when g = 2.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -41,10 +43,13 @@ class HalfPrecisionStorage final : public model::UnitStorage {
   /// unit besides unit 0 at a time (GPT's access order); throws braid::Error otherwise.
   const float* acquire_params(int u) override;
   void release_params(int u) override;
-  /// A zeroed f32 buffer for unit u's gradient (unit 0 and one other at a time).
+  /// Unit u's f32 gradient (unit 0 and one other at a time): its part of
+  /// grads() itself when grad_dtype() is f32, else a zeroed unit buffer.
   float* acquire_grads(int u) override;
-  /// Adds unit u's f32 gradient into grads() (rounded to grad_dtype()),
-  /// then reports the unit's flat range to the ready hook when one is set.
+  bool accumulates_in_place() const override { return grad_dtype_ == DType::f32; }
+  /// With a half-precision grad_dtype(), adds unit u's f32 gradient into
+  /// grads() (rounded); then reports the unit's flat range to the ready hook
+  /// when one is set.
   void grads_ready(int u) override;
 
   /// The hook grads_ready reports finished ranges to (empty: none), in
