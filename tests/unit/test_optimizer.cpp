@@ -3,7 +3,6 @@
 // count, and the zero fill's exact extent (AdamW's arithmetic is tested in
 // tests/kernels/test_kernels_fd.cpp).
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +15,7 @@
 
 #include "braid/core/dtype.h"
 #include "braid/core/rng.h"
+#include "braid/core/threads.h"
 #include "braid/kernels/cpu/adamw.h"
 #include "braid/kernels/cpu/elementwise.h"
 #include "braid/train/optimizer.h"
@@ -64,14 +64,14 @@ TEST(GradSumsq, MatchesLongDoubleInEveryDtype) {
 TEST(GradSumsq, SameBitsForAnyThreadCount) {
   const size_t n = 256 * 16384 + 12345;
   const auto g = draw(DType::f32, n, 3);
-  const int before = omp_get_max_threads();
-  omp_set_num_threads(1);
+  const int before = braid::omp_threads();
+  braid::set_omp_threads(1);
   const double one = braid::train::grad_sumsq(g.data(), DType::f32, n, 0.5f);
   for (int threads : {2, 3, 5}) {
-    omp_set_num_threads(threads);
+    braid::set_omp_threads(threads);
     EXPECT_EQ(braid::train::grad_sumsq(g.data(), DType::f32, n, 0.5f), one) << threads << " threads";
   }
-  omp_set_num_threads(before);
+  braid::set_omp_threads(before);
 }
 
 TEST(FillZero, ZeroesExactlyTheRange) {
@@ -118,7 +118,7 @@ TEST(GradSumsq, DISABLED_StreamingRates) {
   const double zero = median_s([&] { braid::kernels::fill_zero(v.data(), n * sizeof(float)); });
   const double gb = double(n) * 1e-9;
   std::printf("optimizer passes over %zu f32 elements, %d threads (median of 7; GB/s = 1e9 B/s moved):\n", n,
-              omp_get_max_threads());
+              braid::omp_threads());
   std::printf("  copy         %7.1f ms %6.1f GB/s\n", copy * 1e3, 8 * gb / copy);
   for (auto [name, s, bytes] : {std::tuple{"grad norm", norm, 4}, {"AdamW", adamw, 28}, {"zero fill", zero, 4}})
     std::printf("  %-12s %7.1f ms %6.1f GB/s  %.2fx the copy's rate\n", name, s * 1e3, bytes * gb / s,
