@@ -98,11 +98,13 @@ double rel(double got, double ref) { return std::fabs(got - ref) / std::fabs(ref
 TEST(MixedPrecision, Fp32GradientsMakeDataParallelMatchOneRankToF32Roundoff) {
   // With the default fp32 gradient accumulation and reduction, a bf16 run on
   // N ranks differs from one rank's only in the order f32 gradients are summed
-  // (relative 1e-7 per element). While the bf16 compute copies are equal
-  // (steps 0 and 1 here), loss and gradient norm agree to 1e-6; later a master
-  // weight near a bf16 rounding boundary (probability about 1e-7 / 2^-8 per
-  // element and step) rounds the other way and the runs drift apart within
-  // the bound of the bf16-reduce test above. With the opted-in bf16 reduce
+  // (relative 1e-7 per element). At step 0 the bf16 compute copies are equal
+  // by construction, so loss and gradient norm agree to 1e-6. From step 1 on
+  // a master weight near a bf16 rounding boundary (probability about
+  // 1e-7 / 2^-8 per element and step) may round the other way, and the runs
+  // drift apart within the bound of the bf16-reduce test above: which weights
+  // flip depends on the build's f32 rounding (the -O2 sanitizer build flips
+  // one before step 1 and its norm moves by 3e-5), so only step 0 is held to 1e-6. With the opted-in bf16 reduce
   // every averaged gradient is rounded to bf16, and step 0's norm already
   // differs by 6e-5 to 1.2e-4 (measured), which this test would reject.
   const auto data = synthetic_tokens(20000, 53);
@@ -118,10 +120,8 @@ TEST(MixedPrecision, Fp32GradientsMakeDataParallelMatchOneRankToF32Roundoff) {
     h.zero = l.zero;
     const std::string what = "bf16 zero" + std::to_string(l.zero) + " dp=" + std::to_string(l.dp);
     const auto got = run(h, l.dp, data).steps[0];
-    for (size_t i = 0; i < 2; ++i) {
-      EXPECT_LT(rel(got[i].loss, ref[i].loss), 1e-6) << what << " step " << i;
-      EXPECT_LT(rel(got[i].grad_norm, ref[i].grad_norm), 1e-6) << what << " step " << i;
-    }
+    EXPECT_LT(rel(got[0].loss, ref[0].loss), 1e-6) << what;
+    EXPECT_LT(rel(got[0].grad_norm, ref[0].grad_norm), 1e-6) << what;
     expect_track(got, ref, Tol{2e-4, 1e-2}, what);
   }
 }
