@@ -14,8 +14,13 @@ if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 mkdir -p out
+# A sample after training, unless the arguments choose their own (--sample-tokens 0: none).
+sample=(--sample-tokens 80 --prompt "The jury said")
+for a in "$@"; do
+  case "$a" in --sample-tokens|--sample-tokens=*) sample=() ;; esac
+done
 mpirun --oversubscribe --bind-to none -np "$NP" build/braid train \
-  --model small --metrics-out out/metrics.jsonl --sample-tokens 80 --prompt "The jury said" "$@"
+  --model small --metrics-out out/metrics.jsonl "${sample[@]}" "$@"
 # Loss, throughput and memory pictures of the run.
 if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
   /usr/bin/python3 tools/plot_metrics.py out/metrics.jsonl --out out/plots
