@@ -44,9 +44,9 @@ want step && for r in $(seq 1 "$rounds"); do
   if [ -n "${BASELINE:-}" ]; then
     # An older bench-step has no --precision / --accum: fp32, one micro-batch.
     for bt in "8 128" "4 64"; do
-      set -- $bt
-      OMP_NUM_THREADS="$threads" "$BASELINE" bench-step --model gpt2 --batch "$1" --seq-len "$2" --steps 3 --warmup 1 \
-        --threads "$threads" --json "$out/step_base_${1}x${2}_r$r.json" | sed "s/^/[base ${1}x${2} r$r] /"
+      read -r b t <<<"$bt"
+      OMP_NUM_THREADS="$threads" "$BASELINE" bench-step --model gpt2 --batch "$b" --seq-len "$t" --steps 3 --warmup 1 \
+        --threads "$threads" --json "$out/step_base_${b}x${t}_r$r.json" | sed "s/^/[base ${b}x${t} r$r] /"
     done
   fi
 done

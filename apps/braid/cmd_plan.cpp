@@ -1,7 +1,5 @@
 // `braid plan`: predicts, without running or allocating, the per-rank peak
 // memory by category that `braid train` reports at the end of a run.
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +10,7 @@
 
 #include "braid/commands.h"
 #include "braid/core/error.h"
+#include "braid/core/threads.h"
 #include <nlohmann/json.hpp>
 
 #include "braid/plan/cost_model.h"
@@ -67,7 +66,7 @@ std::optional<plan::Cluster> measure_this_machine_once() {
                    "braid plan: warning: %d ranks measured on %d cores at OMP_NUM_THREADS=%d (%d accelerators per "
                    "node): the ranks shared cores, so the figures describe an oversubscribed node; launch "
                    "cores / OMP_NUM_THREADS ranks\n",
-                   world->size(), std::max(1u, std::thread::hardware_concurrency()), omp_get_max_threads(),
+                   world->size(), std::max(1u, std::thread::hardware_concurrency()), braid::omp_threads(),
                    c.accelerators_per_node);
     return c;
 #endif

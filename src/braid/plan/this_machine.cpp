@@ -1,6 +1,5 @@
 #include "braid/plan/this_machine.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <map>
@@ -14,6 +13,7 @@
 #include "braid/core/rng.h"
 #include "braid/core/span_sink.h"
 #include "braid/core/stopwatch.h"
+#include "braid/core/threads.h"
 #include "braid/kernels/cpu/adamw.h"
 #include "braid/model/gpt.h"
 #include "braid/plan/cost_model.h"
@@ -199,7 +199,7 @@ std::vector<RankRates> gather_rates(comm::Communicator& world, const RankRates& 
 Cluster measure_this_machine(comm::Communicator* world) {
   Cluster c;
   c.name = "this-machine";
-  const int threads = std::max(1, omp_get_max_threads());
+  const int threads = std::max(1, omp_threads());
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   c.accelerators_per_node = std::max(1, cores / threads);
   // The memory the host has free now, shared by the node's ranks.

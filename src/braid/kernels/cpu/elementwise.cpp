@@ -1,10 +1,10 @@
 #include "braid/kernels/cpu/elementwise.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "braid/core/rng.h"
 
+#include "braid/kernels/cpu/for_chunks.h"
 #include "braid/kernels/cpu/vec_math.h"
 
 namespace braid::kernels {
@@ -69,11 +69,8 @@ void dropout(float* out, const float* in, int64_t n, int64_t C, int64_t row0, fl
 }
 
 void fill_zero(void* dst, size_t bytes) {
-  constexpr int64_t kPiece = int64_t(1) << 18;
-  const int64_t n = int64_t(bytes);
   char* d = static_cast<char*>(dst);
-#pragma omp parallel for schedule(static)
-  for (int64_t o = 0; o < n; o += kPiece) std::memset(d + o, 0, size_t(std::min(kPiece, n - o)));
+  detail::for_chunks(bytes, [d](size_t b, size_t e) { std::memset(d + b, 0, e - b); });
 }
 
 }  // namespace braid::kernels

@@ -41,7 +41,7 @@ void bias_forward(float* out, const float* bias, int64_t N, int64_t C);
 void dropout(float* out, const float* in, int64_t n, int64_t C, int64_t row0, float p,
              uint64_t seed, uint64_t stream);
 
-/// dst[0, bytes) = 0, in 256 KiB pieces spread over the OpenMP team: one
+/// dst[0, bytes) = 0, in pieces spread over the OpenMP team: one
 /// thread's memset reaches about half of what two cores write (a gradient
 /// buffer of 124M floats: 57 ms on one core, 35 ms on two).
 void fill_zero(void* dst, size_t bytes);

@@ -76,7 +76,7 @@ float* HalfPrecisionStorage::acquire_grads(int u) {
   g.in_use = true;
   // An f32 accumulator takes backward's sums in place, as an f32 model's own
   // gradients do: no zeroed unit buffer, no second pass to add it.
-  if (grad_dtype_ == DType::f32) return grads_.as<float>() + unit_begin(u);
+  if (accumulates_in_place()) return grads_.as<float>() + unit_begin(u);
   kernels::fill_zero(g.data.data(), unit_len(u) * sizeof(float));
   return g.data.as<float>();
 }
@@ -84,13 +84,12 @@ float* HalfPrecisionStorage::acquire_grads(int u) {
 void HalfPrecisionStorage::grads_ready(int u) {
   Work& g = grad_slot(u);
   BRAID_CHECK(g.in_use && g.unit == u, "grads_ready: unit ", u, " has no acquired gradient buffer");
-  const bool in_place = grad_dtype_ == DType::f32;
-  float* unit_grads = in_place ? grads_.as<float>() + unit_begin(u) : g.data.as<float>();
+  float* unit_grads = accumulates_in_place() ? grads_.as<float>() + unit_begin(u) : g.data.as<float>();
   if (inject_inf_) {
     unit_grads[0] = std::numeric_limits<float>::infinity();
     inject_inf_ = false;
   }
-  if (!in_place)
+  if (!accumulates_in_place())
     kernels::accumulate_cast(grads_.as<char>() + unit_begin(u) * dtype_size(grad_dtype_), grad_dtype_, unit_grads,
                              DType::f32, unit_len(u));
   g.in_use = false;
