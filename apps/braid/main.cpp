@@ -8,6 +8,7 @@
 #include "braid/version.h"
 #include "config_file.h"
 #include "braid/core/error.h"
+#include "braid/train/preemption.h"
 #ifdef BRAID_WITH_MPI
 #include <mpi.h>
 #endif
@@ -17,6 +18,9 @@ bool g_abort_job_on_error = false;
 }
 
 int main(int argc, char** argv) {
+  // First, before any thread exists: every later thread inherits the block, so
+  // stop signals never land on a thread running kernels (preemption.h).
+  braid::train::StopSignalThread stop_signals;
   CLI::App app{"braid: trains GPT-2 language models across many processes"};
   app.require_subcommand(1);
   braid::cli::add_prepare_data(app);

@@ -1,7 +1,8 @@
 #include "braid/train/preemption.h"
 
+#include <pthread.h>
+
 #include <atomic>
-#include <csignal>
 #include <cstdio>
 
 namespace braid::train {
@@ -18,7 +19,42 @@ extern "C" void on_stop_signal(int sig) {
   int none = 0;
   g_stop_signal.compare_exchange_strong(none, sig);  // keep the first signal
 }
+
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGUSR1};
+
+sigset_t stop_signal_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : kStopSignals) sigaddset(&set, sig);
+  return set;
+}
 }  // namespace
+
+StopSignalThread::StopSignalThread() {
+  const sigset_t set = stop_signal_set();
+  pthread_sigmask(SIG_BLOCK, &set, &saved_mask_);
+  try {
+    thread_ = std::thread([this, set] {
+      pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+      // The handler interrupts this wait and the wait resumes (SA_RESTART).
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return quit_; });
+    });
+  } catch (...) {
+    pthread_sigmask(SIG_SETMASK, &saved_mask_, nullptr);
+    throw;
+  }
+}
+
+StopSignalThread::~StopSignalThread() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    quit_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+  pthread_sigmask(SIG_SETMASK, &saved_mask_, nullptr);
+}
 
 void install_stop_handler() {
   struct sigaction sa = {};
@@ -27,7 +63,7 @@ void install_stop_handler() {
   // SA_RESETHAND: a second signal of the kind kills, so a stuck job can still
   // be ended. SA_RESTART: interrupted system calls (file I/O) resume.
   sa.sa_flags = SA_RESETHAND | SA_RESTART;
-  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &sa, nullptr);
+  for (int sig : kStopSignals) sigaction(sig, &sa, nullptr);
 }
 
 int stop_signal() { return g_stop_signal.load(std::memory_order_relaxed); }
