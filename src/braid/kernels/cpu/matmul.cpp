@@ -197,15 +197,26 @@ void transpose(float* dst, const float* src, int64_t rows, int64_t cols) {
 namespace {
 // Layout rules of matmul_backward (measured: docs/BENCHMARKS.md). Copying the
 // weight costs about 120 / BT of its product's time, so below 512 rows it does
-// not pay; inp's copy pays for wide inputs, whose plain layout is the slow one.
+// not pay; there, dinp of many columns (mlp.c_proj's) or with a vocabulary-
+// sized inner dimension (the head's) is computed transposed: both operands are
+// then read transposed, and the result of BT rows is small to transpose back.
+// inp's copy pays for wide inputs, whose plain layout is the slow one.
 constexpr int64_t kMinRowsForWeightCopy = 512;
 constexpr int64_t kMinColsForInputCopy = 2048;
+constexpr int64_t kMinColsForTransposedDinp = 2048;
+constexpr int64_t kMinInnerForTransposedDinp = 8192;
 constexpr int64_t kWeightBlockRows = 4096;
+
+bool weight_copy_pays(int64_t BT) { return BT >= kMinRowsForWeightCopy; }
+bool transposed_dinp_pays(int64_t BT, int64_t C, int64_t OC) {
+  return !weight_copy_pays(BT) && (C >= kMinColsForTransposedDinp || OC >= kMinInnerForTransposedDinp);
+}
 }  // namespace
 
 size_t matmul_backward_scratch_floats(int64_t BT, int64_t C, int64_t OC) {
   size_t n = 0;
-  if (BT >= kMinRowsForWeightCopy) n = size_t(std::min(OC, kWeightBlockRows) * C);
+  if (weight_copy_pays(BT)) n = size_t(std::min(OC, kWeightBlockRows) * C);
+  if (transposed_dinp_pays(BT, C, OC)) n = size_t(BT * C);
   if (C >= kMinColsForInputCopy) n = std::max(n, size_t(BT * C));
   return n;
 }
@@ -214,7 +225,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* inp, const float* weight, int64_t BT, int64_t C, int64_t OC,
                      float* scratch) {
   // dinp (BT, C) = dout (BT, OC) @ weight (OC, C)
-  if (dinp && scratch && BT >= kMinRowsForWeightCopy && OC > 0) {
+  if (dinp && scratch && weight_copy_pays(BT) && OC > 0) {
     // Block by block of weight rows: dinp += dout[:, o0:o1] @ (weight[o0:o1, :]^T)^T.
     for (int64_t o0 = 0; o0 < OC; o0 += kWeightBlockRows) {
       const int64_t rows = std::min(kWeightBlockRows, OC - o0);
@@ -222,6 +233,10 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
       // dout's columns [o0, o0 + rows): a (BT, rows) operand with rows OC apart.
       gemm_strided_a(BT, C, rows, OC, dout + o0, scratch, o0 == 0 ? 0.0f : 1.0f, dinp);
     }
+  } else if (dinp && scratch && transposed_dinp_pays(BT, C, OC)) {
+    // dinp^T (C, BT) = weight^T (C, OC) @ dout^T (OC, BT), then transposed back.
+    gemm(true, true, C, BT, OC, 1.0f, weight, dout, 0.0f, scratch);
+    transpose(dinp, scratch, C, BT);
   } else if (dinp) {
     gemm(false, false, BT, C, OC, 1.0f, dout, weight, 0.0f, dinp);
   }

@@ -69,8 +69,11 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 /// right operand of many columns at 55-65 % of its rate with a transposed one
 /// (docs/BENCHMARKS.md, "Backward matmul layouts"), so dinp multiplies by a
 /// transposed copy of the weight (in blocks of at most 4096 of its OC rows,
-/// accumulated in block order), and dweight, when C >= 2048, by a transposed
-/// copy of inp. Without scratch (nullptr) the operands are used as stored.
+/// accumulated in block order) when BT >= 512; below, where that copy does not
+/// pay, a layer with C >= 2048 or OC >= 8192 computes dinp^T = weight^T dout^T
+/// into scratch and transposes it back. dweight, when C >= 2048, multiplies by a
+/// transposed copy of inp. Without scratch (nullptr) the operands are used as
+/// stored.
 /// Which layout runs depends only on the sizes and on whether scratch is given,
 /// so every rank of a layout rounds alike.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -78,7 +81,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      float* scratch = nullptr);
 
 /// Floats of scratch matmul_backward uses for (BT, C, OC): max(min(OC, 4096) x C
-/// when BT >= 512 (the weight's transposed block), BT x C when C >= 2048 (inp
+/// when BT >= 512 (the weight's transposed block), BT x C when BT < 512 and
+/// C >= 2048 or OC >= 8192 (dinp transposed), BT x C when C >= 2048 (inp
 /// transposed)); 0 when no operand is transposed.
 size_t matmul_backward_scratch_floats(int64_t BT, int64_t C, int64_t OC);
 
