@@ -134,13 +134,14 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& ref,
 
 }  // namespace
 
-// The transposed layouts of matmul_backward (weight blocks of 4096 rows; below
-// 512 rows dinp computed transposed when it has >= 2048 columns or the layer
-// >= 8192 outputs; inputs of >= 2048 columns) against the naive products and the plain layout.
+// The transposed layouts of matmul_backward (the weight's copy in blocks of
+// 4096 rows from 1024 rows; dinp computed transposed from 512 rows, and below
+// for >= 2048 columns or >= 8192 outputs; inputs of >= 2048 columns) against the
+// naive products and the plain layout.
 TEST(Gemm, MatmulBackwardWithScratchMatchesNaive) {
   struct Case { int64_t BT, C, OC; };
-  for (const Case c : {Case{512, 2048, 8}, Case{520, 16, 4100}, Case{64, 2050, 5}, Case{600, 33, 7},
-                       Case{37, 24, 8200}, Case{511, 2048, 3}}) {
+  for (const Case c : {Case{512, 2048, 8}, Case{520, 16, 4100}, Case{64, 2050, 5}, Case{1024, 16, 4100},
+                       Case{1030, 2050, 3}, Case{37, 24, 8200}, Case{511, 2048, 3}}) {
     const size_t need = braid::kernels::matmul_backward_scratch_floats(c.BT, c.C, c.OC);
     ASSERT_GT(need, 0u) << "case must take a transposed path";
     auto dout = randvec(size_t(c.BT * c.OC), 11), inp = randvec(size_t(c.BT * c.C), 12),
@@ -159,6 +160,9 @@ TEST(Gemm, MatmulBackwardWithScratchMatchesNaive) {
     EXPECT_EQ(db, db2) << "the bias gradient does not depend on the layout";
   }
   EXPECT_EQ(braid::kernels::matmul_backward_scratch_floats(256, 768, 768), 0u);
+  EXPECT_EQ(braid::kernels::matmul_backward_scratch_floats(4096, 768, 768), 0u);
+  EXPECT_EQ(braid::kernels::matmul_backward_scratch_floats(600, 768, 3072), size_t(600 * 768));
+  EXPECT_EQ(braid::kernels::matmul_backward_scratch_floats(1024, 768, 3072), size_t(3072 * 768));
   EXPECT_EQ(braid::kernels::matmul_backward_scratch_floats(256, 768, 3072), 0u);
   EXPECT_EQ(braid::kernels::matmul_backward_scratch_floats(256, 3072, 768), size_t(256 * 3072));
   EXPECT_EQ(braid::kernels::matmul_backward_scratch_floats(256, 768, 50304), size_t(256 * 768));
@@ -231,8 +235,8 @@ void backward_layouts(int64_t BT) {
 }
 }  // namespace
 
-// A figure for docs/BENCHMARKS.md, not a test (DISABLED_). BT = 1024 takes the
-// weight's copy, BT = 256 (B=4, T=64) the transposed dinp.
+// A figure for docs/BENCHMARKS.md, not a test (DISABLED_): BT = 1024 (B=8,
+// T=128) takes the weight's copy, 512 and 256 (B=4, T=64) the transposed dinp.
 TEST(Gemm, DISABLED_BackwardLayouts) {
-  for (const int64_t BT : {int64_t(1024), int64_t(256)}) backward_layouts(BT);
+  for (const int64_t BT : {int64_t(1024), int64_t(512), int64_t(256)}) backward_layouts(BT);
 }

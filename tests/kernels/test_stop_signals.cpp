@@ -2,7 +2,7 @@
 // gemm:jit kernel writes its frame over the heap (train/preemption.h), and the
 // process later aborts in free(). With StopSignalThread made first, a flood of
 // process-directed signals while matmul_backward runs its strided product (the
-// path the head's backward takes at B·T >= 512, on gemm:jit) leaves the heap
+// path the head's backward takes at B·T >= 1024, on gemm:jit) leaves the heap
 // and the result intact: without it, a dozen products abort every time on an
 // AVX-512 CPU. Each check runs in a process of its own (a death test, re-run
 // from the start), so the signal thread exists before any other, as in main.

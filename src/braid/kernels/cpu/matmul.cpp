@@ -195,29 +195,41 @@ void transpose(float* dst, const float* src, int64_t rows, int64_t cols) {
 }
 
 namespace {
-// Layout rules of matmul_backward (measured: docs/BENCHMARKS.md). Copying the
-// weight costs about 120 / BT of its product's time, so below 512 rows it does
-// not pay; there, dinp of many columns (mlp.c_proj's) or with a vocabulary-
-// sized inner dimension (the head's) is computed transposed: both operands are
-// then read transposed, and the result of BT rows is small to transpose back.
-// inp's copy pays for wide inputs, whose plain layout is the slow one.
-constexpr int64_t kMinRowsForWeightCopy = 512;
-constexpr int64_t kMinColsForInputCopy = 2048;
-constexpr int64_t kMinColsForTransposedDinp = 2048;
+// Layout rules of matmul_backward (measured: docs/BENCHMARKS.md, "Backward
+// matmul layouts"). oneDNN multiplies a plain right operand at full rate while
+// both of a layer's sides are narrow, so such a layer (attn.c_proj's) runs as
+// stored. A wide layer's dinp multiplies by a transposed copy of the weight
+// from 1024 rows on (the copy costs about 120 / BT of the product); below, it
+// is computed transposed, dinp^T = weight^T dout^T, with both operands read
+// transposed and the small result transposed back: for every wide layer from
+// 512 rows, below that for dinp of many columns (mlp.c_proj's) or over a
+// vocabulary-sized inner dimension (the head's) only. inp's copy pays for wide
+// inputs, whose plain layout is the slow one.
+constexpr int64_t kWide = 2048;
+constexpr int64_t kMinRowsForWeightCopy = 1024;
+constexpr int64_t kMinRowsForTransposedDinp = 512;
 constexpr int64_t kMinInnerForTransposedDinp = 8192;
 constexpr int64_t kWeightBlockRows = 4096;
 
-bool weight_copy_pays(int64_t BT) { return BT >= kMinRowsForWeightCopy; }
-bool transposed_dinp_pays(int64_t BT, int64_t C, int64_t OC) {
-  return !weight_copy_pays(BT) && (C >= kMinColsForTransposedDinp || OC >= kMinInnerForTransposedDinp);
+enum class DinpLayout { plain, weight_copy, transposed };
+
+DinpLayout dinp_layout(int64_t BT, int64_t C, int64_t OC) {
+  if (std::max(C, OC) < kWide) return DinpLayout::plain;
+  if (BT >= kMinRowsForWeightCopy) return DinpLayout::weight_copy;
+  if (BT >= kMinRowsForTransposedDinp || C >= kWide || OC >= kMinInnerForTransposedDinp)
+    return DinpLayout::transposed;
+  return DinpLayout::plain;
 }
 }  // namespace
 
 size_t matmul_backward_scratch_floats(int64_t BT, int64_t C, int64_t OC) {
   size_t n = 0;
-  if (weight_copy_pays(BT)) n = size_t(std::min(OC, kWeightBlockRows) * C);
-  if (transposed_dinp_pays(BT, C, OC)) n = size_t(BT * C);
-  if (C >= kMinColsForInputCopy) n = std::max(n, size_t(BT * C));
+  switch (dinp_layout(BT, C, OC)) {
+    case DinpLayout::plain: break;
+    case DinpLayout::weight_copy: n = size_t(std::min(OC, kWeightBlockRows) * C); break;
+    case DinpLayout::transposed: n = size_t(BT * C); break;
+  }
+  if (C >= kWide) n = std::max(n, size_t(BT * C));  // inp transposed
   return n;
 }
 
@@ -225,7 +237,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* inp, const float* weight, int64_t BT, int64_t C, int64_t OC,
                      float* scratch) {
   // dinp (BT, C) = dout (BT, OC) @ weight (OC, C)
-  if (dinp && scratch && weight_copy_pays(BT) && OC > 0) {
+  const DinpLayout layout = scratch ? dinp_layout(BT, C, OC) : DinpLayout::plain;
+  if (dinp && layout == DinpLayout::weight_copy) {
     // Block by block of weight rows: dinp += dout[:, o0:o1] @ (weight[o0:o1, :]^T)^T.
     for (int64_t o0 = 0; o0 < OC; o0 += kWeightBlockRows) {
       const int64_t rows = std::min(kWeightBlockRows, OC - o0);
@@ -233,7 +246,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
       // dout's columns [o0, o0 + rows): a (BT, rows) operand with rows OC apart.
       gemm_strided_a(BT, C, rows, OC, dout + o0, scratch, o0 == 0 ? 0.0f : 1.0f, dinp);
     }
-  } else if (dinp && scratch && transposed_dinp_pays(BT, C, OC)) {
+  } else if (dinp && layout == DinpLayout::transposed) {
     // dinp^T (C, BT) = weight^T (C, OC) @ dout^T (OC, BT), then transposed back.
     gemm(true, true, C, BT, OC, 1.0f, weight, dout, 0.0f, scratch);
     transpose(dinp, scratch, C, BT);
@@ -241,7 +254,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     gemm(false, false, BT, C, OC, 1.0f, dout, weight, 0.0f, dinp);
   }
   // dweight (OC, C) += dout^T (OC, BT) @ inp (BT, C)
-  if (dweight && scratch && C >= kMinColsForInputCopy) {
+  if (dweight && scratch && C >= kWide) {
     transpose(scratch, inp, BT, C);  // (C, BT)
     gemm(true, true, OC, C, BT, 1.0f, dout, scratch, 1.0f, dweight);
   } else if (dweight) {

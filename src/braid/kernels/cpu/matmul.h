@@ -67,23 +67,23 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 /// With `scratch` of at least matmul_backward_scratch_floats(BT, C, OC) floats
 /// the products run in oneDNN's fast layout: the backend multiplies a plain
 /// right operand of many columns at 55-65 % of its rate with a transposed one
-/// (docs/BENCHMARKS.md, "Backward matmul layouts"), so dinp multiplies by a
-/// transposed copy of the weight (in blocks of at most 4096 of its OC rows,
-/// accumulated in block order) when BT >= 512; below, where that copy does not
-/// pay, a layer with C >= 2048 or OC >= 8192 computes dinp^T = weight^T dout^T
-/// into scratch and transposes it back. dweight, when C >= 2048, multiplies by a
-/// transposed copy of inp. Without scratch (nullptr) the operands are used as
-/// stored.
+/// (docs/BENCHMARKS.md, "Backward matmul layouts"). A layer with a side of
+/// >= 2048 (wide) computes dinp with a transposed copy of the weight (in blocks
+/// of at most 4096 of its OC rows, accumulated in block order) when BT >= 1024,
+/// and below as dinp^T = weight^T dout^T into scratch, transposed back: always
+/// from BT = 512, below only when C >= 2048 or OC >= 8192. dweight, when
+/// C >= 2048, multiplies by a transposed copy of inp. Without scratch (nullptr),
+/// or when no side is wide, the operands are used as stored.
 /// Which layout runs depends only on the sizes and on whether scratch is given,
 /// so every rank of a layout rounds alike.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int64_t BT, int64_t C, int64_t OC,
                      float* scratch = nullptr);
 
-/// Floats of scratch matmul_backward uses for (BT, C, OC): max(min(OC, 4096) x C
-/// when BT >= 512 (the weight's transposed block), BT x C when BT < 512 and
-/// C >= 2048 or OC >= 8192 (dinp transposed), BT x C when C >= 2048 (inp
-/// transposed)); 0 when no operand is transposed.
+/// Floats of scratch matmul_backward uses for (BT, C, OC), by the rules above:
+/// the larger of min(OC, 4096) x C (the weight's transposed block) or BT x C
+/// (dinp transposed), and BT x C when C >= 2048 (inp transposed); 0 when every
+/// operand is used as stored.
 size_t matmul_backward_scratch_floats(int64_t BT, int64_t C, int64_t OC);
 
 }  // namespace braid::kernels
