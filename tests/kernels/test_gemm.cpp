@@ -141,7 +141,7 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& ref,
 TEST(Gemm, MatmulBackwardWithScratchMatchesNaive) {
   struct Case { int64_t BT, C, OC; };
   for (const Case c : {Case{512, 2048, 8}, Case{520, 16, 4100}, Case{64, 2050, 5}, Case{1024, 16, 4100},
-                       Case{1030, 2050, 3}, Case{37, 24, 8200}, Case{511, 2048, 3}}) {
+                       Case{1030, 2050, 3}, Case{37, 24, 8200}, Case{511, 2048, 3}, Case{1024, 2048, 0}}) {
     const size_t need = braid::kernels::matmul_backward_scratch_floats(c.BT, c.C, c.OC);
     ASSERT_GT(need, 0u) << "case must take a transposed path";
     auto dout = randvec(size_t(c.BT * c.OC), 11), inp = randvec(size_t(c.BT * c.C), 12),
@@ -157,6 +157,8 @@ TEST(Gemm, MatmulBackwardWithScratchMatchesNaive) {
     std::vector<float> dinp2(dinp.size()), dw2 = dw0, db2(db.size(), 0.f);
     braid::kernels::matmul_backward(dinp2.data(), dw2.data(), db2.data(), dout.data(), inp.data(), w.data(), c.BT,
                                     c.C, c.OC);
+    expect_close(dinp2, naive(false, false, c.BT, c.C, c.OC, dout, w), c.OC, "plain dinp");
+    expect_close(dw2, ref_dw, c.BT, "plain dweight");
     EXPECT_EQ(db, db2) << "the bias gradient does not depend on the layout";
   }
   EXPECT_EQ(braid::kernels::matmul_backward_scratch_floats(256, 768, 768), 0u);
@@ -235,8 +237,9 @@ void backward_layouts(int64_t BT) {
 }
 }  // namespace
 
-// A figure for docs/BENCHMARKS.md, not a test (DISABLED_): BT = 1024 (B=8,
-// T=128) takes the weight's copy, 512 and 256 (B=4, T=64) the transposed dinp.
+// A figure for docs/BENCHMARKS.md, not a test (DISABLED_): at BT = 1024 (B=8,
+// T=128) the wide layers copy their weight, at 512 (B=4, T=128) they compute
+// dinp transposed, at 256 (B=4, T=64) mlp.c_proj and the head do.
 TEST(Gemm, DISABLED_BackwardLayouts) {
   for (const int64_t BT : {int64_t(1024), int64_t(512), int64_t(256)}) backward_layouts(BT);
 }

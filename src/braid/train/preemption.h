@@ -4,12 +4,12 @@
 // the job instead). The handler only records the signal; the trainer polls it
 // at each step boundary and the ranks agree on it there (Trainer::run).
 //
-// Where the handler runs matters: oneDNN 2.x's JIT f32 GEMM (gemm:jit) points
-// rsp at a heap workspace while it runs, so a signal handled on a thread inside
-// it writes its signal frame (about 3 KiB with AVX-512) over the heap chunk
-// before that workspace, and the process later aborts in free() ("corrupted
-// size vs. prev_size"). oneDNN issue 4845, fixed in 3.11 (pull request 4855);
-// Debian 12 ships 2.7. StopSignalThread therefore routes the stop signals to
+// Where the handler runs matters: oneDNN 2.x's JIT f32 GEMM (gemm:jit, AVX2
+// and AVX-512) points rsp at a heap workspace while it runs, so a signal
+// handled on a thread inside it writes its signal frame (about 2.7 KiB of
+// AVX-512 state plus the registers) over the heap chunk before that workspace,
+// and the process later aborts in free() ("corrupted size vs. prev_size").
+// oneDNN issue 4845, fixed in 3.11.2; Debian 12 ships 2.7. StopSignalThread therefore routes the stop signals to
 // one thread that runs no kernels.
 #pragma once
 

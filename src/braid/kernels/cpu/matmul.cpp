@@ -195,16 +195,10 @@ void transpose(float* dst, const float* src, int64_t rows, int64_t cols) {
 }
 
 namespace {
-// Layout rules of matmul_backward (measured: docs/BENCHMARKS.md, "Backward
-// matmul layouts"). oneDNN multiplies a plain right operand at full rate while
-// both of a layer's sides are narrow, so such a layer (attn.c_proj's) runs as
-// stored. A wide layer's dinp multiplies by a transposed copy of the weight
-// from 1024 rows on (the copy costs about 120 / BT of the product); below, it
-// is computed transposed, dinp^T = weight^T dout^T, with both operands read
-// transposed and the small result transposed back: for every wide layer from
-// 512 rows, below that for dinp of many columns (mlp.c_proj's) or over a
-// vocabulary-sized inner dimension (the head's) only. inp's copy pays for wide
-// inputs, whose plain layout is the slow one.
+// Layout rules of matmul_backward (matmul.h; measured: docs/BENCHMARKS.md).
+// oneDNN reads a plain right operand of many columns at about half rate; the
+// weight's copy costs about 120 / BT of its product, and dinp computed
+// transposed costs a transpose of the small result.
 constexpr int64_t kWide = 2048;
 constexpr int64_t kMinRowsForWeightCopy = 1024;
 constexpr int64_t kMinRowsForTransposedDinp = 512;
@@ -214,7 +208,7 @@ constexpr int64_t kWeightBlockRows = 4096;
 enum class DinpLayout { plain, weight_copy, transposed };
 
 DinpLayout dinp_layout(int64_t BT, int64_t C, int64_t OC) {
-  if (std::max(C, OC) < kWide) return DinpLayout::plain;
+  if (OC == 0 || std::max(C, OC) < kWide) return DinpLayout::plain;  // plain zero-fills at OC == 0
   if (BT >= kMinRowsForWeightCopy) return DinpLayout::weight_copy;
   if (BT >= kMinRowsForTransposedDinp || C >= kWide || OC >= kMinInnerForTransposedDinp)
     return DinpLayout::transposed;

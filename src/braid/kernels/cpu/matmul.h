@@ -81,9 +81,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      float* scratch = nullptr);
 
 /// Floats of scratch matmul_backward uses for (BT, C, OC), by the rules above:
-/// the larger of min(OC, 4096) x C (the weight's transposed block) or BT x C
-/// (dinp transposed), and BT x C when C >= 2048 (inp transposed); 0 when every
-/// operand is used as stored.
+/// min(OC, 4096) x C when the weight's copy runs, BT x C when dinp is computed
+/// transposed or C >= 2048 (inp's copy), the larger when both apply, else 0.
 size_t matmul_backward_scratch_floats(int64_t BT, int64_t C, int64_t OC);
 
 }  // namespace braid::kernels
