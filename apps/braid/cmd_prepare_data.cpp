@@ -64,7 +64,9 @@ class Progress {
   void print(bool final) {
     const uint64_t bytes = std::min(c_.input_bytes.load(), total_), tokens = c_.tokens.load();
     const int64_t decile = total_ ? static_cast<int64_t>(bytes * 10 / total_) : 10;
-    if (!final && !tty_ && decile == last_decile_) return;
+    // Off a terminal, one line per tenth read; the last tenth's line is the
+    // final one, once every token is counted (reading ends before tokenizing).
+    if (!final && !tty_ && (decile == last_decile_ || decile >= 10)) return;
     last_decile_ = decile;
     const double t = seconds_since(t0_);
     const int width = 30;
