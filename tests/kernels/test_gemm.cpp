@@ -10,25 +10,22 @@
 
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
+#include "kernels/normal_values.h"
 #include "braid/core/threads.h"
 #include "braid/kernels/cpu/matmul.h"
 
 using braid::kernels::gemm;
 
-namespace {
+using testing_data::normal_values;
 
-std::vector<float> randvec(size_t n, uint64_t stream) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = braid::rand_normal(7, stream, i);
-  return v;
-}
+namespace {
 
 void check_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
                 bool with_bias, int64_t batch) {
-  auto A = randvec(size_t(batch * M * K), 1);
-  auto B = randvec(size_t(batch * K * N), 2);
-  auto C = randvec(size_t(batch * M * N), 3);
-  auto bias = randvec(size_t(N), 4);
+  auto A = normal_values(size_t(batch * M * K), 7, 1);
+  auto B = normal_values(size_t(batch * K * N), 7, 2);
+  auto C = normal_values(size_t(batch * M * N), 7, 3);
+  auto bias = normal_values(size_t(N), 7, 4);
   std::vector<double> ref(C.size());
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t i = 0; i < M; ++i)
@@ -75,7 +72,7 @@ TEST(Gemm, ZeroSizesAndCache) {
   gemm(false, false, 2, 2, 0, 1.0f, nullptr, nullptr, 0.5f, C.data());  // K = 0: C = beta C
   EXPECT_FLOAT_EQ(C[3], 2.0f);
   gemm(false, false, 0, 2, 3, 1.0f, nullptr, nullptr, 0.0f, C.data());  // no-op
-  auto A = randvec(64, 1), B = randvec(64, 2);
+  auto A = normal_values(64, 7, 1), B = normal_values(64, 7, 2);
   std::vector<float> D(64);
   gemm(false, false, 8, 8, 8, 1.0f, A.data(), B.data(), 0.0f, D.data());
   const size_t n = braid::kernels::gemm_cache_size();
@@ -88,7 +85,7 @@ TEST(Gemm, ZeroSizesAndCache) {
 // fp32 GEMM GFLOP/s at the GPT-2 MLP shapes (BT=256, C=768, 4C=3072).
 TEST(Gemm, DISABLED_Throughput) {
   const int64_t BT = 256, C = 768, H = 3072;
-  auto X = randvec(size_t(BT * H), 1), W = randvec(size_t(H * C), 2);
+  auto X = normal_values(size_t(BT * H), 7, 1), W = normal_values(size_t(H * C), 7, 2);
   std::vector<float> Y(size_t(BT * H));
   struct Case { const char* name; bool ta, tb; int64_t M, N, K; float beta; };
   const Case cases[] = {
@@ -144,8 +141,8 @@ TEST(Gemm, MatmulBackwardWithScratchMatchesNaive) {
                        Case{1030, 2050, 3}, Case{37, 24, 8200}, Case{511, 2048, 3}, Case{1024, 2048, 0}}) {
     const size_t need = braid::kernels::matmul_backward_scratch_floats(c.BT, c.C, c.OC);
     ASSERT_GT(need, 0u) << "case must take a transposed path";
-    auto dout = randvec(size_t(c.BT * c.OC), 11), inp = randvec(size_t(c.BT * c.C), 12),
-         w = randvec(size_t(c.OC * c.C), 13), dw0 = randvec(size_t(c.OC * c.C), 14);
+    auto dout = normal_values(size_t(c.BT * c.OC), 7, 11), inp = normal_values(size_t(c.BT * c.C), 7, 12),
+         w = normal_values(size_t(c.OC * c.C), 7, 13), dw0 = normal_values(size_t(c.OC * c.C), 7, 14);
     std::vector<float> scratch(need, NAN), dinp(size_t(c.BT * c.C), NAN), dw = dw0, db(size_t(c.OC), 0.f);
     braid::kernels::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), c.BT,
                                     c.C, c.OC, scratch.data());
@@ -176,7 +173,7 @@ TEST(Gemm, MatmulBackwardWithScratchMatchesNaive) {
 TEST(Gemm, HalfOperandsMatchF32OnTheSameValues) {
   for (braid::DType t : {braid::DType::bf16, braid::DType::f16}) {
     const int64_t M = 33, N = 40, K = 129;
-    auto A = randvec(size_t(M * K), 21), B = randvec(size_t(N * K), 22);
+    auto A = normal_values(size_t(M * K), 7, 21), B = normal_values(size_t(N * K), 7, 22);
     std::vector<uint16_t> Ah(A.size()), Bh(B.size());
     for (size_t i = 0; i < A.size(); ++i) {
       braid::store_from_f32(Ah.data(), i, t, A[i]);
@@ -211,7 +208,8 @@ void backward_layouts(int64_t BT) {
               (long long)BT, braid::omp_threads());
   double total[2] = {0, 0};
   for (const Layer& l : layers) {
-    auto dout = randvec(size_t(BT * l.out), 1), inp = randvec(size_t(BT * l.in), 2), w = randvec(size_t(l.out * l.in), 3);
+    auto dout = normal_values(size_t(BT * l.out), 7, 1), inp = normal_values(size_t(BT * l.in), 7, 2),
+         w = normal_values(size_t(l.out * l.in), 7, 3);
     std::vector<float> dinp(size_t(BT * l.in)), dw(size_t(l.out * l.in), 0.f);
     std::vector<float> scratch(braid::kernels::matmul_backward_scratch_floats(BT, l.in, l.out));
     std::vector<double> ms[2];

@@ -17,6 +17,7 @@
 
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
+#include "kernels/normal_values.h"
 #include "braid/kernels/cpu/adamw.h"
 #include "braid/kernels/cpu/attention.h"
 #include "braid/kernels/cpu/crossentropy.h"
@@ -27,15 +28,11 @@
 
 namespace k = braid::kernels;
 
+using testing_data::normal_values;
+
 namespace {
 
 constexpr double kH = 1e-2, kAtol = 5e-4, kRtol = 5e-3;
-
-std::vector<float> randvec(size_t n, uint64_t stream, float scale = 1.0f) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = scale * braid::rand_normal(11, stream, i);
-  return v;
-}
 
 double dot(const std::vector<float>& r, const float* out) {
   double s = 0;
@@ -70,8 +67,9 @@ void fd_check(const std::string& what, std::vector<float>& x, const std::vector<
 
 TEST(KernelsFD, Matmul) {
   const int64_t BT = 5, C = 7, OC = 6;
-  auto inp = randvec(size_t(BT * C), 1), w = randvec(size_t(OC * C), 2), b = randvec(size_t(OC), 3);
-  auto r = randvec(size_t(BT * OC), 4);
+  auto inp = normal_values(size_t(BT * C), 11, 1), w = normal_values(size_t(OC * C), 11, 2),
+       b = normal_values(size_t(OC), 11, 3);
+  auto r = normal_values(size_t(BT * OC), 11, 4);
   std::vector<float> out(r.size());
   auto loss = [&] {
     k::matmul_forward(out.data(), inp.data(), w.data(), b.data(), BT, C, OC);
@@ -91,9 +89,10 @@ TEST(KernelsFD, Matmul) {
 
 TEST(KernelsFD, LayerNorm) {
   const int64_t N = 4, C = 9;
-  auto inp = randvec(size_t(N * C), 1), w = randvec(size_t(C), 2), b = randvec(size_t(C), 3);
+  auto inp = normal_values(size_t(N * C), 11, 1), w = normal_values(size_t(C), 11, 2),
+       b = normal_values(size_t(C), 11, 3);
   for (size_t i = 0; i < inp.size(); ++i) inp[i] += float(i % 3);  // non-zero means
-  auto r = randvec(size_t(N * C), 4);
+  auto r = normal_values(size_t(N * C), 11, 4);
   std::vector<float> out(r.size()), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N));
   auto loss = [&] {
     k::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
@@ -111,8 +110,8 @@ TEST(KernelsFD, LayerNorm) {
 TEST(KernelsFD, Encoder) {
   const int64_t B = 2, T = 3, C = 4, V = 5;
   std::vector<int32_t> tokens = {1, 3, 1, 4, 1, 0};  // repeats must accumulate
-  auto wte = randvec(size_t(V * C), 1), wpe = randvec(size_t(T * C), 2);
-  auto r = randvec(size_t(B * T * C), 3);
+  auto wte = normal_values(size_t(V * C), 11, 1), wpe = normal_values(size_t(T * C), 11, 2);
+  auto r = normal_values(size_t(B * T * C), 11, 3);
   std::vector<float> out(r.size());
   auto loss = [&] {
     k::encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
@@ -128,7 +127,7 @@ TEST(KernelsFD, Gelu) {
   const int64_t N = 64;
   std::vector<float> x(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i) x[size_t(i)] = -4.0f + 8.0f * float(i) / float(N - 1) + 0.01f;
-  auto r = randvec(size_t(N), 3);
+  auto r = normal_values(size_t(N), 11, 3);
   std::vector<float> out(static_cast<size_t>(N));
   auto loss = [&] {
     k::gelu_forward(out.data(), x.data(), N);
@@ -148,7 +147,7 @@ TEST(KernelsFD, Gelu) {
 
 TEST(KernelsFD, Residual) {
   const int64_t N = 10;
-  auto a = randvec(size_t(N), 1), b = randvec(size_t(N), 2), r = randvec(size_t(N), 3);
+  auto a = normal_values(size_t(N), 11, 1), b = normal_values(size_t(N), 11, 2), r = normal_values(size_t(N), 11, 3);
   std::vector<float> out(static_cast<size_t>(N));
   auto loss = [&] {
     k::residual_forward(out.data(), a.data(), b.data(), N);
@@ -162,7 +161,7 @@ TEST(KernelsFD, Residual) {
 
 TEST(KernelsFD, SoftmaxCrossEntropyAndPadding) {
   const int64_t N = 3, V = 10, Vp = 16;
-  auto logits = randvec(size_t(N * Vp), 1, 2.0f);
+  auto logits = normal_values(size_t(N * Vp), 11, 1, 2.0f);
   std::vector<int32_t> targets = {0, 9, 4};
   std::vector<float> losses(static_cast<size_t>(N)), lse(static_cast<size_t>(N)), probs(static_cast<size_t>(N * Vp));
   const float dloss = 0.7f;
@@ -199,8 +198,8 @@ TEST(KernelsFD, SoftmaxCrossEntropyAndPadding) {
 
 TEST(KernelsFD, Attention) {
   const int64_t B = 2, T = 5, C = 8, NH = 2;
-  auto qkv = randvec(size_t(B * T * 3 * C), 1);
-  auto r = randvec(size_t(B * T * C), 2);
+  auto qkv = normal_values(size_t(B * T * 3 * C), 11, 1);
+  auto r = normal_values(size_t(B * T * C), 11, 2);
   std::vector<float> out(r.size()), qkvr(static_cast<size_t>(3 * B * T * C)), att(static_cast<size_t>(B * NH * T * T));
   std::vector<float> fs(k::attention_forward_scratch_floats(B, T, C));
   std::vector<float> bs(k::attention_backward_scratch_floats(B, T, C, NH));
@@ -229,7 +228,7 @@ TEST(KernelsFD, Attention) {
 
 TEST(Kernels, AdamWMatchesClosedForm) {
   const size_t n = 37;
-  auto p = randvec(n, 1), g0 = randvec(n, 2);
+  auto p = normal_values(n, 11, 1), g0 = normal_values(n, 11, 2);
   std::vector<float> m(n, 0.0f), v(n, 0.0f);
   std::vector<double> pd(p.begin(), p.end()), md(n, 0.0), vd(n, 0.0);
   const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
@@ -257,7 +256,7 @@ TEST(Kernels, AdamWMatchesClosedForm) {
 // gradients are widened exactly first.
 TEST(Kernels, AdamWScaledEqualsPrescaledGradients) {
   const size_t n = 203;
-  const auto p0 = randvec(n, 3), g = randvec(n, 4);
+  const auto p0 = normal_values(n, 11, 3), g = normal_values(n, 11, 4);
   for (const braid::DType t : {braid::DType::f32, braid::DType::bf16, braid::DType::f16}) {
     std::vector<uint16_t> half(n);
     std::vector<float> widened(g);

@@ -24,10 +24,12 @@
 #include <string>
 #include <vector>
 
-#include "braid/core/rng.h"
 #include "braid/core/threads.h"
 #include "braid/kernels/cpu/matmul.h"
 #include "braid/train/preemption.h"
+#include "kernels/normal_values.h"
+
+using testing_data::normal_values;
 
 namespace {
 
@@ -57,12 +59,6 @@ size_t threads_open_to_stop_signals(const std::vector<uint64_t>& masks) {
   return open;
 }
 
-std::vector<float> normal_values(size_t n, uint64_t stream) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = braid::rand_normal(11, stream, i);
-  return v;
-}
-
 // A child process that sends SIGUSR1 to this one every 200 us until killed
 // or orphaned (async-signal-safe calls only).
 pid_t start_flooder() {
@@ -79,7 +75,7 @@ pid_t start_flooder() {
 // heap traffic around their workspace; returns how many differ from the first.
 int64_t run_products() {
   constexpr int64_t BT = 1024, C = 256, OC = 8192;
-  const auto dout = normal_values(size_t(BT * OC), 1), weight = normal_values(size_t(OC * C), 2);
+  const auto dout = normal_values(size_t(BT * OC), 11, 1), weight = normal_values(size_t(OC * C), 11, 2);
   std::vector<float> scratch(braid::kernels::matmul_backward_scratch_floats(BT, C, OC));
   std::vector<float> dinp(size_t(BT * C)), first;
   int64_t differing = 0;
@@ -111,7 +107,8 @@ int flood_during_gemm() {
   const size_t open = threads_open_to_stop_signals(masks);
   // Main, the signal thread, and OpenMP's worker where the build has OpenMP.
   const size_t expected_threads = braid::omp_threads() >= 2 ? 3 : 2;
-  std::fprintf(stderr, "signals handled %lld, products differing from the first %lld, threads %zu, open to stop signals %zu\n",
+  std::fprintf(stderr,
+               "signals handled %lld, products differing from the first %lld, threads %zu, open to stop signals %zu\n",
                static_cast<long long>(g_handled.load()), static_cast<long long>(differing), masks.size(), open);
   return differing == 0 && g_handled.load() > 0 && masks.size() >= expected_threads && open == 1 ? 0 : 1;
 }

@@ -104,9 +104,10 @@ TEST(MixedPrecision, Fp32GradientsMakeDataParallelMatchOneRankToF32Roundoff) {
   // 1e-7 / 2^-8 per element and step) may round the other way, and the runs
   // drift apart within the bound of the bf16-reduce test above: which weights
   // flip depends on the build's f32 rounding (the -O2 sanitizer build flips
-  // one before step 1 and its norm moves by 3e-5), so only step 0 is held to 1e-6. With the opted-in bf16 reduce
-  // every averaged gradient is rounded to bf16, and step 0's norm already
-  // differs by 6e-5 to 1.2e-4 (measured), which this test would reject.
+  // one before step 1 and its norm moves by 3e-5), so only step 0 is held to
+  // 1e-6. With the opted-in bf16 reduce every averaged gradient is rounded to
+  // bf16, and step 0's norm already differs by 6e-5 to 1.2e-4 (measured),
+  // which this test would reject.
   const auto data = synthetic_tokens(20000, 53);
   auto o = testing_harness::tiny_options(12);
   o.precision = "bf16";

@@ -1,6 +1,5 @@
 #include "braid/plan/this_machine.h"
 
-
 #include <algorithm>
 #include <map>
 #include <mutex>

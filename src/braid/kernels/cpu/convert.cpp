@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "braid/core/error.h"
-#include "braid/core/threads.h"
 #include "braid/kernels/cpu/for_chunks.h"
 
 #if defined(__AVX512F__)
@@ -21,7 +20,6 @@ namespace {
 using detail::for_chunks;
 using detail::kChunk;
 using detail::run_serial;
-
 
 // bf16 and the finiteness test are plain loops over the scalar integer recipes:
 // GCC vectorises them itself (AVX-512 with vpermt2w packing under
