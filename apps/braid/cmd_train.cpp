@@ -92,8 +92,10 @@ std::string run_record(const TrainArgs& a, comm::Communicator& world) {
 // spread).
 train::MatmulCeiling measure_ceiling(train::Trainer& trainer, comm::Communicator& world) {
   const auto& pl = trainer.plan();
+  // In the dtype the matmuls run in: a half-precision run's MFU is against the half-precision ceiling.
+  const DType dt = trainer.model().half_matmuls() ? pl.compute : DType::f32;
   train::MatmulCeiling c =
-      train::measure_mlp_ceiling(pl.micro_batch * pl.seq_len, trainer.model().config().n_embd, pl.tp.degree);
+      train::measure_mlp_ceiling(pl.micro_batch * pl.seq_len, trainer.model().config().n_embd, pl.tp.degree, dt);
   float best = static_cast<float>(c.flops);
   if (world.size() > 1) world.all_reduce(&best, &best, 1, DType::f32, comm::ReduceOp::max);
   c.flops = static_cast<double>(best);
@@ -136,7 +138,7 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, std::span<const uin
     train::Trainer trainer(opt, world, train, val);
     const train::MatmulCeiling ceiling = measure_ceiling(trainer, world);
     const double fma_peak = train::measure_fma_peak_flops();
-    const std::string path = log ? train::matmul_path(trainer.plan().compute, ceiling) : std::string();
+    const std::string path = log ? train::matmul_path(trainer.plan().compute, trainer.model().half_matmuls()) : std::string();
     opt = trainer.options();
     if (log) {
       const auto& c = trainer.model().config();

@@ -196,6 +196,49 @@ TEST(Gemm, HalfOperandsMatchF32OnTheSameValues) {
   EXPECT_TRUE(braid::kernels::half_matmul_supported(braid::DType::f32));
 }
 
+// The linear layer on half-precision operands against the naive products of
+// the same (widened) values: out = inp W^T + b, dinp = dout W, dweight +=
+// dout^T inp, dbias += the column sum of dout (in row order: bitwise the f32
+// sum of the widened values).
+TEST(Gemm, LinearLayerOnHalfOperandsMatchesNaive) {
+  for (braid::DType t : {braid::DType::bf16, braid::DType::f16}) {
+    if (!braid::kernels::half_matmul_supported(t)) continue;
+    const int64_t BT = 37, C = 48, OC = 70;
+    auto half = [t](std::vector<float>& x) {  // x rounded to t, and its storage in t
+      std::vector<uint16_t> h(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        braid::store_from_f32(h.data(), i, t, x[i]);
+        x[i] = braid::load_as_f32(h.data(), i, t);
+      }
+      return h;
+    };
+    auto inp = normal_values(size_t(BT * C), 7, 31), w = normal_values(size_t(OC * C), 7, 32),
+         dout = normal_values(size_t(BT * OC), 7, 33), bias = normal_values(size_t(OC), 7, 34),
+         dw0 = normal_values(size_t(OC * C), 7, 35);
+    const auto inp_h = half(inp), w_h = half(w), dout_h = half(dout);
+    std::vector<float> out(size_t(BT * OC), NAN);
+    braid::kernels::matmul_forward_typed(out.data(), inp_h.data(), w_h.data(), t, bias.data(), BT, C, OC);
+    auto ref = naive(false, true, BT, OC, C, inp, w);
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] += bias[i % size_t(OC)];
+    expect_close(out, ref, C, "forward");
+    std::vector<float> dinp(size_t(BT * C), NAN), dw = dw0, db(size_t(OC), 0.5f), db_ref = db;
+    braid::kernels::matmul_backward_typed(dinp.data(), dw.data(), db.data(), dout_h.data(), inp_h.data(),
+                                          w_h.data(), t, BT, C, OC);
+    expect_close(dinp, naive(false, false, BT, C, OC, dout, w), OC, "dinp");
+    auto ref_dw = naive(true, false, OC, C, BT, dout, inp);
+    for (size_t i = 0; i < ref_dw.size(); ++i) ref_dw[i] += dw0[i];
+    expect_close(dw, ref_dw, BT, "dweight");
+    for (int64_t r = 0; r < BT; ++r)
+      for (int64_t o = 0; o < OC; ++o) db_ref[size_t(o)] += dout[size_t(r * OC + o)];
+    EXPECT_EQ(db, db_ref) << braid::dtype_name(t);
+    // Weight pass only (the zero-bubble split): dinp and dbias untouched.
+    std::vector<float> dw2 = dw0;
+    braid::kernels::matmul_backward_typed(nullptr, dw2.data(), nullptr, dout_h.data(), inp_h.data(), nullptr, t, BT,
+                                          C, OC);
+    EXPECT_EQ(dw2, dw) << "the weight pass alone adds the same dweight";
+  }
+}
+
 namespace {
 // matmul_backward at GPT-2's shapes (BT token rows, C = 768), with and without
 // its scratch (the transposed layouts), alternated; prints the medians.

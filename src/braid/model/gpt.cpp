@@ -19,9 +19,14 @@ namespace k = braid::kernels;
 
 GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger,
          UnitStorage* storage, const TensorParallel& tp, float dropout, const PipelineStage& stage,
-         Recompute recompute)
-    : cfg_(cfg), max_B_(max_B), max_T_(max_T), storage_(storage), tp_(tp), dropout_(dropout) {
+         Recompute recompute, DType compute)
+    : cfg_(cfg), max_B_(max_B), max_T_(max_T), compute_dtype_(compute), storage_(storage), tp_(tp),
+      dropout_(dropout) {
   recompute_ = recompute;
+  // Real half-precision matmuls need the weights in the compute dtype.
+  half_ops_ = compute != DType::f32 && storage && storage->has_compute_params() &&
+              k::half_matmul_supported(compute);
+  op_ = half_ops_ ? compute : DType::f32;
   const std::vector<PipelineChunk> chunks = stage.resolved(cfg.n_layer);
   owns_embed_ = owns_head_ = false;
   for (const auto& c : chunks) {
@@ -35,7 +40,7 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   // Validates cfg, max_B, max_T and TP; every size below comes from the plan.
   const GPTMemoryPlan plan =
       memory_plan(cfg_, max_B, max_T, storage == nullptr, tpn_, tp_.sequence_parallel, dropout, stage,
-                  recompute);
+                  recompute, compute);
   num_params_ = build_param_table(cfg_, tpn_, stage, &table_, &layer_begin_);
   BRAID_CHECK(num_params_ == plan.num_params, "parameter table out of sync with memory_plan");
   build_units();
@@ -103,6 +108,11 @@ void GPT::layout_scratch(const GPTMemoryPlan& plan) {
   s += plan.matmul_scratch_floats;
   tpl_ = parallel::tensor::TensorParallelLayers(tp_, cfg_.n_embd, gather, mm_scratch);
   if (dropout_ > 0) dtmp_ = s, s += rows * C;
+  if (compute_dtype_ != DType::f32) {
+    half_grad_ = s;
+    s += (half_grad_elems(BT, rows, C, Cl, owns_head_ ? Vpl : 0) + 1) / 2;
+  }
+  tpl_.set_operand_dtype(op_);
   att_scratch_ = s;
   BRAID_CHECK(size_t(s - scratch_.as<float>()) <= plan.scratch_floats, "scratch layout out of sync with memory_plan");
 }
@@ -153,7 +163,21 @@ GPT::LayerParams GPT::layer_params(const float* unit, int64_t l) const {
   const size_t begin = units_[size_t(unit_of_block(l))];
   float* base = const_cast<float*>(unit);
   auto at = [&](size_t i) { return base + (table_[first + i].offset - begin); };
-  return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11)};
+  return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11),
+          at(2), at(4), at(8), at(10)};
+}
+
+void GPT::set_weight_operands(LayerParams& p, int u, int64_t l) const {
+  if (!half_ops_) return;
+  const size_t first = (has_unit0_ ? 2 : 0) + size_t(local0_ + l - l0_) * 12;
+  const size_t begin = units_[size_t(u)], esz = dtype_size(op_);
+  const char* base = static_cast<const char*>(storage_->compute_params(u));
+  auto at = [&](size_t i) { return base + (table_[first + i].offset - begin) * esz; };
+  p.qkvw_op = at(2), p.attprojw_op = at(4), p.fcw_op = at(8), p.fcprojw_op = at(10);
+}
+
+const void* GPT::wte_operand(const float* wte_f32) {
+  return half_ops_ ? storage_->compute_params(0) : wte_f32;  // wte starts unit 0
 }
 
 GPT::LayerActs GPT::layer_acts(int64_t l) const {
@@ -263,6 +287,26 @@ float* GPT::acquire_grads(int u) {
 
 void GPT::round_operand(float* a, int64_t n) const { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); }
 
+template <typename Produce>
+void GPT::produce_operand(float* slot, float* tmp, int64_t n, Produce&& produce) {
+  if (!half_ops_) {
+    produce(slot);
+    round_operand(slot, n);
+    return;
+  }
+  produce(tmp);
+  k::cast_from_f32(slot, op_, tmp, size_t(n));
+}
+
+const void* GPT::grad_operand(float* g, int64_t n) {
+  if (!half_ops_) {
+    round_operand(g, n);
+    return g;
+  }
+  k::cast_from_f32(half_grad_, op_, g, size_t(n));
+  return half_grad_;
+}
+
 void GPT::drop(float* out, const float* in, int64_t rows, int64_t row0, uint64_t site) {
   // One stream per (step key, site); rows are numbered globally.
   k::dropout(out, in, rows, cfg_.n_embd, drop_row_base_ + row0, dropout_, drop_seed_,
@@ -283,22 +327,25 @@ void GPT::block_forward(int64_t l, const LayerParams& p, const float* x) {
   const int64_t B = B_, T = T_, C = cfg_.n_embd, BT = B * T, Cl = C / tpn_, NHl = cfg_.n_head / tpn_;
   const int64_t rows = tpl_.local_rows(), row0 = tpl_.first_row();
   const bool dropping = dropout_ > 0 && training_;
-  auto rnd = [this](float* a, int64_t n) { round_operand(a, n); };
   LayerActs a = layer_acts(l);
-  k::layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, rows, C);
-  rnd(a.ln1, rows * C);
-  tpl_.column_forward(a.qkv, a.ln1, p.qkvw, p.qkvb, C, 3 * Cl);
-  k::attention_forward(a.atty, a.qkvr, a.att, att_scratch_, a.qkv, B, T, Cl, NHl);
-  rnd(a.atty, BT * Cl);
-  tpl_.row_forward(a.attproj, a.atty, p.attprojw, p.attprojb, Cl, C);
+  // Matmul inputs are made in f32 and stored as operands; dln_ and dfch_ are
+  // free in forward (and at the start of a block's backward, for recomputation).
+  produce_operand(a.ln1, dln_, rows * C, [&](float* o) {
+    k::layernorm_forward(o, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, rows, C);
+  });
+  tpl_.column_forward(a.qkv, a.ln1, p.qkvw_op, p.qkvb, C, 3 * Cl);
+  produce_operand(a.atty, dln_, BT * Cl, [&](float* o) {
+    k::attention_forward(o, a.qkvr, a.att, att_scratch_, a.qkv, B, T, Cl, NHl);
+  });
+  tpl_.row_forward(a.attproj, a.atty, p.attprojw_op, p.attprojb, Cl, C);
   if (dropping) drop(a.attproj, a.attproj, rows, row0, 2 * uint64_t(l));
   k::residual_forward(a.res2, x, a.attproj, rows * C);
-  k::layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, rows, C);
-  rnd(a.ln2, rows * C);
-  tpl_.column_forward(a.fch, a.ln2, p.fcw, p.fcb, C, 4 * Cl);
-  k::gelu_forward(a.fch_gelu, a.fch, BT * 4 * Cl);
-  rnd(a.fch_gelu, BT * 4 * Cl);
-  tpl_.row_forward(a.fcproj, a.fch_gelu, p.fcprojw, p.fcprojb, 4 * Cl, C);
+  produce_operand(a.ln2, dln_, rows * C, [&](float* o) {
+    k::layernorm_forward(o, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, rows, C);
+  });
+  tpl_.column_forward(a.fch, a.ln2, p.fcw_op, p.fcb, C, 4 * Cl);
+  produce_operand(a.fch_gelu, dfch_, BT * 4 * Cl, [&](float* o) { k::gelu_forward(o, a.fch, BT * 4 * Cl); });
+  tpl_.row_forward(a.fcproj, a.fch_gelu, p.fcprojw_op, p.fcprojb, 4 * Cl, C);
   if (dropping) drop(a.fcproj, a.fcproj, rows, row0, 2 * uint64_t(l) + 1);
   k::residual_forward(a.res3, a.res2, a.fcproj, rows * C);
 }
@@ -335,7 +382,9 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   const float* x = encoded_;
   for (int64_t l = l0_; l < l1_; ++l) {
     ScopedSpan span(sink_, "forward block ", l, "forward");
-    LayerParams p = layer_params(acquire_params(unit_of_block(l)), l);
+    const int u = unit_of_block(l);
+    LayerParams p = layer_params(acquire_params(u), l);
+    set_weight_operands(p, u, l);
     block_forward(l, p, x);
     release_params(unit_of_block(l));
     x = layer_acts(l).res3;
@@ -350,13 +399,14 @@ float GPT::head_forward(const float* x, bool with_targets) {
   const int uf = int(units_.size()) - 2;  // final LayerNorm unit
   const float* F = acquire_params(uf);    // ln_f.weight at F[0], ln_f.bias after it
   const size_t lnfb_rel = table_[table_.size() - 1].offset - units_[size_t(uf)];
-  k::layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, F, F + lnfb_rel, rows, C);
+  produce_operand(lnf_, dln_, rows * C, [&](float* o) {
+    k::layernorm_forward(o, lnf_mean_, lnf_rstd_, x, F, F + lnfb_rel, rows, C);
+  });
   release_params(uf);
-  round_operand(lnf_, rows * C);
   // logits (BT, Vp/tp) = lnf (BT, C) @ wte^T: the head is tied to the embedding
   // (vocab-parallel: this rank's vocabulary columns).
   const float* wte = acquire_params(0);
-  tpl_.column_forward(logits_, lnf_, wte, nullptr, C, cfg_.padded_vocab_size / tpn_);
+  tpl_.column_forward(logits_, lnf_, wte_operand(wte), nullptr, C, cfg_.padded_vocab_size / tpn_);
   release_params(0);
   tpl_.cross_entropy_forward(losses_, lse_, logits_, with_targets ? targets_ : nullptr, cfg_.vocab_size,
                              cfg_.padded_vocab_size, ce_stats_);
@@ -463,12 +513,13 @@ float* GPT::head_backward(float loss_scale, bool split) {
   tpl_.cross_entropy_backward(dlogits_, logits_, lse_, targets_, loss_scale / float(BT), cfg_.vocab_size,
                               cfg_.padded_vocab_size);
   // Output gradients enter each matmul backward in the compute dtype (no-op in f32).
-  round_operand(dlogits_, BT * Vpl);
+  const void* dlogits = grad_operand(dlogits_, BT * Vpl);
   float* G0 = acquire_grads(0);
   const float* wte = acquire_params(0);
-  const float* dlnf = tpl_.column_backward(dln_, split ? nullptr : G0, nullptr, dlogits_, lnf_, wte, C, Vpl);
+  const float* dlnf =
+      tpl_.column_backward(dln_, split ? nullptr : G0, nullptr, dlogits, lnf_, wte_operand(wte), C, Vpl);
   release_params(0);
-  if (split) std::memcpy(logits_, dlogits_, size_t(BT * Vpl) * sizeof(float));
+  if (split) std::memcpy(logits_, dlogits, size_t(BT * Vpl) * dtype_size(op_));
   // dres_ is the residual-stream gradient; layer norms accumulate into it.
   std::memset(dres_, 0, size_t(rows * C) * sizeof(float));
   const float* F = acquire_params(uf);
@@ -490,10 +541,10 @@ void GPT::recompute_block(int64_t l, const LayerParams& p, const float* x) {
   } else if (recompute_ == Recompute::selective) {
     const int64_t BT = B_ * T_, Cl = cfg_.n_embd / tpn_, NHl = cfg_.n_head / tpn_;
     LayerActs r = layer_acts(l);
-    k::attention_forward(r.atty, r.qkvr, r.att, att_scratch_, r.qkv, B_, T_, Cl, NHl);
-    round_operand(r.atty, BT * Cl);
-    k::gelu_forward(r.fch_gelu, r.fch, BT * 4 * Cl);
-    round_operand(r.fch_gelu, BT * 4 * Cl);
+    produce_operand(r.atty, dln_, BT * Cl, [&](float* o) {
+      k::attention_forward(o, r.qkvr, r.att, att_scratch_, r.qkv, B_, T_, Cl, NHl);
+    });
+    produce_operand(r.fch_gelu, dfch_, BT * 4 * Cl, [&](float* o) { k::gelu_forward(o, r.fch, BT * 4 * Cl); });
   }
 }
 
@@ -501,13 +552,15 @@ void GPT::block_backward(int64_t l, bool split) {
   const int64_t BT = B_ * T_, C = cfg_.n_embd, Cl = C / tpn_, NHl = cfg_.n_head / tpn_, rows = tpl_.local_rows();
   const int u = unit_of_block(l);
   LayerParams p = layer_params(acquire_params(u), l);
+  set_weight_operands(p, u, l);
   float* Gu = acquire_grads(u);
   LayerParams g = layer_params(Gu, l);
   // Weight-gradient outputs: none under the split (W adds them).
   auto wgrad = [split](float* w) { return split ? nullptr : w; };
   // Under the split, each matmul's output gradient is stashed over an activation B no longer needs.
-  auto stash = [split](float* dst, const float* src, int64_t n) {
-    if (split) std::memcpy(dst, src, size_t(n) * sizeof(float));
+  const size_t esz = dtype_size(op_);
+  auto stash = [split, esz](float* dst, const void* src, int64_t n) {
+    if (split) std::memcpy(dst, src, size_t(n) * esz);
   };
   const float* x = l == l0_ ? encoded_ : layer_acts(l - 1).res3;
   recompute_block(l, p, x);
@@ -516,23 +569,23 @@ void GPT::block_backward(int64_t l, bool split) {
   // With rounding on, dres is rounded in place: the residual stream's
   // gradient is then held in the compute dtype, as in a half-precision run.
   round_operand(dres_, rows * C);
-  const float* dlocal = branch_grad(2 * uint64_t(l) + 1);
+  const void* dlocal = grad_operand(branch_grad(2 * uint64_t(l) + 1), rows * C);
   stash(a.fcproj, dlocal, rows * C);
-  tpl_.row_backward(dfch_, wgrad(g.fcprojw), g.fcprojb, dlocal, a.fch_gelu, p.fcprojw, 4 * Cl, C);
+  tpl_.row_backward(dfch_, wgrad(g.fcprojw), g.fcprojb, dlocal, a.fch_gelu, p.fcprojw_op, 4 * Cl, C);
   k::gelu_backward(dfch_, dfch_, a.fch, BT * 4 * Cl);
-  round_operand(dfch_, BT * 4 * Cl);
-  stash(a.fch, dfch_, BT * 4 * Cl);
-  const float* dln2 = tpl_.column_backward(dln_, wgrad(g.fcw), g.fcb, dfch_, a.ln2, p.fcw, C, 4 * Cl);
+  const void* dfch = grad_operand(dfch_, BT * 4 * Cl);
+  stash(a.fch, dfch, BT * 4 * Cl);
+  const float* dln2 = tpl_.column_backward(dln_, wgrad(g.fcw), g.fcb, dfch, a.ln2, p.fcw_op, C, 4 * Cl);
   k::layernorm_backward(dres_, g.ln2w, g.ln2b, dln2, a.res2, p.ln2w, a.ln2_mean, a.ln2_rstd, rows, C);
   // res2 = x + drop(attproj): d attproj = mask * dres; d x = dres (+ LN1 path below).
   round_operand(dres_, rows * C);
-  dlocal = branch_grad(2 * uint64_t(l));
+  dlocal = grad_operand(branch_grad(2 * uint64_t(l)), rows * C);
   stash(a.attproj, dlocal, rows * C);
-  tpl_.row_backward(datty_, wgrad(g.attprojw), g.attprojb, dlocal, a.atty, p.attprojw, Cl, C);
+  tpl_.row_backward(datty_, wgrad(g.attprojw), g.attprojb, dlocal, a.atty, p.attprojw_op, Cl, C);
   k::attention_backward(dqkv_, att_scratch_, datty_, a.qkvr, a.att, B_, T_, Cl, NHl);
-  round_operand(dqkv_, BT * 3 * Cl);
-  stash(a.qkvr, dqkv_, BT * 3 * Cl);
-  const float* dln1 = tpl_.column_backward(dln_, wgrad(g.qkvw), g.qkvb, dqkv_, a.ln1, p.qkvw, C, 3 * Cl);
+  const void* dqkv = grad_operand(dqkv_, BT * 3 * Cl);
+  stash(a.qkvr, dqkv, BT * 3 * Cl);
+  const float* dln1 = tpl_.column_backward(dln_, wgrad(g.qkvw), g.qkvb, dqkv, a.ln1, p.qkvw_op, C, 3 * Cl);
   k::layernorm_backward(dres_, g.ln1w, g.ln1b, dln1, x, p.ln1w, a.ln1_mean, a.ln1_rstd, rows, C);
   release_params(u);
   sync_replicated_grads(Gu, u);

@@ -49,11 +49,12 @@ class GPT {
   /// model), params()/grads() return nullptr and backward's on_ready is unused.
   /// tp: the tensor-parallel group (default TP = 1); dropout: probability of
   /// the embedding and residual dropouts (GPT-2's embd_pdrop / resid_pdrop).
-  /// Throws ConfigError when TP does not divide n_head, padded_vocab_size or
-  /// (sequence parallel) max_B * max_T.
+  /// compute: the compute dtype (set_compute_dtype's). Throws ConfigError when
+  /// TP does not divide n_head, padded_vocab_size or (sequence parallel)
+  /// max_B * max_T.
   GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger = nullptr,
       UnitStorage* storage = nullptr, const TensorParallel& tp = {}, float dropout = 0.0f,
-      const PipelineStage& stage = {}, Recompute recompute = Recompute::none);
+      const PipelineStage& stage = {}, Recompute recompute = Recompute::none, DType compute = DType::f32);
 
   int num_units() const { return int(cfg_.n_layer) + 2; }
   size_t unit_begin(int u) const { return units_[size_t(u)]; }
@@ -167,15 +168,21 @@ class GPT {
   /// computed). Embedding lookups, biases and LayerNorms are excluded.
   int64_t flops_per_token(int64_t T) const;
 
-  /// Mixed precision on the CPU: with t = bf16 / f16, every matmul input
-  /// (activations in forward, output gradients in backward) is rounded to t
-  /// before use, so each matmul multiplies half-precision operands and
-  /// accumulates in f32 as a tensor-core GEMM does (the parameters come in
-  /// already rounded from the UnitStorage). LayerNorm, softmax, GELU, residual
-  /// adds and the loss stay in f32 (as under torch autocast). Activations are
-  /// still stored as f32. t = f32 (default) rounds nothing.
-  void set_compute_dtype(DType t) { compute_dtype_ = t; }
+  /// Mixed precision on the CPU (the constructor's `compute`): with bf16 / f16
+  /// every matmul multiplies half-precision operands and accumulates in f32,
+  /// as a tensor-core GEMM does: the activations it reads in forward (ln1,
+  /// atty, ln2, the GELU output, lnf) and the output gradients it reads in
+  /// backward are rounded to the compute dtype, the weights come in it from
+  /// the UnitStorage. LayerNorm, softmax, GELU, residual adds and the loss stay
+  /// in f32 (as under torch autocast), and so do all gradients the matmuls
+  /// produce. When the storage keeps a compute-dtype copy of the parameters
+  /// and oneDNN has a matmul for the dtype here (kernels::half_matmul_supported),
+  /// the operands are stored in it and oneDNN multiplies them (half_matmuls());
+  /// otherwise they are rounded in place in f32 buffers and multiplied in f32
+  /// (the same products, exact in f32; the sums may round differently).
   DType compute_dtype() const { return compute_dtype_; }
+  /// True when the matmuls run on operands stored in the compute dtype.
+  bool half_matmuls() const { return half_ops_; }
 
   int64_t max_B() const { return max_B_; }
   int64_t max_T() const { return max_T_; }
@@ -184,6 +191,8 @@ class GPT {
   struct LayerParams {
     float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb,
         *fcprojw, *fcprojb;
+    // The matmul weights as operands: the f32 ones, or the storage's compute copy.
+    const void *qkvw_op, *attprojw_op, *fcw_op, *fcprojw_op;
   };
   struct LayerActs {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *qkvr, *att, *atty, *attproj, *res2, *ln2,
@@ -222,6 +231,18 @@ class GPT {
   void sync_replicated_grads(const float* unit_grads, int u);
   /// Rounds a matmul operand to the compute dtype in place (no-op in f32).
   void round_operand(float* a, int64_t n) const;
+  /// Writes a matmul input of n values into `slot`: `produce(dst)` writes them
+  /// in f32, into the slot itself (then rounded in place) or, when the operands
+  /// are stored in the compute dtype, into `tmp` (n floats of scratch), cast into the slot.
+  template <typename Produce>
+  void produce_operand(float* slot, float* tmp, int64_t n, Produce&& produce);
+  /// An output gradient g (n, f32) as a matmul operand: g rounded in place, or
+  /// its copy in the compute dtype (half_grad_).
+  const void* grad_operand(float* g, int64_t n);
+  /// Block l's matmul weights as operands (the compute copy of unit u when half_ops_).
+  void set_weight_operands(LayerParams& p, int u, int64_t l) const;
+  /// The operands of unit 0's wte as the head's weight.
+  const void* wte_operand(const float* wte_f32);
   void drop(float* out, const float* in, int64_t rows, int64_t row0, uint64_t site);
   /// Pointers into a unit buffer of block l (flat element o at unit[o - unit_begin]).
   LayerParams layer_params(const float* unit, int64_t l) const;
@@ -250,6 +271,9 @@ class GPT {
   int64_t B_ = 0, T_ = 0;
   bool have_targets_ = false;
   DType compute_dtype_ = DType::f32;
+  bool half_ops_ = false;     // matmul operands stored in compute_dtype_
+  DType op_ = DType::f32;     // the dtype they are stored in
+  void* half_grad_ = nullptr; // an output gradient in op_ (half_ops_)
   TensorParallel tp_;
   int tpn_ = 1, tpr_ = 0;
   // One rank's chunks: layers, slots and where their activation slots start.

@@ -21,6 +21,13 @@ class UnitStorage {
   /// until release_params(u).
   virtual const float* acquire_params(int u) = 0;
   virtual void release_params(int u) = 0;
+  /// Unit u's parameters in the compute dtype (bf16 / fp16), indexed as
+  /// acquire_params' (element o at byte (o - unit_begin(u)) * 2): the values the
+  /// f32 ones were widened from, valid while unit u is acquired. nullptr when
+  /// the storage keeps no such copy (the default; f32 storages).
+  virtual const void* compute_params(int /*u*/) { return nullptr; }
+  /// True when compute_params hands out a copy (never nullptr).
+  virtual bool has_compute_params() const { return false; }
   /// f32 gradient buffer of unit u (same indexing) that backward accumulates
   /// into (+=); valid until grads_ready(u). Unit 0 stays acquired through the
   /// whole backward (the tied head and the encoder both write wte's gradient).

@@ -66,19 +66,11 @@ MatmulCeiling measure_mlp_ceiling(int64_t tokens, int64_t n_embd, int tp, DType 
   return measure_matmul_ceiling(std::min<int64_t>(tokens, 4096), n_embd, 4 * n_embd / tp, dtype);
 }
 
-std::string matmul_path(DType compute, const MatmulCeiling& f32) {
+std::string matmul_path(DType compute, bool native) {
   if (compute == DType::f32) return "matmuls run in f32";
-  std::string s = std::string("matmuls run in f32 on ") + dtype_name(compute) + "-rounded operands";
-  if (compute == DType::bf16 && kernels::half_matmul_supported(DType::bf16)) {
-    const MatmulCeiling b = measure_matmul_ceiling(f32.M, f32.K, f32.N, DType::bf16, f32.probes);
-    char buf[128];
-    std::snprintf(buf, sizeof buf, " (oneDNN bf16 x bf16 here: %.1f GFLOP/s, %.2fx f32)", b.flops / 1e9,
-                  b.flops / f32.flops);
-    s += buf;
-  } else if (compute == DType::f16 && !kernels::half_matmul_supported(DType::f16)) {
-    s += " (oneDNN has no f16 matmul on this CPU)";
-  }
-  return s;
+  const std::string name = dtype_name(compute);
+  if (native) return "matmuls run in " + name + " x " + name + " -> f32 (oneDNN)";
+  return "matmuls run in f32 on " + name + "-rounded operands (oneDNN has no " + name + " matmul on this CPU)";
 }
 
 namespace {

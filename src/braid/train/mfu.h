@@ -36,13 +36,12 @@ MatmulCeiling measure_matmul_ceiling(int64_t M, int64_t K, int64_t N, DType dtyp
 /// count well before that), K = n_embd, N = 4 n_embd / tp.
 MatmulCeiling measure_mlp_ceiling(int64_t tokens, int64_t n_embd, int tp, DType dtype = DType::f32);
 
-/// The dtype the run's matmuls execute in, and why, for a run of compute dtype
-/// `compute` whose f32 ceiling is `f32`: today every precision multiplies in
-/// f32 (bf16 / fp16 runs round the operands to their dtype first). For bf16 the
-/// line gives oneDNN's bf16 x bf16 -> f32 throughput at the same shape beside
-/// it (measured here), the figure that decides whether half-precision operands
-/// would pay on this CPU.
-std::string matmul_path(DType compute, const MatmulCeiling& f32);
+/// The dtype the run's matmuls execute in, for a run of compute dtype
+/// `compute`: `native` when they multiply operands stored in it
+/// (model::GPT::half_matmuls), else in f32 on operands rounded to it, which
+/// happens where oneDNN has no matmul for the dtype on this CPU (fp16 with
+/// oneDNN 2.x without AVX512-FP16 kernels).
+std::string matmul_path(DType compute, bool native);
 
 /// FMA peak of the calling thread's OpenMP team in FLOP/s: every thread runs
 /// 16 independent chains of fused multiply-adds on the widest vectors the build

@@ -258,4 +258,21 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   if (dbias) add_rows_in_order([&](int64_t) { return dbias; }, dout, BT, OC, 64);
 }
 
+void matmul_forward_typed(float* out, const void* inp, const void* weight, DType ab, const float* bias,
+                          int64_t BT, int64_t C, int64_t OC) {
+  gemm_typed(false, true, BT, OC, C, 1.0f, inp, weight, ab, 0.0f, out, bias);
+}
+
+void matmul_backward_typed(float* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
+                           const void* weight, DType ab, int64_t BT, int64_t C, int64_t OC, float* scratch) {
+  if (ab == DType::f32) {
+    matmul_backward(dinp, dweight, dbias, static_cast<const float*>(dout), static_cast<const float*>(inp),
+                    static_cast<const float*>(weight), BT, C, OC, scratch);
+    return;
+  }
+  if (dinp) gemm_typed(false, false, BT, C, OC, 1.0f, dout, weight, ab, 0.0f, dinp);
+  if (dweight) gemm_typed(true, false, OC, C, BT, 1.0f, dout, inp, ab, 1.0f, dweight);
+  if (dbias) add_rows_in_order([&](int64_t) { return dbias; }, dout, ab, BT, OC, 64);
+}
+
 }  // namespace braid::kernels

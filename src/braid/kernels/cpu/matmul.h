@@ -80,6 +80,23 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* inp, const float* weight, int64_t BT, int64_t C, int64_t OC,
                      float* scratch = nullptr);
 
+/// matmul_forward with inp and weight stored in `ab` (f32, bf16 or f16; shapes
+/// as matmul_forward): oneDNN multiplies the half-precision operands exactly and
+/// accumulates in f32 (gemm_typed); out and bias are f32. ab = f32 is
+/// matmul_forward itself. Throws braid::Error when oneDNN has no `ab` matmul
+/// here (half_matmul_supported).
+void matmul_forward_typed(float* out, const void* inp, const void* weight, DType ab, const float* bias,
+                          int64_t BT, int64_t C, int64_t OC);
+
+/// matmul_backward with dout, inp and weight stored in `ab`: dinp (=), dweight
+/// (+=) and dbias (+=, the column sum of dout widened, in row order) stay f32.
+/// ab = f32 is matmul_backward itself (with `scratch`); in bf16 / f16 the
+/// operands are used as stored (oneDNN's half-precision kernels read a plain
+/// right operand at full rate: docs/BENCHMARKS.md) and scratch is unused.
+void matmul_backward_typed(float* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
+                           const void* weight, DType ab, int64_t BT, int64_t C, int64_t OC,
+                           float* scratch = nullptr);
+
 /// Floats of scratch matmul_backward uses for (BT, C, OC), by the rules above:
 /// min(OC, 4096) x C when the weight's copy runs, BT x C when dinp is computed
 /// transposed or C >= 2048 (inp's copy), the larger when both apply, else 0.

@@ -43,6 +43,9 @@ class HalfPrecisionStorage final : public model::UnitStorage {
   /// unit besides unit 0 at a time (GPT's access order); throws braid::Error otherwise.
   const float* acquire_params(int u) override;
   void release_params(int u) override;
+  /// Unit u's part of compute(), the copy acquire_params widens.
+  const void* compute_params(int u) override { return compute_.as<char>() + unit_begin(u) * esz_; }
+  bool has_compute_params() const override { return true; }
   /// Unit u's f32 gradient (unit 0 and one other at a time): its part of
   /// grads() itself when grad_dtype() is f32, else a zeroed unit buffer.
   float* acquire_grads(int u) override;

@@ -15,14 +15,15 @@ using kernels::accumulate_cast;
 using kernels::copy_cast;
 
 // A unit's parameters in f32 for the kernels. At stage 3 `staging` receives the
-// all-gather (N rank blocks, compute dtype) and is unpacked into `data`; with
-// FSDP in fp32 the gather lands in `data` directly (no staging).
+// all-gather (N rank blocks, compute dtype) and is unpacked into `data`, and in
+// half precision also into `half` (the unit in the compute dtype, for the
+// model's matmuls); with FSDP in fp32 the gather lands in `data` directly (no staging).
 struct ShardedEngine::Slot {
   int unit = -1;
   bool valid = false;    // data holds `unit` (or will, once `work` completes)
   bool in_use = false;
   int64_t used = 0;      // last use, for choosing a victim
-  Buffer data, staging;
+  Buffer data, staging, half;
   comm::WorkPtr work;
 };
 
@@ -116,6 +117,7 @@ ShardedEngine::Plan ShardedEngine::plan(const model::GPTConfig& cfg, const Shard
     const size_t s0 = gather && direct_p ? u0_pad : u0_len, s = gather && direct_p ? max_pad : max_len;
     add(MemCategory::comm, (s0 + 2 * s) * sizeof(float));
     if (gather && !direct_p) add(MemCategory::comm, N * (u0_block + 2 * max_block) * b);
+    if (gather && half) add(MemCategory::comm, (u0_len + 2 * max_len) * b);
   }
   const size_t g0 = direct_g ? u0_pad : u0_len, g = direct_g ? max_pad : max_len;
   add(MemCategory::comm, (g0 + 2 * g) * sizeof(float));
@@ -160,6 +162,7 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& cfg, const ShardedConfig& s
       const size_t elems = gather && direct_p ? (i == 0 ? u0_pad : max_pad) : (i == 0 ? u0_len : max_len);
       s->data = Buffer(elems * sizeof(float), MemCategory::comm, ledger);
       if (gather && !direct_p) s->staging = Buffer(N_ * block * b_, MemCategory::comm, ledger);
+      if (gather && half) s->half = Buffer((i == 0 ? u0_len : max_len) * b_, MemCategory::comm, ledger);
     }
     slots_.push_back(std::move(s));
     auto g = std::make_unique<GSlot>();
@@ -239,6 +242,7 @@ void ShardedEngine::fill(Slot& s, int u, bool async) {
   const char* mine = compute_shard_.as<char>() + U.shard_off * b_;
   if (N_ == 1) {
     unpack_block(mine, sc_.compute, u, 0, s.data.data(), DType::f32);
+    if (s.half.bytes() > 0) unpack_block(mine, sc_.compute, u, 0, s.half.data(), sc_.compute);
     return;
   }
   void* recv = s.staging.bytes() > 0 ? s.staging.data() : s.data.data();
@@ -255,9 +259,11 @@ void ShardedEngine::complete(Slot& s) {
   }
   s.work.reset();
   if (s.staging.bytes() == 0) return;  // gathered in place: rank blocks are the unit
-  for (size_t q = 0; q < N_; ++q)
-    unpack_block(s.staging.as<char>() + q * units_[static_cast<size_t>(s.unit)].block * b_,
-                 sc_.compute, s.unit, static_cast<int>(q), s.data.data(), DType::f32);
+  for (size_t q = 0; q < N_; ++q) {
+    const char* block = s.staging.as<char>() + q * units_[static_cast<size_t>(s.unit)].block * b_;
+    unpack_block(block, sc_.compute, s.unit, static_cast<int>(q), s.data.data(), DType::f32);
+    if (s.half.bytes() > 0) unpack_block(block, sc_.compute, s.unit, static_cast<int>(q), s.half.data(), sc_.compute);
+  }
 }
 
 void ShardedEngine::prefetch_after(int u) {
@@ -299,6 +305,15 @@ const float* ShardedEngine::acquire_params(int u) {
   prefetch_after(u);
   last_acquired_ = u;
   return s.data.as<float>();
+}
+
+const void* ShardedEngine::compute_params(int u) {
+  if (sc_.compute == DType::f32) return nullptr;
+  if (sc_.stage == 2) return compute_full_.as<char>() + units_[static_cast<size_t>(u)].begin * b_;
+  for (auto& s : slots_)
+    if (s->valid && s->unit == u && s->in_use) return s->half.data();
+  BRAID_CHECK(false, "compute_params: unit ", u, " is not acquired");
+  return nullptr;
 }
 
 void ShardedEngine::release_params(int u) {

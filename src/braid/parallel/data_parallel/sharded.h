@@ -81,6 +81,10 @@ class ShardedEngine final : public model::UnitStorage {
   // ---- model::UnitStorage ----
   const float* acquire_params(int u) override;
   void release_params(int u) override;
+  /// Half precision: unit u's compute copy (stage 2: its part of the
+  /// replicated copy; stage 3: the gathered unit, while acquired).
+  const void* compute_params(int u) override;
+  bool has_compute_params() const override { return sc_.compute != DType::f32; }
   float* acquire_grads(int u) override;
   void grads_ready(int u) override;
 

@@ -37,6 +37,12 @@ const float* TensorParallelLayers::gather_rows(const float* local) {
   return gather_;
 }
 
+const void* TensorParallelLayers::gather_operand(const void* local) {
+  if (!sp_) return local;
+  comm_->all_gather(local, gather_, static_cast<size_t>(rows_ * C_), op_);
+  return gather_;
+}
+
 void TensorParallelLayers::reduce_rows(float* partial, float* out) {
   const size_t local = static_cast<size_t>(rows_ * C_);
   if (sp_) {
@@ -62,42 +68,43 @@ void TensorParallelLayers::all_reduce_sum(float* x, size_t n) {
   if (size_ > 1) comm_->all_reduce(x, x, n, DType::f32, comm::ReduceOp::sum);
 }
 
-void TensorParallelLayers::column_forward(float* out, const float* in, const float* W, const float* b, int64_t K,
+void TensorParallelLayers::column_forward(float* out, const void* in, const void* W, const float* b, int64_t K,
                                           int64_t Nl) {
-  k::matmul_forward(out, gather_rows(in), W, b, BT_, K, Nl);
+  k::matmul_forward_typed(out, gather_operand(in), W, op_, b, BT_, K, Nl);
 }
 
-void TensorParallelLayers::row_forward(float* out, const float* in, const float* W, const float* b, int64_t Kl,
+void TensorParallelLayers::row_forward(float* out, const void* in, const void* W, const float* b, int64_t Kl,
                                        int64_t N) {
   if (size_ == 1) {
-    k::matmul_forward(out, in, W, b, BT_, Kl, N);
+    k::matmul_forward_typed(out, in, W, op_, b, BT_, Kl, N);
     return;
   }
   // The bias is added once, after the sum over TP.
   float* partial = sp_ ? gather_ : out;
-  k::matmul_forward(partial, in, W, nullptr, BT_, Kl, N);
+  k::matmul_forward_typed(partial, in, W, op_, nullptr, BT_, Kl, N);
   reduce_rows(partial, out);
   k::bias_forward(out, b, rows_, N);
 }
 
-float* TensorParallelLayers::column_backward(float* din_full, float* dW, float* db, const float* dout,
-                                             const float* in, const float* W, int64_t K, int64_t Nl) {
-  k::matmul_backward(din_full, dW, db, dout, gather_rows(in), W, BT_, K, Nl, mm_scratch_);
+float* TensorParallelLayers::column_backward(float* din_full, float* dW, float* db, const void* dout,
+                                             const void* in, const void* W, int64_t K, int64_t Nl) {
+  k::matmul_backward_typed(din_full, dW, db, dout, gather_operand(in), W, op_, BT_, K, Nl, mm_scratch_);
   return reduce_input_grad(din_full);
 }
 
-void TensorParallelLayers::column_weight_grad(float* dW, const float* dout, const float* in, int64_t K, int64_t Nl) {
-  k::matmul_backward(nullptr, dW, nullptr, dout, gather_rows(in), nullptr, BT_, K, Nl, mm_scratch_);
+void TensorParallelLayers::column_weight_grad(float* dW, const void* dout, const void* in, int64_t K, int64_t Nl) {
+  k::matmul_backward_typed(nullptr, dW, nullptr, dout, gather_operand(in), nullptr, op_, BT_, K, Nl, mm_scratch_);
 }
 
-void TensorParallelLayers::row_backward(float* din, float* dW, float* db, const float* dout_local, const float* in,
-                                        const float* W, int64_t Kl, int64_t N) {
-  k::matmul_backward(din, dW, db, gather_rows(dout_local), in, W, BT_, Kl, N, mm_scratch_);
+void TensorParallelLayers::row_backward(float* din, float* dW, float* db, const void* dout_local, const void* in,
+                                        const void* W, int64_t Kl, int64_t N) {
+  k::matmul_backward_typed(din, dW, db, gather_operand(dout_local), in, W, op_, BT_, Kl, N, mm_scratch_);
 }
 
-void TensorParallelLayers::row_weight_grad(float* dW, const float* dout_local, const float* in, int64_t Kl,
+void TensorParallelLayers::row_weight_grad(float* dW, const void* dout_local, const void* in, int64_t Kl,
                                            int64_t N) {
-  k::matmul_backward(nullptr, dW, nullptr, gather_rows(dout_local), in, nullptr, BT_, Kl, N, mm_scratch_);
+  k::matmul_backward_typed(nullptr, dW, nullptr, gather_operand(dout_local), in, nullptr, op_, BT_, Kl, N,
+                           mm_scratch_);
 }
 
 void TensorParallelLayers::embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,

@@ -9,10 +9,13 @@
 // linear layer's weight is split along its output features (this rank: N/TP), a
 // row-parallel one's along its input features; the vocabulary is split for the
 // embedding and the loss (this rank: Vp/TP columns starting at rank * Vp/TP).
-// All buffers are f32, row-major.
+// Buffers are row-major and f32, except the linear layers' matmul operands
+// (operand_dtype()).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+
+#include "braid/core/dtype.h"
 
 namespace braid::comm {
 class Communicator;
@@ -55,6 +58,8 @@ class TensorParallelLayers {
   /// Input of a column-parallel layer: all BT rows (all-gathered into scratch
   /// under SP; otherwise `local` itself).
   const float* gather_rows(const float* local);
+  /// gather_rows for a matmul operand stored in operand_dtype().
+  const void* gather_operand(const void* local);
   /// Sums a row-parallel layer's partial output (BT x C, may be overwritten)
   /// over TP into this rank's rows `out` (all-reduce, or reduce-scatter under
   /// SP); at TP = 1 copies when out != partial.
@@ -67,24 +72,30 @@ class TensorParallelLayers {
   void all_reduce_sum(float* x, size_t n);
 
   // ---- linear layers (y = x W^T + b, W stored (out, in)) ----
+  // The matmul operands x, W and dy are stored in operand_dtype() (f32 by
+  // default; bf16 / fp16 for half-precision compute); outputs, input
+  // gradients, weight and bias gradients and biases are f32.
   /// out (BT x Nl) = gather_rows(in) (K features) @ W^T + b; W is this rank's
   /// Nl = N/TP output rows, b its Nl entries.
-  void column_forward(float* out, const float* in, const float* W, const float* b, int64_t K, int64_t Nl);
+  void column_forward(float* out, const void* in, const void* W, const float* b, int64_t K, int64_t Nl);
   /// out (local rows x N) = sum over TP of in (BT x Kl) @ W^T, plus b (N,
   /// replicated); W holds this rank's Kl input columns.
-  void row_forward(float* out, const float* in, const float* W, const float* b, int64_t Kl, int64_t N);
+  void row_forward(float* out, const void* in, const void* W, const float* b, int64_t Kl, int64_t N);
   /// Backward of column_forward: dW += dout^T gather_rows(in), db += column
   /// sums of dout (null: skipped); din_full (BT x K) = dout @ W, this rank's
   /// partial. Returns reduce_input_grad(din_full). dW == nullptr skips W
   /// (the zero-bubble split adds it later with column_weight_grad).
-  float* column_backward(float* din_full, float* dW, float* db, const float* dout, const float* in,
-                         const float* W, int64_t K, int64_t Nl);
-  void column_weight_grad(float* dW, const float* dout, const float* in, int64_t K, int64_t Nl);
+  float* column_backward(float* din_full, float* dW, float* db, const void* dout, const void* in,
+                         const void* W, int64_t K, int64_t Nl);
+  void column_weight_grad(float* dW, const void* dout, const void* in, int64_t K, int64_t Nl);
   /// Backward of row_forward from this rank's rows of d(out): dW, db as above
   /// (db replicated, the same on every rank), din (BT x Kl) = gather(dout) @ W.
-  void row_backward(float* din, float* dW, float* db, const float* dout_local, const float* in, const float* W,
+  void row_backward(float* din, float* dW, float* db, const void* dout_local, const void* in, const void* W,
                     int64_t Kl, int64_t N);
-  void row_weight_grad(float* dW, const float* dout_local, const float* in, int64_t Kl, int64_t N);
+  void row_weight_grad(float* dW, const void* dout_local, const void* in, int64_t Kl, int64_t N);
+  /// The dtype the linear layers' operands are stored in (default f32).
+  void set_operand_dtype(DType t) { op_ = t; }
+  DType operand_dtype() const { return op_; }
 
   // ---- vocabulary-parallel embedding and loss (V real, Vp padded entries) ----
   /// out (local rows x C) = wte[token] + wpe[position] for tokens (B, T); wte
@@ -113,6 +124,7 @@ class TensorParallelLayers {
   float* gather_;
   float* mm_scratch_;
   int64_t BT_ = 0, rows_ = 0, row0_ = 0;
+  DType op_ = DType::f32;
 };
 
 }  // namespace braid::parallel::tensor
