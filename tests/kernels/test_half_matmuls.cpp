@@ -17,23 +17,9 @@
 using braid::DType;
 using braid::model::GPT;
 using braid::model::GPTConfig;
+using braid::model::Recompute;
 
 namespace {
-
-// The storage without its compute copy: the model then rounds its operands in
-// f32 buffers and multiplies them in f32.
-class WithoutComputeCopy final : public braid::model::UnitStorage {
- public:
-  explicit WithoutComputeCopy(braid::model::UnitStorage& s) : s_(s) {}
-  const float* acquire_params(int u) override { return s_.acquire_params(u); }
-  void release_params(int u) override { s_.release_params(u); }
-  float* acquire_grads(int u) override { return s_.acquire_grads(u); }
-  void grads_ready(int u) override { s_.grads_ready(u); }
-  bool accumulates_in_place() const override { return s_.accumulates_in_place(); }
-
- private:
-  braid::model::UnitStorage& s_;
-};
 
 GPTConfig tiny_v100() {
   GPTConfig c = GPTConfig::preset("tiny");
@@ -89,16 +75,28 @@ TEST(HalfMatmuls, Bf16OperandsMatchTheSameRoundedValuesInF32) {
   GPT init(cfg, B, T);
   init.init_weights(3);
   const size_t n = init.num_params();
-  braid::parallel::HalfPrecisionStorage hs(braid::model::unit_bounds(cfg), DType::bf16, DType::f32, n, nullptr);
+  // One storage per precision: a model of bf16 operands leaves its matmul weights stale in the f32 copy.
+  braid::parallel::HalfPrecisionStorage hs(braid::model::unit_bounds(cfg), DType::bf16, DType::f32, n, nullptr),
+      hs32(braid::model::unit_bounds(cfg), DType::bf16, DType::f32, n, nullptr);
   braid::kernels::cast_from_f32(hs.compute(), DType::bf16, init.params(), n);
-  WithoutComputeCopy plain(hs);
-  GPT native(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, braid::model::Recompute::none, DType::bf16);
-  GPT emulated(cfg, B, T, nullptr, &plain, {}, 0.0f, {}, braid::model::Recompute::none, DType::bf16);
-  GPT selective(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, braid::model::Recompute::selective, DType::bf16);
+  braid::kernels::cast_from_f32(hs32.compute(), DType::bf16, init.params(), n);
+  const braid::model::Precision bf16{DType::bf16, DType::bf16}, rounded{DType::bf16, DType::f32};
+  GPT native(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::none, bf16);
+  GPT emulated(cfg, B, T, nullptr, &hs32, {}, 0.0f, {}, Recompute::none, rounded);
+  GPT selective(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::selective, bf16);
   ASSERT_TRUE(native.half_matmuls());
   ASSERT_FALSE(emulated.half_matmuls());
+  // Half-precision operands need the storage's compute copy and the operands' dtype to be the compute dtype.
+  EXPECT_THROW(GPT(cfg, B, T, nullptr, nullptr, {}, 0.0f, {}, Recompute::none, bf16), braid::ConfigError);
+  EXPECT_THROW(GPT(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::none, {DType::f16, DType::bf16}),
+               braid::ConfigError);
+  // The kept matmul inputs take half the floats.
+  const auto p32 = braid::model::memory_plan(cfg, B, T, false, 1, false, 0.0f, {}, Recompute::none, rounded);
+  const auto p16 = braid::model::memory_plan(cfg, B, T, false, 1, false, 0.0f, {}, Recompute::none, bf16);
+  const size_t BT = size_t(B * T), C = size_t(cfg.n_embd);
+  EXPECT_EQ(p32.layer_act_floats - p16.layer_act_floats, (2 * BT * C + BT * C + 4 * BT * C) / 2);
   const auto tok = tokens(size_t(B * T), 1), tgt = tokens(size_t(B * T), 2);
-  const Pass a = run_pass(native, hs, tok, tgt, B, T), e = run_pass(emulated, hs, tok, tgt, B, T);
+  const Pass a = run_pass(native, hs, tok, tgt, B, T), e = run_pass(emulated, hs32, tok, tgt, B, T);
   // Every matmul multiplies the same bf16 values; its f32 sums may round
   // differently (relative ~1e-7), and an activation near a bf16 rounding
   // boundary may then round to the neighbouring value (2^-8 relative): a few

@@ -1,6 +1,7 @@
 #include "braid/model/config.h"
 
 #include "braid/core/error.h"
+#include "braid/kernels/cpu/matmul.h"
 
 namespace braid::model {
 
@@ -53,6 +54,11 @@ std::vector<PipelineChunk> PipelineStage::resolved(int64_t n_layer) const {
   for (auto& c : r)
     if (c.last_layer < 0) c.last_layer = n_layer;
   return r;
+}
+
+Precision Precision::of(DType compute) {
+  const bool native = compute != DType::f32 && kernels::half_matmul_supported(compute);
+  return {compute, native ? compute : DType::f32};
 }
 
 }  // namespace braid::model

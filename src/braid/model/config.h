@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "braid/core/dtype.h"
+
 namespace braid::model {
 
 struct GPTConfig {
@@ -63,5 +65,18 @@ struct PipelineStage {
 enum class Recompute : uint8_t { none, selective, full };
 /// "none" | "selective" | "full"; throws ConfigError naming the choices.
 Recompute parse_recompute(const std::string& s);
+
+/// Mixed precision of the model's compute: `compute` is the run's dtype (bf16 /
+/// fp16 round every matmul operand to it); `operands` the dtype those operands
+/// are stored in and multiplied in: `compute` where oneDNN multiplies it on
+/// this CPU (kernels::half_matmul_supported), else f32 (rounded values
+/// multiplied in f32). The matmul inputs kept for backward (ln1, atty, ln2,
+/// the GELU output, lnf) take operands' size.
+struct Precision {
+  DType compute = DType::f32;
+  DType operands = DType::f32;
+  /// The precision a run of `compute` gets here: operands in `compute` where oneDNN can.
+  static Precision of(DType compute);
+};
 
 }  // namespace braid::model

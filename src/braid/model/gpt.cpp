@@ -19,14 +19,19 @@ namespace k = braid::kernels;
 
 GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger,
          UnitStorage* storage, const TensorParallel& tp, float dropout, const PipelineStage& stage,
-         Recompute recompute, DType compute)
-    : cfg_(cfg), max_B_(max_B), max_T_(max_T), compute_dtype_(compute), storage_(storage), tp_(tp),
+         Recompute recompute, const Precision& precision)
+    : cfg_(cfg), max_B_(max_B), max_T_(max_T), compute_dtype_(precision.compute), storage_(storage), tp_(tp),
       dropout_(dropout) {
   recompute_ = recompute;
-  // Real half-precision matmuls need the weights in the compute dtype.
-  half_ops_ = compute != DType::f32 && storage && storage->has_compute_params() &&
-              k::half_matmul_supported(compute);
-  op_ = half_ops_ ? compute : DType::f32;
+  op_ = precision.operands;
+  half_ops_ = op_ != DType::f32;
+  BRAID_CONFIG_CHECK(!half_ops_ || op_ == compute_dtype_, "GPT: matmul operands in ", dtype_name(op_),
+                     " under ", dtype_name(compute_dtype_), " compute; use the compute dtype or f32");
+  BRAID_CONFIG_CHECK(!half_ops_ || k::half_matmul_supported(op_), "GPT: oneDNN has no ", dtype_name(op_),
+                     " matmul on this CPU; use model::Precision::of to choose the operands");
+  // Half-precision matmuls take the weights from the storage's compute copy.
+  BRAID_CONFIG_CHECK(!half_ops_ || (storage && storage->has_compute_params()), "GPT: ", dtype_name(op_),
+                     " matmul operands need a parameter storage that keeps a ", dtype_name(op_), " copy");
   const std::vector<PipelineChunk> chunks = stage.resolved(cfg.n_layer);
   owns_embed_ = owns_head_ = false;
   for (const auto& c : chunks) {
@@ -40,10 +45,11 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   // Validates cfg, max_B, max_T and TP; every size below comes from the plan.
   const GPTMemoryPlan plan =
       memory_plan(cfg_, max_B, max_T, storage == nullptr, tpn_, tp_.sequence_parallel, dropout, stage,
-                  recompute, compute);
+                  recompute, precision);
   num_params_ = build_param_table(cfg_, tpn_, stage, &table_, &layer_begin_);
   BRAID_CHECK(num_params_ == plan.num_params, "parameter table out of sync with memory_plan");
   build_units();
+  if (half_ops_) storage_->set_compute_only(matmul_weight_ranges());
   if (!storage_) {
     params_ = Buffer(plan.params_bytes, MemCategory::compute_params, ledger);
     grads_ = Buffer(plan.grads_bytes, MemCategory::grads, ledger);
@@ -69,6 +75,18 @@ void GPT::build_units() {
   }
 }
 
+std::vector<std::pair<size_t, size_t>> GPT::matmul_weight_ranges() const {
+  // wte is not among them: the embedding reads its rows in f32.
+  std::vector<std::pair<size_t, size_t>> r;
+  for (const auto& p : table_) {
+    const bool w = p.name.size() > 7 && p.name.compare(p.name.size() - 7, 7, ".weight") == 0;
+    if (w && (p.name.find(".c_attn.") != std::string::npos || p.name.find(".c_proj.") != std::string::npos ||
+              p.name.find(".c_fc.") != std::string::npos))
+      r.push_back({p.offset, p.offset + p.numel});
+  }
+  return r;
+}
+
 void GPT::layout_activations(const GPTMemoryPlan& plan, const std::vector<PipelineChunk>& chunks) {
   const size_t P = size_t(tpn_), C = size_t(cfg_.n_embd), Vpl = size_t(cfg_.padded_vocab_size) / P;
   const size_t BT = size_t(max_B_ * max_T_), rows = tp_.sequence_parallel ? BT / P : BT;
@@ -81,7 +99,7 @@ void GPT::layout_activations(const GPTMemoryPlan& plan, const std::vector<Pipeli
     ChunkInfo ci{c.first_layer, c.last_layer, c.slots, c.first_layer == 0, c.last_layer == cfg_.n_layer,
                  local0, base, 0, token_slot0};
     ci.slot_floats = layer_act_floats_ * size_t(c.last_layer - c.first_layer) + rows * C +
-                     (ci.head ? rows * C + rows * 2 + BT * 2 + BT * Vpl : 0);
+                     (ci.head ? operand_floats(rows * C, op_) + rows * 2 + BT * 2 + BT * Vpl : 0);
     base += ci.slot_floats * size_t(c.slots);
     local0 += c.last_layer - c.first_layer;
     token_slot0 += c.slots;
@@ -108,9 +126,9 @@ void GPT::layout_scratch(const GPTMemoryPlan& plan) {
   s += plan.matmul_scratch_floats;
   tpl_ = parallel::tensor::TensorParallelLayers(tp_, cfg_.n_embd, gather, mm_scratch);
   if (dropout_ > 0) dtmp_ = s, s += rows * C;
-  if (compute_dtype_ != DType::f32) {
+  if (half_ops_) {
     half_grad_ = s;
-    s += (half_grad_elems(BT, rows, C, Cl, owns_head_ ? Vpl : 0) + 1) / 2;
+    s += operand_floats(half_grad_elems(BT, rows, C, Cl, owns_head_ ? Vpl : 0), op_);
   }
   tpl_.set_operand_dtype(op_);
   att_scratch_ = s;
@@ -132,7 +150,7 @@ void GPT::set_slot(int64_t k, int c) {
   float* a = slot + layer_act_floats_ * size_t(l1_ - l0_);
   encoded_ = a, a += rows * C;
   if (has_head_) {
-    lnf_ = a, a += rows * C;
+    lnf_ = a, a += operand_floats(rows * C, op_);
     lnf_mean_ = a, a += rows;
     lnf_rstd_ = a, a += rows;
     lse_ = a, a += BT;
@@ -208,19 +226,20 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
   const bool full = recompute_ == Recompute::full, sel = recompute_ == Recompute::selective;
   auto take = [&](size_t n, bool recomputed) { return recomputed ? redo(n) : kept(n); };
   LayerActs r;
-  r.ln1 = take(rows * C, full);
+  auto op = [this](size_t n) { return operand_floats(n, op_); };  // matmul inputs
+  r.ln1 = take(op(rows * C), full);
   r.ln1_mean = take(rows, full);
   r.ln1_rstd = take(rows, full);
   r.qkv = take(3 * BT * Cl, full);
   r.qkvr = take(3 * BT * Cl, full || sel);
-  r.atty = take(BT * Cl, full || sel);
+  r.atty = take(op(BT * Cl), full || sel);
   r.attproj = take(rows * C, full);
   r.res2 = take(rows * C, full);
-  r.ln2 = take(rows * C, full);
+  r.ln2 = take(op(rows * C), full);
   r.ln2_mean = take(rows, full);
   r.ln2_rstd = take(rows, full);
   r.fch = take(4 * BT * Cl, full);
-  r.fch_gelu = take(4 * BT * Cl, full || sel);
+  r.fch_gelu = take(op(4 * BT * Cl), full || sel);
   r.fcproj = take(rows * C, full);
   r.res3 = kept(rows * C);
   r.att = take(att, full || sel);

@@ -49,12 +49,14 @@ class GPT {
   /// model), params()/grads() return nullptr and backward's on_ready is unused.
   /// tp: the tensor-parallel group (default TP = 1); dropout: probability of
   /// the embedding and residual dropouts (GPT-2's embd_pdrop / resid_pdrop).
-  /// compute: the compute dtype (set_compute_dtype's). Throws ConfigError when
-  /// TP does not divide n_head, padded_vocab_size or (sequence parallel)
-  /// max_B * max_T.
+  /// precision: the compute dtype and the matmul operands' (compute_dtype()).
+  /// Throws ConfigError when TP does not divide n_head, padded_vocab_size or
+  /// (sequence parallel) max_B * max_T, or when the operands are in a half
+  /// dtype other than the compute dtype, oneDNN has no matmul for it here, or
+  /// the storage keeps no compute copy of the parameters.
   GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger = nullptr,
       UnitStorage* storage = nullptr, const TensorParallel& tp = {}, float dropout = 0.0f,
-      const PipelineStage& stage = {}, Recompute recompute = Recompute::none, DType compute = DType::f32);
+      const PipelineStage& stage = {}, Recompute recompute = Recompute::none, const Precision& precision = {});
 
   int num_units() const { return int(cfg_.n_layer) + 2; }
   size_t unit_begin(int u) const { return units_[size_t(u)]; }
@@ -168,18 +170,19 @@ class GPT {
   /// computed). Embedding lookups, biases and LayerNorms are excluded.
   int64_t flops_per_token(int64_t T) const;
 
-  /// Mixed precision on the CPU (the constructor's `compute`): with bf16 / f16
-  /// every matmul multiplies half-precision operands and accumulates in f32,
-  /// as a tensor-core GEMM does: the activations it reads in forward (ln1,
-  /// atty, ln2, the GELU output, lnf) and the output gradients it reads in
-  /// backward are rounded to the compute dtype, the weights come in it from
-  /// the UnitStorage. LayerNorm, softmax, GELU, residual adds and the loss stay
-  /// in f32 (as under torch autocast), and so do all gradients the matmuls
-  /// produce. When the storage keeps a compute-dtype copy of the parameters
-  /// and oneDNN has a matmul for the dtype here (kernels::half_matmul_supported),
-  /// the operands are stored in it and oneDNN multiplies them (half_matmuls());
-  /// otherwise they are rounded in place in f32 buffers and multiplied in f32
-  /// (the same products, exact in f32; the sums may round differently).
+  /// Mixed precision on the CPU (the constructor's `precision`): with bf16 /
+  /// f16 compute every matmul multiplies half-precision operands and
+  /// accumulates in f32, as a tensor-core GEMM does: the activations it reads
+  /// in forward (ln1, atty, ln2, the GELU output, lnf) and the output gradients
+  /// it reads in backward are rounded to the compute dtype, the weights come in
+  /// it from the UnitStorage. LayerNorm, softmax, GELU, residual adds and the
+  /// loss stay in f32 (as under torch autocast), and so do all gradients the
+  /// matmuls produce. With operands in the compute dtype (half_matmuls()) they
+  /// are stored in it (the inputs kept for backward take half the memory), the
+  /// weights are the storage's compute copy (UnitStorage::compute_params) and
+  /// oneDNN multiplies them; with f32 operands they are rounded in place in f32
+  /// buffers and multiplied in f32 (the same products, exact in f32; the sums
+  /// may round differently).
   DType compute_dtype() const { return compute_dtype_; }
   /// True when the matmuls run on operands stored in the compute dtype.
   bool half_matmuls() const { return half_ops_; }
@@ -200,6 +203,8 @@ class GPT {
   };
   /// units_ from the layout, and the partial gradients of TP-replicated tensors per unit.
   void build_units();
+  /// Flat ranges of the blocks' matmul weights (c_attn, attn.c_proj, c_fc, mlp.c_proj).
+  std::vector<std::pair<size_t, size_t>> matmul_weight_ranges() const;
   /// Each chunk's activation slots in acts_, as the plan sized them.
   void layout_activations(const GPTMemoryPlan& plan, const std::vector<PipelineChunk>& chunks);
   /// The backward and TP scratch pointers in scratch_, as the plan sized them.

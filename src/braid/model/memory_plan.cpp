@@ -56,7 +56,8 @@ size_t half_grad_elems(size_t BT, size_t rows, size_t C, size_t Cl, size_t Vpl) 
 }
 
 GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bool owns_state, int tp, bool sp,
-                          float dropout, const PipelineStage& stage, Recompute recompute, DType compute) {
+                          float dropout, const PipelineStage& stage, Recompute recompute,
+                          const Precision& precision) {
   const std::vector<PipelineChunk> chunks = stage.resolved(cfg.n_layer);
   check_sizes(cfg, max_B, max_T, tp, sp, chunks);
   GPTMemoryPlan m;
@@ -73,11 +74,15 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   // Per block (see layer_acts): ln1, attproj, res2, ln2, fcproj, res3 (rows x C
   // each: token rows of this rank); qkv, qkvr (BT x 3C/tp each), atty (BT x C/tp),
   // fch, fch_gelu (BT x 4C/tp each); 4 LayerNorm statistics of rows; the
-  // attention matrix B x NH/tp x T x T.
-  const size_t all_floats = rows * C * 6 + BT * Cl * (3 + 3 + 1 + 4 + 4) + 4 * rows +
-                           size_t(max_B) * NHl * size_t(max_T * max_T);
+  // attention matrix B x NH/tp x T x T. ln1, ln2, atty and fch_gelu feed
+  // matmuls and are stored in the operand dtype.
+  const DType op = precision.operands;
+  const size_t att = size_t(max_B) * NHl * size_t(max_T * max_T);
+  const size_t atty = operand_floats(BT * Cl, op), fch_gelu = operand_floats(4 * BT * Cl, op);
+  const size_t all_floats = rows * C * 4 + 2 * operand_floats(rows * C, op) + BT * Cl * (3 + 3 + 4) + atty +
+                            fch_gelu + 4 * rows + att;
   // Recomputed tensors live once, in a workspace shared by all blocks and slots.
-  const size_t recomputed_selective = BT * Cl * (3 + 1 + 4) + size_t(max_B) * NHl * size_t(max_T * max_T);
+  const size_t recomputed_selective = BT * Cl * 3 + atty + fch_gelu + att;
   switch (recompute) {
     case Recompute::none: m.layer_act_floats = all_floats; break;
     case Recompute::selective:
@@ -90,14 +95,14 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
       break;
   }
   // Per slot: the local blocks, the stage input `encoded` (rows x C); on the
-  // last stage the head: lnf (rows x C), lnf_mean, lnf_rstd (rows each), lse,
-  // losses (BT each), logits (BT x Vp/tp).
+  // last stage the head: lnf (rows x C, operand dtype), lnf_mean, lnf_rstd
+  // (rows each), lse, losses (BT each), logits (BT x Vp/tp).
   size_t S = 0;  // slots over all chunks
   bool head = false;
   for (const auto& c : chunks) {
     const bool has_head = c.last_layer == cfg.n_layer;
     const size_t slot = m.layer_act_floats * size_t(c.last_layer - c.first_layer) + rows * C +
-                        (has_head ? rows * C + rows * 2 + BT * 2 + BT * Vpl : 0);
+                        (has_head ? operand_floats(rows * C, op) + rows * 2 + BT * 2 + BT * Vpl : 0);
     m.act_floats += slot * size_t(c.slots);
     S += size_t(c.slots);
     head = head || has_head;
@@ -124,9 +129,9 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   if (tp > 1) m.scratch_floats += 3 * BT;
   if (sp) m.scratch_floats += BT * C;
   if (dropout > 0) m.scratch_floats += rows * C;
-  // Half-precision compute: each matmul's output gradient in the compute dtype
+  // Half-precision operands: each matmul's output gradient in their dtype
   // (the largest: c_fc's BT x 4C/tp, the residual's rows x C, the head's BT x Vp/tp).
-  if (compute != DType::f32) m.scratch_floats += (half_grad_elems(BT, rows, C, Cl, head ? Vpl : 0) + 1) / 2;
+  if (op != DType::f32) m.scratch_floats += operand_floats(half_grad_elems(BT, rows, C, Cl, head ? Vpl : 0), op);
   m.workspace_bytes = m.scratch_floats * sizeof(float);
   m.tokens_bytes = 2 * BT * sizeof(int32_t) * S;
   return m;

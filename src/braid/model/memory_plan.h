@@ -34,6 +34,10 @@ struct GPTMemoryPlan {
   size_t total_bytes() const;
 };
 
+/// Floats of storage for n matmul-operand elements of dtype `operands` (f32:
+/// n; bf16 / fp16: n / 2, rounded up).
+inline size_t operand_floats(size_t n, DType operands) { return operands == DType::f32 ? n : (n + 1) / 2; }
+
 /// Elements of the buffer that holds a matmul's output gradient in the
 /// half-precision compute dtype: the largest of c_fc's (BT x 4C/tp), the
 /// residual stream's (rows x C) and the head's (BT x Vp/tp; Vpl = 0 on a
@@ -43,13 +47,14 @@ size_t half_grad_elems(size_t BT, size_t rows, size_t C, size_t Cl, size_t Vpl);
 /// The buffers GPT(cfg, max_B, max_T, ...) allocates, in bytes per category,
 /// computed without allocating them (cheap even for gpt2). owns_state=false:
 /// a model built with external UnitStorage (no parameter or gradient
-/// buffers). compute: the compute dtype (bf16 / fp16 add the buffer that holds
-/// each matmul's output gradient in that dtype). Throws ConfigError in the same cases as the constructor: an
+/// buffers). precision: with half-precision operands the matmul inputs kept for
+/// backward take 2 bytes an element, and a buffer holds each matmul's output
+/// gradient in that dtype. Throws ConfigError in the same cases as the constructor: an
 /// invalid config, max_T > block_size, tp not dividing n_head or the padded
 /// vocabulary, sequence parallelism with tp not dividing max_B * max_T, or a
 /// stage whose chunks are not increasing non-empty layer ranges.
 GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bool owns_state = true, int tp = 1,
                           bool sequence_parallel = false, float dropout = 0.0f, const PipelineStage& stage = {},
-                          Recompute recompute = Recompute::none, DType compute = DType::f32);
+                          Recompute recompute = Recompute::none, const Precision& precision = {});
 
 }  // namespace braid::model

@@ -1,6 +1,9 @@
 // Where a model's parameters and gradients live while forward and backward
 // use them, unit by unit: the seam a sharding engine (ZeRO-2/3, FSDP) plugs into.
 #pragma once
+#include <cstddef>
+#include <utility>
+#include <vector>
 
 namespace braid::model {
 
@@ -28,6 +31,11 @@ class UnitStorage {
   virtual const void* compute_params(int /*u*/) { return nullptr; }
   /// True when compute_params hands out a copy (never nullptr).
   virtual bool has_compute_params() const { return false; }
+  /// Flat element ranges [begin, end) the model reads only through
+  /// compute_params (its matmul weights, when it multiplies half-precision
+  /// operands): acquire_params may leave them stale in its f32 copy. A storage
+  /// may ignore it (the default).
+  virtual void set_compute_only(const std::vector<std::pair<size_t, size_t>>& /*ranges*/) {}
   /// f32 gradient buffer of unit u (same indexing) that backward accumulates
   /// into (+=); valid until grads_ready(u). Unit 0 stays acquired through the
   /// whole backward (the tied head and the encoder both write wte's gradient).

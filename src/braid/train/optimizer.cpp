@@ -108,12 +108,13 @@ void AdamW::step(parallel::GradSync& sync, float lr, float grad_mult, int64_t t)
     const float wd = u.decay ? s_.weight_decay : 0.f;
     float* m = m_.as<float>() + u.state;
     float* v = v_.as<float>() + u.state;
-    if (gt == DType::f32 && grad_mult == 1.0f) {
+    uint16_t* bf16 = sync.bf16_compute(r);
+    if (gt == DType::f32 && grad_mult == 1.0f && !bf16) {
       kernels::adamw_update(sync.master(r), static_cast<const float*>(sync.grad(r)), m, v, u.len, lr, s_.beta1,
                             s_.beta2, s_.eps, wd, t);
     } else {
       kernels::adamw_update_mixed(sync.master(r), sync.grad(r), gt, grad_mult, m, v, u.len, lr, s_.beta1,
-                                  s_.beta2, s_.eps, wd, t);
+                                  s_.beta2, s_.eps, wd, t, bf16);
     }
   }
 }

@@ -9,8 +9,9 @@ namespace braid::kernels {
 namespace {
 // The update loop, with the gradient element supplied by `grad(i)` (f32 as is,
 // or widened from half precision and multiplied).
-template <typename Grad>
-void adamw_loop(float* params, Grad grad, float* m, float* v, size_t n, float lr, float beta1,
+// `out(i, p)` receives each updated parameter (a no-op, or the bf16 copy).
+template <typename Grad, typename Out>
+void adamw_loop(float* params, Grad grad, Out out, float* m, float* v, size_t n, float lr, float beta1,
                 float beta2, float eps, float weight_decay, int64_t t) {
   BRAID_CHECK(t >= 1, "adamw_update: step t must be >= 1, got ", t);
   // Bias corrections in double, then rounded once (torch computes them in Python floats).
@@ -33,7 +34,9 @@ void adamw_loop(float* params, Grad grad, float* m, float* v, size_t n, float lr
       m[i] = mi;
       v[i] = vi;
       const float denom = std::sqrt(vi) * inv_sqrt_bc2 + eps;
-      params[i] = params[i] * decay - step_size * mi / denom;
+      const float p = params[i] * decay - step_size * mi / denom;
+      params[i] = p;
+      out(i, p);
     }
   }
 }
@@ -41,16 +44,22 @@ void adamw_loop(float* params, Grad grad, float* m, float* v, size_t n, float lr
 
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int64_t t) {
-  adamw_loop(params, [grads](int64_t i) { return grads[i]; }, m, v, n, lr, beta1, beta2, eps,
-             weight_decay, t);
+  adamw_loop(params, [grads](int64_t i) { return grads[i]; }, [](int64_t, float) {}, m, v, n, lr, beta1, beta2,
+             eps, weight_decay, t);
 }
 
 void adamw_update_mixed(float* params, const void* grads, DType gdt, float grad_mult, float* m,
                         float* v, size_t n, float lr, float beta1, float beta2, float eps,
-                        float weight_decay, int64_t t) {
+                        float weight_decay, int64_t t, uint16_t* bf16_out) {
   with_f32_loader(grads, gdt, [&](auto load) {
-    adamw_loop(params, [=](int64_t i) { return load(i) * grad_mult; }, m, v, n, lr, beta1, beta2, eps, weight_decay,
-               t);
+    auto g = [=](int64_t i) { return load(i) * grad_mult; };
+    if (bf16_out) {
+      adamw_loop(params, g, [bf16_out](int64_t i, float p) { bf16_out[i] = f32_to_bf16(p); }, m, v, n, lr, beta1,
+                 beta2, eps, weight_decay, t);
+    } else {
+      adamw_loop(params, g, [](int64_t, float) {}, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+    }
+    return 0;
   });
 }
 

@@ -22,8 +22,11 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
 /// f32 before use (g = f32(grads[i]) * grad_mult): unscaling by 1/loss_scale
 /// and the clipping coefficient in one pass. grads (n, gdt). With gdt = f32 and
 /// grad_mult = 1 the result is bitwise adamw_update's.
+/// With `bf16_out` (n, bf16) the updated parameters are also written there,
+/// rounded to nearest even (f32_to_bf16): a half-precision run's compute copy
+/// without a second pass over the master weights.
 void adamw_update_mixed(float* params, const void* grads, DType gdt, float grad_mult, float* m,
                         float* v, size_t n, float lr, float beta1, float beta2, float eps,
-                        float weight_decay, int64_t t);
+                        float weight_decay, int64_t t, uint16_t* bf16_out = nullptr);
 
 }  // namespace braid::kernels

@@ -123,11 +123,13 @@ float BucketedSync::finish(float local_loss) {
 
 void BucketedSync::after_update(StepScalars&) {
   if (half_) {
-    // The owned master weights, rounded, into the compute copy; ZeRO-1 then gathers it.
+    // The owned master weights, rounded, into the compute copy (bf16: the
+    // optimizer wrote it, bf16_compute); ZeRO-1 then gathers it.
     const size_t b = dtype_size(c_.compute);
-    for (const auto& r : owned_)
-      kernels::copy_cast(static_cast<char*>(half_->compute()) + r.offset * b, c_.compute, master(r), DType::f32,
-                         r.len);
+    if (c_.compute != DType::bf16)
+      for (const auto& r : owned_)
+        kernels::copy_cast(static_cast<char*>(half_->compute()) + r.offset * b, c_.compute, master(r), DType::f32,
+                           r.len);
     half_->params_changed();
   }
   buckets_->gather_params();
@@ -147,6 +149,10 @@ bool BucketedSync::counts_in_norm() const {
 const void* BucketedSync::grad(const OwnedRange& r) const {
   if (!half_) return FlatBufferSync::grad(r);
   return static_cast<const char*>(half_->grads()) + r.offset * dtype_size(c_.reduce);
+}
+
+uint16_t* BucketedSync::bf16_compute(const OwnedRange& r) {
+  return half_ && c_.compute == DType::bf16 ? static_cast<uint16_t*>(half_->compute()) + r.offset : nullptr;
 }
 
 float* BucketedSync::master(const OwnedRange& r) {

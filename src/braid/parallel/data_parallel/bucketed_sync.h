@@ -67,6 +67,7 @@ class BucketedSync final : public FlatBufferSync {
   const void* grad(const OwnedRange& r) const override;
   DType grad_dtype() const override { return c_.reduce; }
   float* master(const OwnedRange& r) override;
+  uint16_t* bf16_compute(const OwnedRange& r) override;
 
   const float* full_params(std::vector<float>& scratch) override;
   void assemble_state(const float* state, float* full) override;

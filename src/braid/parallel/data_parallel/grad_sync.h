@@ -89,6 +89,10 @@ class GradSync {
   virtual const void* grad(const OwnedRange& r) const = 0;
   virtual DType grad_dtype() const = 0;
   virtual float* master(const OwnedRange& r) = 0;
+  /// Where the optimizer writes owned range r's updated parameters rounded to
+  /// bf16, the compute copy of a bf16 run (after_update then leaves it be);
+  /// nullptr: after_update brings the compute parameters up to date itself.
+  virtual uint16_t* bf16_compute(const OwnedRange& /*r*/) { return nullptr; }
   /// True if an owned gradient element is inf or NaN (this rank only).
   bool local_grads_nonfinite() const;
 

@@ -43,6 +43,7 @@ HalfPrecisionStorage::HalfPrecisionStorage(std::vector<size_t> bounds, DType com
   compute_ = Buffer(n * esz_, MemCategory::compute_params, ledger);
   grads_ = Buffer(n * dtype_size(reduce), MemCategory::grads, ledger);
   master_ = Buffer(state_elems * sizeof(float), MemCategory::master_params, ledger);
+  for (int u = 0; u < num_units(); ++u) widen_.push_back({{unit_begin(u), unit_begin(u) + unit_len(u)}});
   const auto w = work_elems(bounds_);
   for (size_t i = 0; i < 2; ++i) {
     params_[i].data = Buffer(w[i] * sizeof(float), MemCategory::comm, ledger);
@@ -55,12 +56,34 @@ const float* HalfPrecisionStorage::acquire_params(int u) {
   BRAID_CHECK(!s.in_use || s.unit == u, "half-precision storage: unit ", u, " acquired while unit ", s.unit,
               " is still in use");
   if (!s.valid || s.unit != u) {
-    kernels::copy_cast(s.data.data(), DType::f32, compute_.as<char>() + unit_begin(u) * esz_, dtype_, unit_len(u));
+    const size_t u0 = unit_begin(u);
+    for (const auto& [lo, hi] : widen_[static_cast<size_t>(u)])
+      kernels::copy_cast(s.data.as<float>() + (lo - u0), DType::f32, compute_.as<char>() + lo * esz_, dtype_, hi - lo);
     s.unit = u;
     s.valid = true;
   }
   s.in_use = true;
   return s.data.as<float>();
+}
+
+void HalfPrecisionStorage::set_compute_only(const std::vector<std::pair<size_t, size_t>>& ranges) {
+  std::vector<std::pair<size_t, size_t>> skip = ranges;
+  std::sort(skip.begin(), skip.end());
+  for (int u = 0; u < num_units(); ++u) {
+    // The unit minus the skipped ranges, in order.
+    auto& w = widen_[static_cast<size_t>(u)];
+    w.clear();
+    size_t at = unit_begin(u);
+    const size_t end = at + unit_len(u);
+    for (const auto& [lo, hi] : skip) {
+      const size_t a = std::max(lo, at), e = std::min(hi, end);
+      if (a >= e) continue;
+      if (a > at) w.push_back({at, a});
+      at = e;
+    }
+    if (at < end) w.push_back({at, end});
+  }
+  params_changed();
 }
 
 void HalfPrecisionStorage::release_params(int u) {

@@ -46,6 +46,8 @@ class HalfPrecisionStorage final : public model::UnitStorage {
   /// Unit u's part of compute(), the copy acquire_params widens.
   const void* compute_params(int u) override { return compute_.as<char>() + unit_begin(u) * esz_; }
   bool has_compute_params() const override { return true; }
+  /// acquire_params widens only the rest of each unit.
+  void set_compute_only(const std::vector<std::pair<size_t, size_t>>& ranges) override;
   /// Unit u's f32 gradient (unit 0 and one other at a time): its part of
   /// grads() itself when grad_dtype() is f32, else a zeroed unit buffer.
   float* acquire_grads(int u) override;
@@ -88,6 +90,8 @@ class HalfPrecisionStorage final : public model::UnitStorage {
   size_t unit_len(int u) const { return bounds_[static_cast<size_t>(u) + 1] - bounds_[static_cast<size_t>(u)]; }
 
   std::vector<size_t> bounds_;
+  // Per unit, the (begin, end) flat ranges acquire_params widens (default: the unit).
+  std::vector<std::vector<std::pair<size_t, size_t>>> widen_;
   DType dtype_, grad_dtype_;
   size_t esz_;
   Buffer compute_, grads_, master_;

@@ -418,6 +418,13 @@ void ShardedEngine::finish_grads() {
 
 // ---- optimizer side ----
 
+uint16_t* ShardedEngine::bf16_compute(const Segment& s) {
+  // Stage 3's shard may still be the source of a parameter all-gather in
+  // flight (a prefetch): after_update settles those, then casts.
+  if (sc_.compute != DType::bf16 || sc_.stage != 2) return nullptr;
+  return compute_full_.as<uint16_t>() + s.offset;
+}
+
 float* ShardedEngine::master(const Segment& s) {
   if (master_.bytes()) return master_.as<float>() + s.shard;
   if (sc_.stage == 3) return compute_shard_.as<float>() + s.shard;
@@ -448,12 +455,13 @@ void ShardedEngine::after_update() {
     s->valid = false;
     s->unit = -1;
   }
+  // Stage 2 in bf16: the optimizer wrote the owned compute parameters (bf16_compute).
   const bool half = sc_.compute != DType::f32;
   if (sc_.stage == 3) {
     if (half) copy_cast(compute_shard_.data(), sc_.compute, master_.data(), DType::f32, shard_elems_);
     return;
   }
-  if (half) {
+  if (half && sc_.compute != DType::bf16) {
     // Cast the owned master elements into the replicated compute copy.
     for (const auto& s : owned_)
       copy_cast(compute_full_.as<char>() + s.offset * b_, sc_.compute, master(s), DType::f32, s.len);

@@ -109,6 +109,9 @@ class ShardedEngine final : public model::UnitStorage {
   size_t state_elems() const { return state_elems_; }
   /// f32 master weights of owned segment s (its len elements).
   float* master(const Segment& s);
+  /// bf16 compute at stage 2: where segment s's compute parameters live (the
+  /// optimizer writes them, after_update does not cast); otherwise nullptr.
+  uint16_t* bf16_compute(const Segment& s);
   /// Gradient of owned segment s in grad_dtype() (its len elements).
   const void* grad(const Segment& s) const;
   DType grad_dtype() const { return sc_.reduce; }

@@ -35,6 +35,7 @@ class ShardedSync final : public GradSync {
   const void* grad(const OwnedRange& r) const override;
   DType grad_dtype() const override { return engine_.grad_dtype(); }
   float* master(const OwnedRange& r) override;
+  uint16_t* bf16_compute(const OwnedRange& r) override { return engine_.bf16_compute({r.offset, r.len, r.state}); }
 
   const float* full_params(std::vector<float>& scratch) override;
   void assemble_state(const float* state, float* full) override { engine_.assemble(state, full); }
