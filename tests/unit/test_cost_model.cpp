@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "braid/core/error.h"
+#include "braid/kernels/cpu/matmul.h"
 #include "braid/plan/cluster.h"
 #include "braid/plan/cost_model.h"
 
@@ -93,7 +94,10 @@ TEST(CostModel, ThisMachineIsMeasuredAndWritesAClusterFile) {
   const Cluster m = load_cluster("this-machine");
   EXPECT_EQ(m.name, "this-machine");
   EXPECT_GT(m.peak_fp32, 1e9);  // any CPU of this decade
-  EXPECT_GE(m.peak_bf16, m.peak_fp32);  // no slower than the f32 path braid would take
+  // bf16 / fp16: oneDNN's half-precision ceiling here, or f32's where it has none.
+  EXPECT_GT(m.peak_bf16, 0.0);
+  EXPECT_EQ(m.peak_bf16 == m.peak_fp32, !braid::kernels::half_matmul_supported(braid::DType::bf16));
+  EXPECT_EQ(m.peak_fp16 == m.peak_fp32, !braid::kernels::half_matmul_supported(braid::DType::f16));
   EXPECT_GT(m.memory_bandwidth, 1e8);
   EXPECT_GT(m.intra_node.bandwidth, 1e7);
   EXPECT_GT(m.memory_bytes, 0);

@@ -14,6 +14,7 @@
 #include "braid/core/stopwatch.h"
 #include "braid/core/threads.h"
 #include "braid/kernels/cpu/adamw.h"
+#include "braid/kernels/cpu/matmul.h"
 #include "braid/model/gpt.h"
 #include "braid/plan/cost_model.h"
 #include "braid/train/mfu.h"
@@ -76,11 +77,21 @@ struct RankRates {
   double ceiling = 0;              // FLOP/s, the median probe
   double optimizer_bandwidth = 0;  // bytes/s
   double forward_fraction = 0, backward_fraction = 0;
+  double bf16_ratio = 1, fp16_ratio = 1;  // half-precision matmul ceiling / f32's, same shape
 };
 
-// The f32 matmul ceiling now: one short probe (braid's matmuls run in f32 in
-// every precision, on half-rounded operands: train::matmul_path).
-double ceiling_probe() { return train::measure_matmul_ceiling(1024, 768, 3072, DType::f32, 1, 0.05).flops; }
+// The matmul ceiling now in `t`: one short probe at a large GPT-2 shape.
+double ceiling_probe(DType t = DType::f32) { return train::measure_matmul_ceiling(1024, 768, 3072, t, 1, 0.05).flops; }
+
+// A half-precision run's matmul ceiling over f32's (the median of 3 alternated
+// pairs of probes); 1 where oneDNN has no matmul for `t` here, since braid then
+// multiplies in f32 (model::Precision::of).
+double half_ratio(DType t) {
+  if (!kernels::half_matmul_supported(t)) return 1.0;
+  std::vector<double> r;
+  for (int i = 0; i < 3; ++i) r.push_back(ceiling_probe(t) / ceiling_probe());
+  return median(r);
+}
 
 // The share of the ceiling a block's matmuls reach, such that the cost model's
 // block (block_forward_work: its FLOPs at that share plus its element-wise bytes
@@ -125,6 +136,7 @@ RankRates measure_rank() {
   }
   r.ceiling = median(ceilings);
   r.forward_fraction = median(f), r.backward_fraction = median(b);
+  r.bf16_ratio = half_ratio(DType::bf16), r.fp16_ratio = half_ratio(DType::f16);
   return r;
 }
 
@@ -177,19 +189,24 @@ RankRates combine(const std::vector<RankRates>& all) {
     m.ceiling += r.ceiling / n;
     m.optimizer_bandwidth += r.optimizer_bandwidth / n;
     m.forward_fraction += r.forward_fraction / n, m.backward_fraction += r.backward_fraction / n;
+    m.bf16_ratio += (r.bf16_ratio - 1) / n, m.fp16_ratio += (r.fp16_ratio - 1) / n;
   }
   return m;
 }
 
 // Every rank's figures of `world` (as f32), in rank order.
 std::vector<RankRates> gather_rates(comm::Communicator& world, const RankRates& mine) {
-  const float v[4] = {static_cast<float>(mine.ceiling), static_cast<float>(mine.optimizer_bandwidth),
-                      static_cast<float>(mine.forward_fraction), static_cast<float>(mine.backward_fraction)};
-  std::vector<float> all(4 * static_cast<size_t>(world.size()));
-  world.all_gather(v, all.data(), 4, DType::f32);
+  constexpr size_t k = 6;
+  const float v[k] = {static_cast<float>(mine.ceiling),          static_cast<float>(mine.optimizer_bandwidth),
+                      static_cast<float>(mine.forward_fraction), static_cast<float>(mine.backward_fraction),
+                      static_cast<float>(mine.bf16_ratio),       static_cast<float>(mine.fp16_ratio)};
+  std::vector<float> all(k * static_cast<size_t>(world.size()));
+  world.all_gather(v, all.data(), k, DType::f32);
   std::vector<RankRates> out;
-  for (size_t r = 0; r < static_cast<size_t>(world.size()); ++r)
-    out.push_back({all[4 * r], all[4 * r + 1], all[4 * r + 2], all[4 * r + 3]});
+  for (size_t r = 0; r < static_cast<size_t>(world.size()); ++r) {
+    const float* a = all.data() + k * r;
+    out.push_back({a[0], a[1], a[2], a[3], a[4], a[5]});
+  }
   return out;
 }
 
@@ -221,7 +238,9 @@ Cluster measure_this_machine(comm::Communicator* world) {
       if (w.rank() == 0) c.intra_node = l;
     });
   }
-  c.peak_fp32 = c.peak_bf16 = c.peak_fp16 = m.ceiling;
+  c.peak_fp32 = m.ceiling;
+  c.peak_bf16 = m.ceiling * m.bf16_ratio;
+  c.peak_fp16 = m.ceiling * m.fp16_ratio;
   c.memory_bandwidth = m.optimizer_bandwidth;
   c.matmul_fraction = std::clamp(m.forward_fraction, 0.01, 1.0);
   c.backward_matmul_fraction = std::clamp(m.backward_fraction, 0.01, 1.0);

@@ -11,8 +11,10 @@ namespace braid::plan {
 /// threads per rank and every rank of the node at work at once (ranks on one
 /// host share its memory, caches and clocks, so a layout that fills the node sees
 /// these rates):
-/// - the f32 matmul ceiling (oneDNN at a large GPT-2 shape) as the peak of every
-///   dtype, since braid's matmuls run in f32 in every precision;
+/// - the f32 matmul ceiling (oneDNN at a large GPT-2 shape) as peak_fp32, and
+///   peak_bf16 / peak_fp16 as it times oneDNN's half-precision ceiling over
+///   f32's at that shape (1 where oneDNN has no such matmul here: braid then
+///   multiplies in f32);
 /// - matmul_fraction and backward_matmul_fraction fitted so that the cost
 ///   model's block (block_forward_work) takes the time a block of braid's own
 ///   GPT takes here, forward and backward, at (B, T, C, heads) = (4, 128, 768, 12),
