@@ -20,6 +20,7 @@
 #include "kernels/normal_values.h"
 #include "braid/kernels/cpu/adamw.h"
 #include "braid/kernels/cpu/attention.h"
+#include "braid/kernels/cpu/convert.h"
 #include "braid/kernels/cpu/crossentropy.h"
 #include "braid/kernels/cpu/elementwise.h"
 #include "braid/kernels/cpu/encoder.h"
@@ -276,4 +277,24 @@ TEST(Kernels, AdamWScaledEqualsPrescaledGradients) {
       EXPECT_EQ(0, std::memcmp(va.data(), vb.data(), n * sizeof(float))) << braid::dtype_name(t) << " x" << mult;
     }
   }
+}
+
+// With a bf16 output the update also writes the parameters rounded to bf16:
+// bitwise the cast of the f32 result (a bf16 run's compute copy), the f32
+// state unchanged.
+TEST(Kernels, AdamWWritesTheBf16CopyOfItsResult) {
+  const size_t n = 4099;  // more than a thread's share, odd
+  const auto p0 = normal_values(n, 11, 5), g = normal_values(n, 11, 6);
+  std::vector<float> pa(p0), pb(p0), ma(n, 0.f), va(n, 0.f), mb(n, 0.f), vb(n, 0.f);
+  std::vector<uint16_t> out(n, 0xffff), cast(n);
+  for (int64_t step = 1; step <= 2; ++step) {
+    k::adamw_update_mixed(pa.data(), g.data(), braid::DType::f32, 0.5f, ma.data(), va.data(), n, 1e-2f, 0.9f, 0.95f,
+                          1e-8f, 0.1f, step, out.data());
+    k::adamw_update_mixed(pb.data(), g.data(), braid::DType::f32, 0.5f, mb.data(), vb.data(), n, 1e-2f, 0.9f, 0.95f,
+                          1e-8f, 0.1f, step);
+  }
+  EXPECT_EQ(0, std::memcmp(pa.data(), pb.data(), n * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(ma.data(), mb.data(), n * sizeof(float)));
+  k::cast_from_f32(cast.data(), braid::DType::bf16, pb.data(), n);
+  EXPECT_EQ(out, cast);
 }
