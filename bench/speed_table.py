@@ -34,7 +34,11 @@ def step_table(runs):
     print("\nrest ms = step ms - fwd+bwd ms: the gradient norm, clipping and AdamW (zeroing the gradients counts in fwd+bwd)")
     ratios = [("bf16 / fp32, B=8 T=128", "bf16_8x128", "fp32_8x128"), ("bf16 / fp32, B=4 T=64", "bf16_4x64", "fp32_4x64"),
               ("fp32 / baseline fp32, B=8 T=128", "fp32_8x128", "base_8x128"),
-              ("fp32 / baseline fp32, B=4 T=64", "fp32_4x64", "base_4x64")]
+              ("fp32 / baseline fp32, B=4 T=64", "fp32_4x64", "base_4x64"),
+              ("bf16 / baseline fp32, B=8 T=128", "bf16_8x128", "base_8x128"),
+              ("bf16 / baseline fp32, B=4 T=64", "bf16_4x64", "base_4x64"),
+              ("bf16 / baseline bf16, B=8 T=128", "bf16_8x128", "base_bf16_8x128"),
+              ("bf16 / baseline bf16, B=4 T=64", "bf16_4x64", "base_bf16_4x64")]
     for label, a, b in ratios:
         if a in runs and b in runs:
             r = med([y["step_ms"] / x["step_ms"] for x, y in zip(runs[a], runs[b])])

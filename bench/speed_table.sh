@@ -3,7 +3,8 @@
 # run, each beside its ceiling or peer measured in the same run, then a table:
 #   step    bench-step, gpt2, one rank, THREADS threads: fp32 and bf16 at B=8 T=128
 #           and B=4 T=64, bf16 with 4 micro-batches; with BASELINE set (another
-#           braid binary), its fp32 step alternated with ours
+#           braid binary), its fp32 and bf16 steps alternated with ours
+#           (BASELINE_PRECISIONS="fp32" for a binary whose bench-step has no --precision)
 #   optimizer the optimizer's streaming passes (gradient norm, AdamW, zero fill)
 #           beside a memcpy of the same buffers
 #   layouts the backward matmuls with and without their transposed copies
@@ -42,11 +43,15 @@ want step && for r in $(seq 1 "$rounds"); do
   step fp32_4x64 "$braid" fp32 4 64 1 "$r"
   step bf16_4x64 "$braid" bf16 4 64 1 "$r"
   if [ -n "${BASELINE:-}" ]; then
-    # An older bench-step has no --precision / --accum: fp32, one micro-batch.
     for bt in "8 128" "4 64"; do
       read -r b t <<<"$bt"
-      OMP_NUM_THREADS="$threads" "$BASELINE" bench-step --model gpt2 --batch "$b" --seq-len "$t" --steps 3 --warmup 1 \
-        --threads "$threads" --json "$out/step_base_${b}x${t}_r$r.json" | sed "s/^/[base ${b}x${t} r$r] /"
+      for p in ${BASELINE_PRECISIONS:-fp32 bf16}; do
+        # fp32 without --precision: an older bench-step has none.
+        flag=(); [ "$p" = fp32 ] || flag=(--precision "$p")
+        name="base_${b}x${t}"; [ "$p" = fp32 ] || name="base_${p}_${b}x${t}"
+        OMP_NUM_THREADS="$threads" "$BASELINE" bench-step --model gpt2 "${flag[@]}" --batch "$b" --seq-len "$t" \
+          --steps 3 --warmup 1 --threads "$threads" --json "$out/step_${name}_r$r.json" | sed "s/^/[$name r$r] /"
+      done
     done
   fi
 done

@@ -128,7 +128,7 @@ void GPT::layout_scratch(const GPTMemoryPlan& plan) {
   if (dropout_ > 0) dtmp_ = s, s += rows * C;
   if (half_ops_) {
     half_grad_ = s;
-    s += operand_floats(half_grad_elems(BT, rows, C, Cl, owns_head_ ? Vpl : 0), op_);
+    s += operand_floats(half_grad_elems(BT, rows, C, Cl), op_);
   }
   tpl_.set_operand_dtype(op_);
   att_scratch_ = s;
@@ -317,13 +317,14 @@ void GPT::produce_operand(float* slot, float* tmp, int64_t n, Produce&& produce)
   k::cast_from_f32(slot, op_, tmp, size_t(n));
 }
 
-const void* GPT::grad_operand(float* g, int64_t n) {
+const void* GPT::grad_operand(float* g, int64_t n, void* dst) {
   if (!half_ops_) {
     round_operand(g, n);
     return g;
   }
-  k::cast_from_f32(half_grad_, op_, g, size_t(n));
-  return half_grad_;
+  if (!dst) dst = half_grad_;
+  k::cast_from_f32(dst, op_, g, size_t(n));
+  return dst;
 }
 
 void GPT::drop(float* out, const float* in, int64_t rows, int64_t row0, uint64_t site) {
@@ -532,13 +533,14 @@ float* GPT::head_backward(float loss_scale, bool split) {
   tpl_.cross_entropy_backward(dlogits_, logits_, lse_, targets_, loss_scale / float(BT), cfg_.vocab_size,
                               cfg_.padded_vocab_size);
   // Output gradients enter each matmul backward in the compute dtype (no-op in f32).
-  const void* dlogits = grad_operand(dlogits_, BT * Vpl);
+  // With half-precision operands d(logits) goes over the logits, which are spent.
+  const void* dlogits = grad_operand(dlogits_, BT * Vpl, logits_);
   float* G0 = acquire_grads(0);
   const float* wte = acquire_params(0);
   const float* dlnf =
       tpl_.column_backward(dln_, split ? nullptr : G0, nullptr, dlogits, lnf_, wte_operand(wte), C, Vpl);
   release_params(0);
-  if (split) std::memcpy(logits_, dlogits, size_t(BT * Vpl) * dtype_size(op_));
+  if (split && dlogits != logits_) std::memcpy(logits_, dlogits, size_t(BT * Vpl) * dtype_size(op_));
   // dres_ is the residual-stream gradient; layer norms accumulate into it.
   std::memset(dres_, 0, size_t(rows * C) * sizeof(float));
   const float* F = acquire_params(uf);

@@ -90,7 +90,8 @@ class GPT {
   /// nothing. Throws braid::Error if B > max_B, T > max_T or a token/target is
   /// outside [0, vocab_size).
   float forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T);
-  /// (B, T, Vp) logits of the last forward (columns >= vocab_size hold padding).
+  /// (B, T, Vp) logits of the last forward (columns >= vocab_size hold
+  /// padding); backward may overwrite them.
   const float* logits() const { return logits_; }
 
   /// grads() = 0 (no-op with external storage, which zeroes its own buffers).
@@ -242,8 +243,8 @@ class GPT {
   template <typename Produce>
   void produce_operand(float* slot, float* tmp, int64_t n, Produce&& produce);
   /// An output gradient g (n, f32) as a matmul operand: g rounded in place, or
-  /// its copy in the compute dtype (half_grad_).
-  const void* grad_operand(float* g, int64_t n);
+  /// its copy in the compute dtype, in `dst` (n / 2 floats) or half_grad_.
+  const void* grad_operand(float* g, int64_t n, void* dst = nullptr);
   /// Block l's matmul weights as operands (the compute copy of unit u when half_ops_).
   void set_weight_operands(LayerParams& p, int u, int64_t l) const;
   /// The operands of unit 0's wte as the head's weight.

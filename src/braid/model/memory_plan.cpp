@@ -51,9 +51,7 @@ void check_sizes(const GPTConfig& cfg, int64_t max_B, int64_t max_T, int tp, boo
 }
 }  // namespace
 
-size_t half_grad_elems(size_t BT, size_t rows, size_t C, size_t Cl, size_t Vpl) {
-  return std::max({BT * 4 * Cl, rows * C, BT * Vpl});
-}
+size_t half_grad_elems(size_t BT, size_t rows, size_t C, size_t Cl) { return std::max(BT * 4 * Cl, rows * C); }
 
 GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bool owns_state, int tp, bool sp,
                           float dropout, const PipelineStage& stage, Recompute recompute,
@@ -129,9 +127,8 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   if (tp > 1) m.scratch_floats += 3 * BT;
   if (sp) m.scratch_floats += BT * C;
   if (dropout > 0) m.scratch_floats += rows * C;
-  // Half-precision operands: each matmul's output gradient in their dtype
-  // (the largest: c_fc's BT x 4C/tp, the residual's rows x C, the head's BT x Vp/tp).
-  if (op != DType::f32) m.scratch_floats += operand_floats(half_grad_elems(BT, rows, C, Cl, head ? Vpl : 0), op);
+  // Half-precision operands: a block's matmul output gradient in their dtype.
+  if (op != DType::f32) m.scratch_floats += operand_floats(half_grad_elems(BT, rows, C, Cl), op);
   m.workspace_bytes = m.scratch_floats * sizeof(float);
   m.tokens_bytes = 2 * BT * sizeof(int32_t) * S;
   return m;

@@ -38,11 +38,11 @@ struct GPTMemoryPlan {
 /// n; bf16 / fp16: n / 2, rounded up).
 inline size_t operand_floats(size_t n, DType operands) { return operands == DType::f32 ? n : (n + 1) / 2; }
 
-/// Elements of the buffer that holds a matmul's output gradient in the
-/// half-precision compute dtype: the largest of c_fc's (BT x 4C/tp), the
-/// residual stream's (rows x C) and the head's (BT x Vp/tp; Vpl = 0 on a
-/// stage without the head).
-size_t half_grad_elems(size_t BT, size_t rows, size_t C, size_t Cl, size_t Vpl);
+/// Elements of the buffer that holds a block's matmul output gradient in the
+/// half-precision operand dtype: the larger of c_fc's (BT x 4C/tp) and the
+/// residual stream's (rows x C). (The head's goes over its logits, which
+/// backward no longer needs.)
+size_t half_grad_elems(size_t BT, size_t rows, size_t C, size_t Cl);
 
 /// The buffers GPT(cfg, max_B, max_T, ...) allocates, in bytes per category,
 /// computed without allocating them (cheap even for gpt2). owns_state=false:
