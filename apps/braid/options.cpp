@@ -100,6 +100,8 @@ void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
       ->transform(one_of({"fp32", "bf16", "fp16"}))->capture_default_str()->group(precision);
   c->add_option("--reduce-dtype", o.reduce_dtype, "Gradients accumulated and reduced in fp32 (default) or, opted in, in the --precision dtype (half the gradient traffic and memory)")
       ->transform(one_of({"fp32", "bf16", "fp16"}))->capture_default_str()->group(precision);
+  c->add_option("--matmul-precision", o.matmul_precision, "half: bf16/fp16 matmul operands stored and multiplied in that dtype where oneDNN has the matmul on this CPU; fp32: rounded to it and multiplied in f32 (faster where oneDNN's half-precision matmul is slower than f32: compare the ceilings `braid train` prints)")
+      ->transform(one_of({"half", "fp32"}))->capture_default_str()->group(precision);
 }
 
 }  // namespace braid::cli

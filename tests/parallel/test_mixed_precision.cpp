@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <set>
 
+#include "braid/kernels/cpu/matmul.h"
 #include "braid/train/trainer.h"
 #include "parallel/harness.h"
 
@@ -71,6 +72,35 @@ TEST(MixedPrecision, HalfPrecisionTracksFp32) {
       expect_track(run(h, 2, data).steps[0], fp32.steps[0], tol, std::string(prec) + " reduce zero" + std::to_string(zero));
     }
     h.reduce_dtype = "fp32";
+  }
+}
+
+TEST(MixedPrecision, Bf16MatmulsInBf16OrOnRoundedValuesInF32) {
+  // --matmul-precision half (default) stores the bf16 operands and has oneDNN
+  // multiply them where it can; fp32 multiplies the same rounded values in
+  // f32. Both track fp32; the half path's kept matmul inputs take half the
+  // bytes, and `braid plan` predicts each ledger. Every storage: DDP, ZeRO-2,
+  // ZeRO-3 (the gathered unit's bf16 copy), with TP 2 and sequence parallelism.
+  const auto data = synthetic_tokens(20000, 63);
+  auto o = testing_harness::tiny_options(16);
+  const Runs fp32 = run(o, 1, data);
+  o.precision = "bf16";
+  const bool native = kernels::half_matmul_supported(DType::bf16);
+  struct L {
+    int zero, tp, ranks;
+  };
+  for (const char* mp : {"half", "fp32"}) {
+    o.matmul_precision = mp;
+    for (const L& l : {L{0, 1, 1}, L{2, 1, 2}, L{3, 1, 2}, L{0, 2, 4}}) {
+      auto h = o;
+      h.zero = l.zero, h.tp = l.tp, h.sequence_parallel = l.tp > 1;
+      const std::string what = std::string(mp) + " zero" + std::to_string(l.zero) + " tp" + std::to_string(l.tp);
+      const Runs got = run(h, l.ranks, data, [&](train::Trainer& t, int r) {
+        EXPECT_EQ(t.model().half_matmuls(), native && std::string(mp) == "half") << what;
+        testing_harness::expect_plan_is_ledger(h, l.ranks, r, t, what);
+      });
+      expect_track(got.steps[0], fp32.steps[0], kBf16, what);
+    }
   }
 }
 

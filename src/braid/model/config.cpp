@@ -56,8 +56,8 @@ std::vector<PipelineChunk> PipelineStage::resolved(int64_t n_layer) const {
   return r;
 }
 
-Precision Precision::of(DType compute) {
-  const bool native = compute != DType::f32 && kernels::half_matmul_supported(compute);
+Precision Precision::of(DType compute, bool half_matmuls) {
+  const bool native = half_matmuls && compute != DType::f32 && kernels::half_matmul_supported(compute);
   return {compute, native ? compute : DType::f32};
 }
 

@@ -75,8 +75,9 @@ Recompute parse_recompute(const std::string& s);
 struct Precision {
   DType compute = DType::f32;
   DType operands = DType::f32;
-  /// The precision a run of `compute` gets here: operands in `compute` where oneDNN can.
-  static Precision of(DType compute);
+  /// The precision a run of `compute` gets here: operands in `compute` where
+  /// oneDNN can and `half_matmuls` allows, else f32.
+  static Precision of(DType compute, bool half_matmuls = true);
 };
 
 }  // namespace braid::model

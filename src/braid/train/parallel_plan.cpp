@@ -298,6 +298,7 @@ ParallelPlan resolve_plan(TrainOptions& o, int world_size, const model::GPTConfi
   p.pp.layers = o.pp > 1 ? stage_layers(o, cfg) : std::vector<int64_t>{cfg.n_layer};
   p.compute = o.precision == "bf16" ? DType::bf16 : o.precision == "fp16" ? DType::f16 : DType::f32;
   p.reduce = o.reduce_dtype == "fp32" ? DType::f32 : p.compute;
+  p.half_matmuls = o.matmul_precision == "half";
   p.recompute = model::parse_recompute(o.recompute);
   p.global_batch = o.global_batch;
   p.micro_batch = o.micro_batch;

@@ -71,6 +71,9 @@ struct ParallelPlan {
   PipelinePlan pp;
   DType compute = DType::f32;  // --precision: compute copies (master weights stay f32)
   DType reduce = DType::f32;   // --reduce-dtype: gradient accumulation and reduction
+  bool half_matmuls = true;    // --matmul-precision half: operands in `compute` where oneDNN can
+  /// The model's precision: compute, and the dtype its matmul operands take here.
+  model::Precision precision() const { return model::Precision::of(compute, half_matmuls); }
   model::Recompute recompute = model::Recompute::none;
   int64_t global_batch = 1;  // sequences per optimizer step over all DP ranks
   int64_t micro_batch = 1;   // sequences per forward/backward on one rank

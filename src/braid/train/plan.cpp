@@ -79,7 +79,7 @@ MemoryPlan plan_rank(MemoryPlan p, int rank, const model::PipelineStage& stage) 
   const model::GPTMemoryPlan g = model::memory_plan(p.config, o.micro_batch, o.seq_len, !storage,
                                                          pl.tp.degree, pl.tp.sequence_parallel, o.dropout, stage,
                                                          pl.recompute,
-                                                         model::Precision::of(pl.compute));
+                                                         pl.precision());
   p.num_params = g.num_params;
   for (size_t i = 0; i < kNumMemCategories; ++i)
     add(static_cast<MemCategory>(i), g.bytes(static_cast<MemCategory>(i)));

@@ -53,7 +53,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   tpc.sequence_parallel = opt.sequence_parallel;
   model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_, sync_->storage(),
                                         tpc, opt.dropout, stage, plan_.recompute,
-                                        model::Precision::of(compute_));
+                                        plan_.precision());
   sync_->attach(*model_);
   executor_ = std::make_unique<parallel::PipelineExecutor>(
       std::move(programs[static_cast<size_t>(pp_rank_)]), pp_size_, static_cast<int>(accum_steps_),
