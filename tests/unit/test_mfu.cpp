@@ -27,6 +27,12 @@ TEST(Mfu, FmaPeakIsPositive) { EXPECT_GT(t::measure_fma_peak_flops(0.01), 0.0); 
 TEST(Mfu, MatmulPathNamesWhatRuns) {
   EXPECT_EQ(t::matmul_path(braid::DType::f32, false), "matmuls run in f32");
   EXPECT_EQ(t::matmul_path(braid::DType::bf16, true), "matmuls run in bf16 x bf16 -> f32 (oneDNN)");
-  EXPECT_EQ(t::matmul_path(braid::DType::f16, false),
-            "matmuls run in f32 on f16-rounded operands (oneDNN has no f16 matmul on this CPU)");
+  for (braid::DType d : {braid::DType::bf16, braid::DType::f16}) {
+    const std::string n = braid::dtype_name(d);
+    EXPECT_EQ(t::matmul_path(d, false), "matmuls run in f32 on " + n + "-rounded operands (" +
+                                            (braid::kernels::half_matmul_supported(d)
+                                                 ? "--matmul-precision fp32"
+                                                 : "oneDNN has no " + n + " matmul on this CPU") +
+                                            ")");
+  }
 }

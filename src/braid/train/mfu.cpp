@@ -70,7 +70,9 @@ std::string matmul_path(DType compute, bool native) {
   if (compute == DType::f32) return "matmuls run in f32";
   const std::string name = dtype_name(compute);
   if (native) return "matmuls run in " + name + " x " + name + " -> f32 (oneDNN)";
-  return "matmuls run in f32 on " + name + "-rounded operands (oneDNN has no " + name + " matmul on this CPU)";
+  const std::string why = kernels::half_matmul_supported(compute) ? "--matmul-precision fp32"
+                                                                  : "oneDNN has no " + name + " matmul on this CPU";
+  return "matmuls run in f32 on " + name + "-rounded operands (" + why + ")";
 }
 
 namespace {

@@ -38,9 +38,9 @@ MatmulCeiling measure_mlp_ceiling(int64_t tokens, int64_t n_embd, int tp, DType 
 
 /// The dtype the run's matmuls execute in, for a run of compute dtype
 /// `compute`: `native` when they multiply operands stored in it
-/// (model::GPT::half_matmuls), else in f32 on operands rounded to it, which
-/// happens where oneDNN has no matmul for the dtype on this CPU (fp16 with
-/// oneDNN 2.x without AVX512-FP16 kernels).
+/// (model::GPT::half_matmuls), else in f32 on operands rounded to it, with
+/// the reason: oneDNN has no matmul for the dtype on this CPU (fp16 with
+/// oneDNN 2.x without AVX512-FP16 kernels), or --matmul-precision fp32.
 std::string matmul_path(DType compute, bool native);
 
 /// FMA peak of the calling thread's OpenMP team in FLOP/s: every thread runs
