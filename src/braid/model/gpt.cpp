@@ -20,7 +20,7 @@ namespace k = braid::kernels;
 GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger,
          UnitStorage* storage, const TensorParallel& tp, float dropout, const PipelineStage& stage,
          Recompute recompute, const Precision& precision)
-    : cfg_(cfg), max_B_(max_B), max_T_(max_T), compute_dtype_(precision.compute), storage_(storage), tp_(tp),
+    : cfg_(cfg), max_B_(max_B), max_T_(max_T), storage_(storage), compute_dtype_(precision.compute), tp_(tp),
       dropout_(dropout) {
   recompute_ = recompute;
   op_ = precision.operands;
