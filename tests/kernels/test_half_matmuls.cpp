@@ -13,6 +13,7 @@
 #include "braid/model/gpt.h"
 #include "braid/model/param_layout.h"
 #include "braid/parallel/data_parallel/half_storage.h"
+#include "kernels/tiny_config.h"
 
 using braid::DType;
 using braid::model::GPT;
@@ -20,14 +21,6 @@ using braid::model::GPTConfig;
 using braid::model::Recompute;
 
 namespace {
-
-GPTConfig tiny_v100() {
-  GPTConfig c = GPTConfig::preset("tiny");
-  c.name = "tiny-v100";
-  c.vocab_size = 100;
-  c.padded_vocab_size = 128;
-  return c;
-}
 
 std::vector<int32_t> tokens(size_t n, uint64_t seed) {
   braid::Rng rng(seed);
@@ -70,7 +63,7 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(HalfMatmuls, Bf16OperandsMatchTheSameRoundedValuesInF32) {
   if (!braid::kernels::half_matmul_supported(DType::bf16)) GTEST_SKIP() << "oneDNN has no bf16 matmul here";
-  const GPTConfig cfg = tiny_v100();
+  const GPTConfig cfg = testing_data::small_vocab_tiny();
   const int64_t B = 2, T = 16;
   GPT init(cfg, B, T);
   init.init_weights(3);

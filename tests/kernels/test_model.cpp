@@ -14,11 +14,13 @@
 #include "braid/core/threads.h"
 #include "braid/kernels/cpu/crossentropy.h"
 #include "braid/model/gpt.h"
+#include "kernels/tiny_config.h"
 
 using braid::model::GPT;
 using braid::model::GPTConfig;
 using braid::model::PipelineChunk;
 using braid::model::PipelineStage;
+using testing_data::small_vocab_tiny;
 
 namespace {
 
@@ -27,14 +29,6 @@ std::vector<int32_t> random_tokens(size_t n, int64_t V, uint64_t seed) {
   std::vector<int32_t> t(n);
   for (auto& x : t) x = int32_t(rng.below(uint64_t(V)));
   return t;
-}
-
-GPTConfig small_vocab_tiny() {
-  GPTConfig c = GPTConfig::preset("tiny");
-  c.name = "tiny-v100";
-  c.vocab_size = 100;
-  c.padded_vocab_size = 128;
-  return c;
 }
 
 // Four layers, so two pipeline ranks can hold two one-layer chunks each.
