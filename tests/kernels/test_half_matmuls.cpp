@@ -8,7 +8,10 @@
 #include <vector>
 
 #include "braid/core/rng.h"
+#include "braid/kernels/cpu/attention.h"
 #include "braid/kernels/cpu/convert.h"
+#include "braid/kernels/cpu/crossentropy.h"
+#include "braid/kernels/cpu/elementwise.h"
 #include "braid/kernels/cpu/matmul.h"
 #include "braid/model/gpt.h"
 #include "braid/model/param_layout.h"
@@ -41,7 +44,8 @@ Pass run_pass(GPT& m, braid::parallel::HalfPrecisionStorage& hs, const std::vect
   hs.zero_grads();
   Pass p;
   p.loss = m.forward(tok.data(), tgt.data(), B, T);
-  p.logits.assign(m.logits(), m.logits() + B * T * m.config().padded_vocab_size);
+  p.logits.resize(size_t(B * T * m.config().padded_vocab_size));
+  m.logits_to_f32(p.logits.data(), 0, B * T);
   if (split) {
     m.backward_input(1.0f);
     m.backward_weight();
@@ -83,11 +87,11 @@ TEST(HalfMatmuls, Bf16OperandsMatchTheSameRoundedValuesInF32) {
   EXPECT_THROW(GPT(cfg, B, T, nullptr, nullptr, {}, 0.0f, {}, Recompute::none, bf16), braid::ConfigError);
   EXPECT_THROW(GPT(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::none, {DType::f16, DType::bf16}),
                braid::ConfigError);
-  // The kept matmul inputs take half the floats.
+  // Everything but the residual stream (2 x BT x C) and the statistics takes half the floats.
   const auto p32 = braid::model::memory_plan(cfg, B, T, false, 1, false, 0.0f, {}, Recompute::none, rounded);
   const auto p16 = braid::model::memory_plan(cfg, B, T, false, 1, false, 0.0f, {}, Recompute::none, bf16);
   const size_t BT = size_t(B * T), C = size_t(cfg.n_embd);
-  EXPECT_EQ(p32.layer_act_floats - p16.layer_act_floats, (2 * BT * C + BT * C + 4 * BT * C) / 2);
+  EXPECT_EQ(p32.layer_act_floats - p16.layer_act_floats, (4 * BT * C + BT * C + 8 * BT * C + 6 * BT * C) / 2 + B * cfg.n_head * T * T / 2);
   const auto tok = tokens(size_t(B * T), 1), tgt = tokens(size_t(B * T), 2);
   const Pass a = run_pass(native, hs, tok, tgt, B, T), e = run_pass(emulated, hs32, tok, tgt, B, T);
   // Every matmul multiplies the same bf16 values; its f32 sums may round
@@ -106,4 +110,116 @@ TEST(HalfMatmuls, Bf16OperandsMatchTheSameRoundedValuesInF32) {
   EXPECT_EQ(s.grads, a.grads) << "selective recomputation";
   const Pass z = run_pass(native, hs, tok, tgt, B, T, true);
   EXPECT_EQ(z.grads, a.grads) << "backward_input + backward_weight";
+}
+
+namespace {
+
+std::vector<float> normal(size_t n, uint64_t seed, float sd = 1.0f) {
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = sd * braid::rand_normal(seed, 0, i);
+  return x;
+}
+
+// x rounded to bf16: its storage, and the same values in f32.
+struct Rounded {
+  std::vector<uint16_t> h;
+  std::vector<float> f;
+  explicit Rounded(const std::vector<float>& x) : h(x.size()), f(x.size()) {
+    braid::kernels::cast_from_f32(h.data(), DType::bf16, x.data(), x.size());
+    braid::kernels::cast_to_f32(f.data(), h.data(), DType::bf16, x.size());
+  }
+};
+
+std::vector<float> widen(const std::vector<uint16_t>& h) {
+  std::vector<float> f(h.size());
+  braid::kernels::cast_to_f32(f.data(), h.data(), DType::bf16, h.size());
+  return f;
+}
+
+}  // namespace
+
+// The kernels that read activations stored in bf16 widen them exactly and
+// compute in f32: the elementwise ones give bitwise what the f32 kernels give
+// on the same rounded values; the loss's row sums may be vectorised in
+// another order (f32 roundoff, a few ulp).
+TEST(HalfActivations, ElementwiseAndLossOnBf16StorageMatchF32OnTheRoundedValues) {
+  namespace k = braid::kernels;
+  const int64_t N = 1000, rows = 6, V = 90, Vp = 96;
+  const Rounded x(normal(size_t(N), 1, 2.0f)), z(normal(size_t(rows * Vp), 2, 3.0f));
+  const std::vector<float> g = normal(size_t(N), 3), r = normal(size_t(N), 4);
+  std::vector<float> a(static_cast<size_t>(N)), b(static_cast<size_t>(N));
+  k::gelu_forward(a.data(), x.h.data(), DType::bf16, N);
+  k::gelu_forward(b.data(), x.f.data(), N);
+  EXPECT_EQ(a, b) << "gelu_forward";
+  k::gelu_backward(a.data(), g.data(), x.h.data(), DType::bf16, N);
+  k::gelu_backward(b.data(), g.data(), x.f.data(), N);
+  EXPECT_EQ(a, b) << "gelu_backward";
+  k::residual_forward(a.data(), r.data(), x.h.data(), DType::bf16, N);
+  k::residual_forward(b.data(), r.data(), x.f.data(), N);
+  EXPECT_EQ(a, b) << "residual_forward";
+  std::vector<int32_t> tgt(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) tgt[size_t(i)] = int32_t((i * 37) % V);
+  std::vector<float> l1(static_cast<size_t>(rows)), l2(static_cast<size_t>(rows)), s1(static_cast<size_t>(rows)), s2(static_cast<size_t>(rows));
+  k::softmax_crossentropy_forward(l1.data(), s1.data(), nullptr, z.h.data(), DType::bf16, tgt.data(), rows, V, Vp);
+  k::softmax_crossentropy_forward(l2.data(), s2.data(), nullptr, z.f.data(), tgt.data(), rows, V, Vp);
+  EXPECT_LT(rel_l2(l1, l2), 1e-6);
+  EXPECT_LT(rel_l2(s1, s2), 1e-6);
+  std::vector<float> d1(static_cast<size_t>(rows * Vp)), d2(static_cast<size_t>(rows * Vp));
+  k::softmax_crossentropy_backward(d1.data(), z.h.data(), DType::bf16, s1.data(), tgt.data(), 0.5f, rows, V, Vp);
+  k::softmax_crossentropy_backward(d2.data(), z.f.data(), s2.data(), tgt.data(), 0.5f, rows, V, Vp);
+  EXPECT_LT(rel_l2(d1, d2), 1e-6);
+  // The vocabulary-parallel pieces, on a slice of 40 columns starting at 30.
+  std::vector<float> m1(static_cast<size_t>(rows)), m2(static_cast<size_t>(rows)), t1(static_cast<size_t>(rows)), t2(static_cast<size_t>(rows));
+  k::vocab_parallel_max(m1.data(), z.h.data(), DType::bf16, rows, 40, Vp);
+  k::vocab_parallel_max(m2.data(), z.f.data(), rows, 40, Vp);
+  EXPECT_EQ(m1, m2);  // a max has no order
+  k::vocab_parallel_sumexp(s1.data(), t1.data(), z.h.data(), DType::bf16, m1.data(), tgt.data(), 30, rows, 40, Vp);
+  k::vocab_parallel_sumexp(s2.data(), t2.data(), z.f.data(), m2.data(), tgt.data(), 30, rows, 40, Vp);
+  EXPECT_LT(rel_l2(s1, s2), 1e-6);
+  EXPECT_EQ(t1, t2);
+}
+
+// Attention on bf16 storage (oneDNN's bf16 products) against f32 storage of the
+// same rounded values (round = bf16: f32 products): the same products, so only
+// the f32 sums' order differs, and a probability or gradient near a bf16
+// rounding boundary may round to its neighbour (2^-8 relative, a few
+// elements). A wrong dtype, layout or rounding step moves everything by O(1)
+// or by the bf16 rounding itself (~2^-9 relative everywhere).
+TEST(HalfActivations, AttentionOnBf16StorageMatchesF32OnTheRoundedValues) {
+  if (!braid::kernels::half_matmul_supported(DType::bf16)) GTEST_SKIP() << "oneDNN has no bf16 matmul here";
+  namespace k = braid::kernels;
+  const int64_t B = 2, T = 24, C = 32, NH = 4, BT = B * T;
+  const size_t natt = size_t(B * NH * T * T);
+  const Rounded qkv(normal(size_t(BT * 3 * C), 5));
+  const std::vector<float> dout = normal(size_t(BT * C), 6);
+  std::vector<uint16_t> qkvr_h(static_cast<size_t>(BT * 3 * C)), att_h(natt);
+  std::vector<float> qkvr_f(static_cast<size_t>(BT * 3 * C)), att_f(natt), out_h(static_cast<size_t>(BT * C)), out_f(static_cast<size_t>(BT * C));
+  std::vector<float> fs(k::attention_forward_scratch_floats(B, T, C, NH, DType::bf16));
+  std::vector<float> bs(k::attention_backward_scratch_floats(B, T, C, NH, DType::bf16));
+  k::attention_forward(out_h.data(), qkvr_h.data(), att_h.data(), fs.data(), qkv.h.data(), DType::bf16, B, T, C, NH,
+                       DType::bf16);
+  k::attention_forward(out_f.data(), qkvr_f.data(), att_f.data(), fs.data(), qkv.f.data(), DType::f32, B, T, C, NH,
+                       DType::bf16);
+  EXPECT_EQ(widen(qkvr_h), qkvr_f) << "the head-major copy is exact";
+  // The stored probabilities are bf16 values in both.
+  std::vector<float> att_r = att_f;
+  k::round_to_dtype(att_r.data(), DType::bf16, natt);
+  EXPECT_EQ(att_r, att_f);
+  // Measured: att equal, out 5e-9, dqkv 2e-8; the bf16 rounding itself is 1.5e-3.
+  EXPECT_LT(rel_l2(widen(att_h), att_f), 1e-4);
+  EXPECT_LT(rel_l2(out_h, out_f), 1e-5);
+  // Against the f32 kernel without rounding: the bf16 rounding shows.
+  std::vector<float> out32(static_cast<size_t>(BT * C)), qkvr32(static_cast<size_t>(BT * 3 * C)), att32(natt);
+  k::attention_forward(out32.data(), qkvr32.data(), att32.data(), fs.data(), qkv.f.data(), B, T, C, NH);
+  EXPECT_GT(rel_l2(att_f, att32), 3e-4);
+  EXPECT_LT(rel_l2(out32, out_f), 1e-2);
+  std::vector<float> dh(static_cast<size_t>(BT * 3 * C)), df(static_cast<size_t>(BT * 3 * C));
+  k::attention_backward(dh.data(), bs.data(), dout.data(), qkvr_h.data(), att_h.data(), DType::bf16, B, T, C, NH,
+                        DType::bf16);
+  k::attention_backward(df.data(), bs.data(), dout.data(), qkvr_f.data(), att_f.data(), DType::f32, B, T, C, NH,
+                        DType::bf16);
+  EXPECT_LT(rel_l2(dh, df), 1e-5);
+  EXPECT_THROW(k::attention_forward(out_h.data(), qkvr_h.data(), att_h.data(), fs.data(), qkv.h.data(), DType::bf16,
+                                    B, T, C, NH, DType::f16),
+               braid::Error);
 }

@@ -202,7 +202,7 @@ TEST(KernelsFD, Attention) {
   auto qkv = normal_values(size_t(B * T * 3 * C), 11, 1);
   auto r = normal_values(size_t(B * T * C), 11, 2);
   std::vector<float> out(r.size()), qkvr(static_cast<size_t>(3 * B * T * C)), att(static_cast<size_t>(B * NH * T * T));
-  std::vector<float> fs(k::attention_forward_scratch_floats(B, T, C));
+  std::vector<float> fs(k::attention_forward_scratch_floats(B, T, C, NH));
   std::vector<float> bs(k::attention_backward_scratch_floats(B, T, C, NH));
   auto loss = [&] {
     k::attention_forward(out.data(), qkvr.data(), att.data(), fs.data(), qkv.data(), B, T, C, NH);

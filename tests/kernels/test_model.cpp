@@ -131,7 +131,7 @@ TEST(GPT, PaddedVocabGetsNoProbabilityOrGradient) {
   const float* g = m.grads() + wte.offset;
   for (size_t i = size_t(V * cfg.n_embd); i < wte.numel; ++i) ASSERT_EQ(g[i], 0.0f) << i;
   std::vector<float> probs(size_t(B * T * Vp)), lse(size_t(B * T));
-  braid::kernels::softmax_crossentropy_forward(nullptr, lse.data(), probs.data(), m.logits(),
+  braid::kernels::softmax_crossentropy_forward(nullptr, lse.data(), probs.data(), m.logits(), m.logits_dtype(),
                                                nullptr, B * T, V, Vp);
   for (int64_t i = 0; i < B * T; ++i)
     for (int64_t v = V; v < Vp; ++v) ASSERT_EQ(probs[size_t(i * Vp + v)], 0.0f);

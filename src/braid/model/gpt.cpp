@@ -99,7 +99,7 @@ void GPT::layout_activations(const GPTMemoryPlan& plan, const std::vector<Pipeli
     ChunkInfo ci{c.first_layer, c.last_layer, c.slots, c.first_layer == 0, c.last_layer == cfg_.n_layer,
                  local0, base, 0, token_slot0};
     ci.slot_floats = layer_act_floats_ * size_t(c.last_layer - c.first_layer) + rows * C +
-                     (ci.head ? operand_floats(rows * C, op_) + rows * 2 + BT * 2 + BT * Vpl : 0);
+                     (ci.head ? operand_floats(rows * C, op_) + rows * 2 + BT * 2 + operand_floats(BT * Vpl, op_) : 0);
     base += ci.slot_floats * size_t(c.slots);
     local0 += c.last_layer - c.first_layer;
     token_slot0 += c.slots;
@@ -155,7 +155,7 @@ void GPT::set_slot(int64_t k, int c) {
     lnf_rstd_ = a, a += rows;
     lse_ = a, a += BT;
     losses_ = a, a += BT;
-    logits_ = a, a += BT * Vpl;
+    logits_ = a, a += operand_floats(BT * Vpl, op_);
   }
   BRAID_CHECK(a == slot + slot_floats_, "slot layout out of sync with memory_plan");
   tokens_ = tokens_buf_.as<int32_t>() + 2 * BT * size_t(ch.token_slot0 + k);
@@ -230,19 +230,19 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
   r.ln1 = take(op(rows * C), full);
   r.ln1_mean = take(rows, full);
   r.ln1_rstd = take(rows, full);
-  r.qkv = take(3 * BT * Cl, full);
-  r.qkvr = take(3 * BT * Cl, full || sel);
+  r.qkv = take(op(3 * BT * Cl), full);
+  r.qkvr = take(op(3 * BT * Cl), full || sel);
   r.atty = take(op(BT * Cl), full || sel);
-  r.attproj = take(rows * C, full);
+  r.attproj = take(op(rows * C), full);
   r.res2 = take(rows * C, full);
   r.ln2 = take(op(rows * C), full);
   r.ln2_mean = take(rows, full);
   r.ln2_rstd = take(rows, full);
-  r.fch = take(4 * BT * Cl, full);
+  r.fch = take(op(4 * BT * Cl), full);
   r.fch_gelu = take(op(4 * BT * Cl), full || sel);
-  r.fcproj = take(rows * C, full);
+  r.fcproj = take(op(rows * C), full);
   r.res3 = kept(rows * C);
-  r.att = take(att, full || sel);
+  r.att = take(op(att), full || sel);
   // The constructor's sizes must match what is carved out here.
   BRAID_CHECK(a == base + layer_act_floats_ && w <= shared + shared_act_floats_,
               "layer activation layout out of sync with the memory plan");
@@ -304,6 +304,15 @@ float* GPT::acquire_grads(int u) {
   return storage_ ? storage_->acquire_grads(u) : grads() + units_[size_t(u)];
 }
 
+void GPT::logits_to_f32(float* dst, int64_t row0, int64_t n_rows) const {
+  const int64_t Vpl = cfg_.padded_vocab_size / tpn_;
+  BRAID_CHECK(row0 >= 0 && n_rows >= 0 && row0 + n_rows <= max_B_ * max_T_, "logits_to_f32: rows [", row0, ", ",
+              row0 + n_rows, ") outside the ", max_B_ * max_T_, " allocated");
+  const size_t begin = size_t(row0 * Vpl) * dtype_size(op_);
+  k::cast_to_f32(dst, static_cast<const char*>(static_cast<const void*>(logits_)) + begin, op_,
+                 size_t(n_rows * Vpl));
+}
+
 void GPT::round_operand(float* a, int64_t n) const { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); }
 
 template <typename Produce>
@@ -353,21 +362,27 @@ void GPT::block_forward(int64_t l, const LayerParams& p, const float* x) {
   produce_operand(a.ln1, dln_, rows * C, [&](float* o) {
     k::layernorm_forward(o, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, rows, C);
   });
-  tpl_.column_forward(a.qkv, a.ln1, p.qkvw_op, p.qkvb, C, 3 * Cl);
+  produce_operand(a.qkv, dqkv_, BT * 3 * Cl, [&](float* o) { tpl_.column_forward(o, a.ln1, p.qkvw_op, p.qkvb, C, 3 * Cl); });
   produce_operand(a.atty, dln_, BT * Cl, [&](float* o) {
-    k::attention_forward(o, a.qkvr, a.att, att_scratch_, a.qkv, B, T, Cl, NHl);
+    k::attention_forward(o, a.qkvr, a.att, att_scratch_, a.qkv, op_, B, T, Cl, NHl, compute_dtype_);
   });
-  tpl_.row_forward(a.attproj, a.atty, p.attprojw_op, p.attprojb, Cl, C);
-  if (dropping) drop(a.attproj, a.attproj, rows, row0, 2 * uint64_t(l));
-  k::residual_forward(a.res2, x, a.attproj, rows * C);
+  // Branch outputs are stored in the operand dtype and added into the f32
+  // residual stream from there (as under torch.autocast); dropout acts before the rounding.
+  produce_operand(a.attproj, dln_, rows * C, [&](float* o) {
+    tpl_.row_forward(o, a.atty, p.attprojw_op, p.attprojb, Cl, C);
+    if (dropping) drop(o, o, rows, row0, 2 * uint64_t(l));
+  });
+  k::residual_forward(a.res2, x, a.attproj, op_, rows * C);
   produce_operand(a.ln2, dln_, rows * C, [&](float* o) {
     k::layernorm_forward(o, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, rows, C);
   });
-  tpl_.column_forward(a.fch, a.ln2, p.fcw_op, p.fcb, C, 4 * Cl);
-  produce_operand(a.fch_gelu, dfch_, BT * 4 * Cl, [&](float* o) { k::gelu_forward(o, a.fch, BT * 4 * Cl); });
-  tpl_.row_forward(a.fcproj, a.fch_gelu, p.fcprojw_op, p.fcprojb, 4 * Cl, C);
-  if (dropping) drop(a.fcproj, a.fcproj, rows, row0, 2 * uint64_t(l) + 1);
-  k::residual_forward(a.res3, a.res2, a.fcproj, rows * C);
+  produce_operand(a.fch, dfch_, BT * 4 * Cl, [&](float* o) { tpl_.column_forward(o, a.ln2, p.fcw_op, p.fcb, C, 4 * Cl); });
+  produce_operand(a.fch_gelu, dfch_, BT * 4 * Cl, [&](float* o) { k::gelu_forward(o, a.fch, op_, BT * 4 * Cl); });
+  produce_operand(a.fcproj, dln_, rows * C, [&](float* o) {
+    tpl_.row_forward(o, a.fch_gelu, p.fcprojw_op, p.fcprojb, 4 * Cl, C);
+    if (dropping) drop(o, o, rows, row0, 2 * uint64_t(l) + 1);
+  });
+  k::residual_forward(a.res3, a.res2, a.fcproj, op_, rows * C);
 }
 
 void GPT::set_inputs(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
@@ -426,7 +441,9 @@ float GPT::head_forward(const float* x, bool with_targets) {
   // logits (BT, Vp/tp) = lnf (BT, C) @ wte^T: the head is tied to the embedding
   // (vocab-parallel: this rank's vocabulary columns).
   const float* wte = acquire_params(0);
-  tpl_.column_forward(logits_, lnf_, wte_operand(wte), nullptr, C, cfg_.padded_vocab_size / tpn_);
+  produce_operand(logits_, dlogits_, BT * (cfg_.padded_vocab_size / tpn_), [&](float* o) {
+    tpl_.column_forward(o, lnf_, wte_operand(wte), nullptr, C, cfg_.padded_vocab_size / tpn_);
+  });
   release_params(0);
   tpl_.cross_entropy_forward(losses_, lse_, logits_, with_targets ? targets_ : nullptr, cfg_.vocab_size,
                              cfg_.padded_vocab_size, ce_stats_);
@@ -563,9 +580,9 @@ void GPT::recompute_block(int64_t l, const LayerParams& p, const float* x) {
     const int64_t BT = B_ * T_, Cl = cfg_.n_embd / tpn_, NHl = cfg_.n_head / tpn_;
     LayerActs r = layer_acts(l);
     produce_operand(r.atty, dln_, BT * Cl, [&](float* o) {
-      k::attention_forward(o, r.qkvr, r.att, att_scratch_, r.qkv, B_, T_, Cl, NHl);
+      k::attention_forward(o, r.qkvr, r.att, att_scratch_, r.qkv, op_, B_, T_, Cl, NHl, compute_dtype_);
     });
-    produce_operand(r.fch_gelu, dfch_, BT * 4 * Cl, [&](float* o) { k::gelu_forward(o, r.fch, BT * 4 * Cl); });
+    produce_operand(r.fch_gelu, dfch_, BT * 4 * Cl, [&](float* o) { k::gelu_forward(o, r.fch, op_, BT * 4 * Cl); });
   }
 }
 
@@ -593,7 +610,7 @@ void GPT::block_backward(int64_t l, bool split) {
   const void* dlocal = grad_operand(branch_grad(2 * uint64_t(l) + 1), rows * C);
   stash(a.fcproj, dlocal, rows * C);
   tpl_.row_backward(dfch_, wgrad(g.fcprojw), g.fcprojb, dlocal, a.fch_gelu, p.fcprojw_op, 4 * Cl, C);
-  k::gelu_backward(dfch_, dfch_, a.fch, BT * 4 * Cl);
+  k::gelu_backward(dfch_, dfch_, a.fch, op_, BT * 4 * Cl);
   const void* dfch = grad_operand(dfch_, BT * 4 * Cl);
   stash(a.fch, dfch, BT * 4 * Cl);
   const float* dln2 = tpl_.column_backward(dln_, wgrad(g.fcw), g.fcb, dfch, a.ln2, p.fcw_op, C, 4 * Cl);
@@ -603,7 +620,7 @@ void GPT::block_backward(int64_t l, bool split) {
   dlocal = grad_operand(branch_grad(2 * uint64_t(l)), rows * C);
   stash(a.attproj, dlocal, rows * C);
   tpl_.row_backward(datty_, wgrad(g.attprojw), g.attprojb, dlocal, a.atty, p.attprojw_op, Cl, C);
-  k::attention_backward(dqkv_, att_scratch_, datty_, a.qkvr, a.att, B_, T_, Cl, NHl);
+  k::attention_backward(dqkv_, att_scratch_, datty_, a.qkvr, a.att, op_, B_, T_, Cl, NHl, compute_dtype_);
   const void* dqkv = grad_operand(dqkv_, BT * 3 * Cl);
   stash(a.qkvr, dqkv, BT * 3 * Cl);
   const float* dln1 = tpl_.column_backward(dln_, wgrad(g.qkvw), g.qkvb, dqkv, a.ln1, p.qkvw_op, C, 3 * Cl);

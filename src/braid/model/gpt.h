@@ -90,9 +90,14 @@ class GPT {
   /// nothing. Throws braid::Error if B > max_B, T > max_T or a token/target is
   /// outside [0, vocab_size).
   float forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T);
-  /// (B, T, Vp) logits of the last forward (columns >= vocab_size hold
-  /// padding); backward may overwrite them.
-  const float* logits() const { return logits_; }
+  /// (B, T, Vp/tp) logits of the last forward, stored in logits_dtype()
+  /// (columns >= vocab_size hold padding); backward may overwrite them.
+  const void* logits() const { return logits_; }
+  /// The dtype logits() are stored in: the matmul operands' (bf16 when a
+  /// half-precision run multiplies in it, else f32).
+  DType logits_dtype() const { return op_; }
+  /// dst (n_rows, Vp/tp) f32 = rows [row0, row0 + n_rows) of logits(), widened exactly.
+  void logits_to_f32(float* dst, int64_t row0, int64_t n_rows) const;
 
   /// grads() = 0 (no-op with external storage, which zeroes its own buffers).
   void zero_grad();
@@ -173,17 +178,19 @@ class GPT {
 
   /// Mixed precision on the CPU (the constructor's `precision`): with bf16 /
   /// f16 compute every matmul multiplies half-precision operands and
-  /// accumulates in f32, as a tensor-core GEMM does: the activations it reads
-  /// in forward (ln1, atty, ln2, the GELU output, lnf) and the output gradients
-  /// it reads in backward are rounded to the compute dtype, the weights come in
-  /// it from the UnitStorage. LayerNorm, softmax, GELU, residual adds and the
-  /// loss stay in f32 (as under torch autocast), and so do all gradients the
-  /// matmuls produce. With operands in the compute dtype (half_matmuls()) they
-  /// are stored in it (the inputs kept for backward take half the memory), the
-  /// weights are the storage's compute copy (UnitStorage::compute_params) and
-  /// oneDNN multiplies them; with f32 operands they are rounded in place in f32
-  /// buffers and multiplied in f32 (the same products, exact in f32; the sums
-  /// may round differently).
+  /// accumulates in f32, as a tensor-core GEMM does. Every tensor a matmul
+  /// reads or writes is rounded to the compute dtype: in forward ln1, qkv
+  /// (and its head-major copy), the attention probabilities, atty, attproj,
+  /// ln2, fch, the GELU output, fcproj, lnf and the logits; in backward each
+  /// output gradient (including attention's dY and dS). The weights come in
+  /// it from the UnitStorage. LayerNorm, softmax, GELU, the loss and the
+  /// residual stream (res2, res3, the stage input) stay in f32 (as under torch
+  /// autocast), and so do all gradients the matmuls produce. With operands in
+  /// the compute dtype (half_matmuls()) those tensors are stored in it (about
+  /// half the activation memory), the weights are the storage's compute copy
+  /// (UnitStorage::compute_params) and oneDNN multiplies them; with f32
+  /// operands they are rounded in place in f32 buffers and multiplied in f32
+  /// (the same products, exact in f32; the sums may round differently).
   DType compute_dtype() const { return compute_dtype_; }
   /// True when the matmuls run on operands stored in the compute dtype.
   bool half_matmuls() const { return half_ops_; }
@@ -198,6 +205,8 @@ class GPT {
     // The matmul weights as operands: the f32 ones, or the storage's compute copy.
     const void *qkvw_op, *attprojw_op, *fcw_op, *fcprojw_op;
   };
+  /// Block activations; all but res2, res3 and the LayerNorm statistics hold
+  /// op_ elements (half of the floats when op_ is a half dtype).
   struct LayerActs {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *qkvr, *att, *atty, *attproj, *res2, *ln2,
         *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *res3;

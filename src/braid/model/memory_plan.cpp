@@ -72,15 +72,17 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   // Per block (see layer_acts): ln1, attproj, res2, ln2, fcproj, res3 (rows x C
   // each: token rows of this rank); qkv, qkvr (BT x 3C/tp each), atty (BT x C/tp),
   // fch, fch_gelu (BT x 4C/tp each); 4 LayerNorm statistics of rows; the
-  // attention matrix B x NH/tp x T x T. ln1, ln2, atty and fch_gelu feed
-  // matmuls and are stored in the operand dtype.
+  // attention matrix B x NH/tp x T x T. Everything a matmul reads or writes
+  // (all but the residual stream res2, res3 and the statistics) is stored in
+  // the operand dtype; the residual stream stays f32, as under torch.autocast.
   const DType op = precision.operands;
-  const size_t att = size_t(max_B) * NHl * size_t(max_T * max_T);
+  const size_t att = operand_floats(size_t(max_B) * NHl * size_t(max_T * max_T), op);
   const size_t atty = operand_floats(BT * Cl, op), fch_gelu = operand_floats(4 * BT * Cl, op);
-  const size_t all_floats = rows * C * 4 + 2 * operand_floats(rows * C, op) + BT * Cl * (3 + 3 + 4) + atty +
-                            fch_gelu + 4 * rows + att;
+  const size_t qkv = operand_floats(3 * BT * Cl, op);
+  const size_t all_floats = rows * C * 2 + 4 * operand_floats(rows * C, op) + 2 * qkv +
+                            operand_floats(4 * BT * Cl, op) + atty + fch_gelu + 4 * rows + att;
   // Recomputed tensors live once, in a workspace shared by all blocks and slots.
-  const size_t recomputed_selective = BT * Cl * 3 + atty + fch_gelu + att;
+  const size_t recomputed_selective = qkv + atty + fch_gelu + att;
   switch (recompute) {
     case Recompute::none: m.layer_act_floats = all_floats; break;
     case Recompute::selective:
@@ -94,13 +96,13 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   }
   // Per slot: the local blocks, the stage input `encoded` (rows x C); on the
   // last stage the head: lnf (rows x C, operand dtype), lnf_mean, lnf_rstd
-  // (rows each), lse, losses (BT each), logits (BT x Vp/tp).
+  // (rows each), lse, losses (BT each), logits (BT x Vp/tp, operand dtype).
   size_t S = 0;  // slots over all chunks
   bool head = false;
   for (const auto& c : chunks) {
     const bool has_head = c.last_layer == cfg.n_layer;
     const size_t slot = m.layer_act_floats * size_t(c.last_layer - c.first_layer) + rows * C +
-                        (has_head ? operand_floats(rows * C, op) + rows * 2 + BT * 2 + BT * Vpl : 0);
+                        (has_head ? operand_floats(rows * C, op) + rows * 2 + BT * 2 + operand_floats(BT * Vpl, op) : 0);
     m.act_floats += slot * size_t(c.slots);
     S += size_t(c.slots);
     head = head || has_head;
@@ -108,8 +110,8 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   m.act_floats += m.shared_act_floats;
   m.acts_bytes = m.act_floats * sizeof(float);
   const size_t att_scratch =
-      std::max(k::attention_forward_scratch_floats(max_B, max_T, int64_t(Cl)),
-               k::attention_backward_scratch_floats(max_B, max_T, int64_t(Cl), int64_t(NHl)));
+      std::max(k::attention_forward_scratch_floats(max_B, max_T, int64_t(Cl), int64_t(NHl), op),
+               k::attention_backward_scratch_floats(max_B, max_T, int64_t(Cl), int64_t(NHl), op));
   // The linear layers' backward copies (kernels::matmul_backward): the largest
   // over this rank's (in, out) features: c_attn, attn.c_proj, c_fc, mlp.c_proj, head.
   const std::pair<size_t, size_t> linears[] = {{C, 3 * Cl}, {Cl, C}, {C, 4 * Cl}, {4 * Cl, C}, {C, Vpl}};

@@ -221,7 +221,7 @@ std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t
   // stage's TP ranks gather the last position's row and send it back along the
   // pipeline, so every rank sees the full row and picks the same token.
   const int64_t P = tp_size_, Vpl = Vp / P;
-  std::vector<float> row(static_cast<size_t>(Vp));
+  std::vector<float> row(static_cast<size_t>(Vp)), mine(static_cast<size_t>(Vpl));
   // Sequence parallelism splits the token rows over TP: round the context up
   // to a multiple of TP with trailing filler tokens, which causal attention
   // keeps from influencing the positions before them.
@@ -234,11 +234,11 @@ std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t
     ctx_buf.resize(static_cast<size_t>(T), ctx_buf.back());
     forward_pass(ctx_buf.data(), nullptr, 1, T);
     if (model_->is_last_stage()) {
-      const float* mine = model_->logits() + (len - 1) * Vpl;
       if (P > 1) {
-        ctx_->tp()->all_gather(mine, row.data(), static_cast<size_t>(Vpl), DType::f32);
+        model_->logits_to_f32(mine.data(), len - 1, 1);
+        ctx_->tp()->all_gather(mine.data(), row.data(), static_cast<size_t>(Vpl), DType::f32);
       } else {
-        std::copy_n(mine, Vp, row.data());
+        model_->logits_to_f32(row.data(), len - 1, 1);
       }
     }
     if (pp_size_ > 1) ctx_->pp()->broadcast(row.data(), static_cast<size_t>(Vp), DType::f32, pp_size_ - 1);

@@ -14,28 +14,44 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoef = 0.044715f;
 }  // namespace
 
-void gelu_forward(float* out, const float* inp, int64_t N) {
+void gelu_forward(float* out, const void* inp, DType dt, int64_t N) {
+  with_f32_loader(inp, dt, [&](auto x_at) {
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
-    const float x = inp[i];
-    const float t = vtanh(kSqrt2OverPi * (x + kGeluCoef * x * x * x));
-    out[i] = 0.5f * x * (1.0f + t);
-  }
+    for (int64_t i = 0; i < N; ++i) {
+      const float x = x_at(i);
+      const float t = vtanh(kSqrt2OverPi * (x + kGeluCoef * x * x * x));
+      out[i] = 0.5f * x * (1.0f + t);
+    }
+  });
+}
+
+void gelu_forward(float* out, const float* inp, int64_t N) { gelu_forward(out, inp, DType::f32, N); }
+
+void gelu_backward(float* dinp, const float* dout, const void* inp, DType dt, int64_t N) {
+  with_f32_loader(inp, dt, [&](auto x_at) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const float x = x_at(i);
+      const float t = vtanh(kSqrt2OverPi * (x + kGeluCoef * x * x * x));
+      const float dt_dx = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoef * x * x);
+      dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dt_dx);
+    }
+  });
 }
 
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t N) {
+  gelu_backward(dinp, dout, inp, DType::f32, N);
+}
+
+void residual_forward(float* out, const float* inp1, const void* inp2, DType dt, int64_t N) {
+  with_f32_loader(inp2, dt, [&](auto b_at) {
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
-    const float x = inp[i];
-    const float t = vtanh(kSqrt2OverPi * (x + kGeluCoef * x * x * x));
-    const float dt = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoef * x * x);
-    dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dt);
-  }
+    for (int64_t i = 0; i < N; ++i) out[i] = inp1[i] + b_at(i);
+  });
 }
 
 void residual_forward(float* out, const float* inp1, const float* inp2, int64_t N) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < N; ++i) out[i] = inp1[i] + inp2[i];
+  residual_forward(out, inp1, inp2, DType::f32, N);
 }
 
 void residual_backward(float* dinp1, float* dinp2, const float* dout, int64_t N) {

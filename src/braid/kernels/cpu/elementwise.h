@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "braid/core/dtype.h"
+
 namespace braid::kernels {
 
 /// GELU, tanh approximation (Hendrycks & Gimpel 2016, eq. in sec. 2; GPT-2's "gelu_new",
@@ -11,14 +13,21 @@ namespace braid::kernels {
 ///   y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 ///   out (N) written; inp (N)
 void gelu_forward(float* out, const float* inp, int64_t N);
+/// gelu_forward of inp stored in `dt` (f32, bf16 or f16), widened exactly; out f32.
+void gelu_forward(float* out, const void* inp, DType dt, int64_t N);
 
 /// dinp = dout * gelu'(inp), written (=). dinp may alias dout (in place).
 ///   gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),
 ///   t = tanh(sqrt(2/pi) (x + 0.044715 x^3))
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t N);
+/// gelu_backward with inp stored in `dt` (f32, bf16 or f16); dinp, dout f32.
+void gelu_backward(float* dinp, const float* dout, const void* inp, DType dt, int64_t N);
 
 /// out = inp1 + inp2   (N) each; out may alias an input.
 void residual_forward(float* out, const float* inp1, const float* inp2, int64_t N);
+/// out = inp1 + inp2 with inp2 stored in `dt` (a half-precision branch output
+/// added into the f32 residual stream); out and inp1 f32, out may alias inp1.
+void residual_forward(float* out, const float* inp1, const void* inp2, DType dt, int64_t N);
 
 /// dinp1 += dout; dinp2 += dout   (N) each. ACCUMULATES (+=): both inputs are
 /// residual-stream tensors whose gradients collect several contributions. The

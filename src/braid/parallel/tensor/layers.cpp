@@ -133,18 +133,18 @@ void TensorParallelLayers::embedding_backward(float* dwte, float* dwpe, const fl
   k::embedding_backward_range(dwte, gather_rows(dout), tokens, rank_ * Vpl, Vpl, BT_, C_);
 }
 
-void TensorParallelLayers::cross_entropy_forward(float* losses, float* lse, const float* logits,
+void TensorParallelLayers::cross_entropy_forward(float* losses, float* lse, const void* logits,
                                                  const int32_t* targets, int64_t V, int64_t Vp, float* stats) {
   if (size_ == 1) {
-    k::softmax_crossentropy_forward(losses, lse, nullptr, logits, targets, BT_, V, Vp);
+    k::softmax_crossentropy_forward(losses, lse, nullptr, logits, op_, targets, BT_, V, Vp);
     return;
   }
   // Max over TP, then the sums of exp and the target's logit over TP.
   const int64_t Vpl = Vp / size_, vstart = rank_ * Vpl, Vl = std::clamp<int64_t>(V - vstart, 0, Vpl);
   float *mx = stats, *sum = stats + BT_, *tgt = stats + 2 * BT_;
-  k::vocab_parallel_max(mx, logits, BT_, Vl, Vpl);
+  k::vocab_parallel_max(mx, logits, op_, BT_, Vl, Vpl);
   comm_->all_reduce(mx, mx, static_cast<size_t>(BT_), DType::f32, comm::ReduceOp::max);
-  k::vocab_parallel_sumexp(sum, tgt, logits, mx, targets, vstart, BT_, Vl, Vpl);
+  k::vocab_parallel_sumexp(sum, tgt, logits, op_, mx, targets, vstart, BT_, Vl, Vpl);
   if (!targets) std::memset(tgt, 0, static_cast<size_t>(BT_) * sizeof(float));
   all_reduce_sum(sum, static_cast<size_t>(2 * BT_));
   for (int64_t i = 0; i < BT_; ++i) {
@@ -153,14 +153,14 @@ void TensorParallelLayers::cross_entropy_forward(float* losses, float* lse, cons
   }
 }
 
-void TensorParallelLayers::cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+void TensorParallelLayers::cross_entropy_backward(float* dlogits, const void* logits, const float* lse,
                                                   const int32_t* targets, float scale, int64_t V, int64_t Vp) {
   if (size_ == 1) {
-    k::softmax_crossentropy_backward(dlogits, logits, lse, targets, scale, BT_, V, Vp);
+    k::softmax_crossentropy_backward(dlogits, logits, op_, lse, targets, scale, BT_, V, Vp);
     return;
   }
   const int64_t Vpl = Vp / size_, vstart = rank_ * Vpl, Vl = std::clamp<int64_t>(V - vstart, 0, Vpl);
-  k::vocab_parallel_crossentropy_backward(dlogits, logits, lse, targets, vstart, scale, BT_, Vl, Vpl);
+  k::vocab_parallel_crossentropy_backward(dlogits, logits, op_, lse, targets, vstart, scale, BT_, Vl, Vpl);
 }
 
 }  // namespace braid::parallel::tensor

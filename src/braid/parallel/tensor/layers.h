@@ -106,14 +106,15 @@ class TensorParallelLayers {
   /// is partial under SP (sum it with all_reduce_sum).
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
                           int64_t T, int64_t Vp);
-  /// Cross-entropy over logits (BT x Vp/TP, this rank's vocabulary columns):
-  /// losses and log-sum-exp per row (BT each); targets == nullptr: lse only,
-  /// losses unspecified. `stats` is 3 BT floats of scratch (TP > 1).
-  void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t V,
+  /// Cross-entropy over logits (BT x Vp/TP, this rank's vocabulary columns,
+  /// stored in operand_dtype(): the head's output is a matmul operand's peer):
+  /// losses and log-sum-exp per row (BT each, f32); targets == nullptr: lse
+  /// only, losses unspecified. `stats` is 3 BT floats of scratch (TP > 1).
+  void cross_entropy_forward(float* losses, float* lse, const void* logits, const int32_t* targets, int64_t V,
                              int64_t Vp, float* stats);
-  /// dlogits = scale * (softmax - onehot(target)) on this rank's columns
-  /// (padding columns 0).
-  void cross_entropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
+  /// dlogits (f32) = scale * (softmax - onehot(target)) on this rank's columns
+  /// (padding columns 0); logits as cross_entropy_forward's.
+  void cross_entropy_backward(float* dlogits, const void* logits, const float* lse, const int32_t* targets,
                               float scale, int64_t V, int64_t Vp);
 
  private:
