@@ -9,35 +9,45 @@
 
 namespace braid::kernels {
 
+namespace {
+// Runs fn(i, at) for rows i in [0, N) of x (N rows `stride` elements apart,
+// dtype dt) over the OpenMP team, at(v) = element v of row i widened to f32.
+// The loader starts at the row so that the vectorised loops over v read
+// contiguous elements (indexing the whole buffer made GCC emit gathers).
+template <typename Fn>
+void for_rows(const void* x, DType dt, int64_t N, int64_t stride, Fn&& fn) {
+  const char* base = static_cast<const char*>(x);
+  const size_t row_bytes = size_t(stride) * dtype_size(dt);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) with_f32_loader(base + size_t(i) * row_bytes, dt, [&](auto at) { fn(i, at); });
+}
+}  // namespace
+
 void softmax_crossentropy_forward(float* losses, float* lse, float* probs, const void* logits, DType dt,
                                   const int32_t* targets, int64_t N, int64_t V, int64_t Vp) {
   std::atomic<int64_t> bad_row{-1};
-  with_f32_loader(logits, dt, [&](auto at) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
-      const int64_t row = i * Vp;
-      float mx = -std::numeric_limits<float>::infinity();
+  for_rows(logits, dt, N, Vp, [&](int64_t i, auto at) {
+    float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
-      for (int64_t v = 0; v < V; ++v) mx = at(row + v) > mx ? at(row + v) : mx;
-      float s = 0.0f;
+    for (int64_t v = 0; v < V; ++v) mx = at(v) > mx ? at(v) : mx;
+    float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-      for (int64_t v = 0; v < V; ++v) s += vexp(at(row + v) - mx);
-      const float l = mx + std::log(s);
-      lse[i] = l;
-      if (probs) {
-        float* p = probs + i * Vp;
+    for (int64_t v = 0; v < V; ++v) s += vexp(at(v) - mx);
+    const float l = mx + std::log(s);
+    lse[i] = l;
+    if (probs) {
+      float* p = probs + i * Vp;
 #pragma omp simd
-        for (int64_t v = 0; v < V; ++v) p[v] = vexp(at(row + v) - l);
-        for (int64_t v = V; v < Vp; ++v) p[v] = 0.0f;
+      for (int64_t v = 0; v < V; ++v) p[v] = vexp(at(v) - l);
+      for (int64_t v = V; v < Vp; ++v) p[v] = 0.0f;
+    }
+    if (targets) {
+      const int32_t y = targets[i];
+      if (y < 0 || y >= V) {
+        bad_row.store(i);
+        return;
       }
-      if (targets) {
-        const int32_t y = targets[i];
-        if (y < 0 || y >= V) {
-          bad_row.store(i);
-          continue;
-        }
-        losses[i] = l - at(row + y);
-      }
+      losses[i] = l - at(y);
     }
   });
   const int64_t bad = bad_row.load();
@@ -63,13 +73,10 @@ void softmax_crossentropy_backward(float* dlogits, const float* logits, const fl
 }
 
 void vocab_parallel_max(float* rowmax, const void* logits, DType dt, int64_t N, int64_t Vl, int64_t Vpl) {
-  with_f32_loader(logits, dt, [&](auto at) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < Vl; ++j) m = std::max(m, at(i * Vpl + j));
-      rowmax[i] = m;
-    }
+  for_rows(logits, dt, N, Vpl, [&](int64_t i, auto at) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < Vl; ++j) m = std::max(m, at(j));
+    rowmax[i] = m;
   });
 }
 
@@ -79,19 +86,15 @@ void vocab_parallel_max(float* rowmax, const float* logits, int64_t N, int64_t V
 
 void vocab_parallel_sumexp(float* sums, float* target_logit, const void* logits, DType dt, const float* rowmax,
                            const int32_t* targets, int64_t start, int64_t N, int64_t Vl, int64_t Vpl) {
-  with_f32_loader(logits, dt, [&](auto at) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
-      const int64_t row = i * Vpl;
-      const float mx = rowmax[i];
-      float s = 0.0f;
+  for_rows(logits, dt, N, Vpl, [&](int64_t i, auto at) {
+    const float mx = rowmax[i];
+    float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-      for (int64_t v = 0; v < Vl; ++v) s += vexp(at(row + v) - mx);
-      sums[i] = s;
-      if (targets) {
-        const int64_t t = int64_t(targets[i]) - start;
-        target_logit[i] = (t >= 0 && t < Vl) ? at(row + t) : 0.f;
-      }
+    for (int64_t v = 0; v < Vl; ++v) s += vexp(at(v) - mx);
+    sums[i] = s;
+    if (targets) {
+      const int64_t t = int64_t(targets[i]) - start;
+      target_logit[i] = (t >= 0 && t < Vl) ? at(t) : 0.f;
     }
   });
 }
@@ -105,18 +108,14 @@ void vocab_parallel_sumexp(float* sums, float* target_logit, const float* logits
 void vocab_parallel_crossentropy_backward(float* dlogits, const void* logits, DType dt, const float* lse,
                                           const int32_t* targets, int64_t start, float dloss, int64_t N,
                                           int64_t Vl, int64_t Vpl) {
-  with_f32_loader(logits, dt, [&](auto at) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
-      const int64_t row = i * Vpl;
-      float* d = dlogits + row;
-      const float l = lse[i];
+  for_rows(logits, dt, N, Vpl, [&](int64_t i, auto at) {
+    float* d = dlogits + i * Vpl;
+    const float l = lse[i];
 #pragma omp simd
-      for (int64_t v = 0; v < Vl; ++v) d[v] = dloss * vexp(at(row + v) - l);
-      for (int64_t v = Vl; v < Vpl; ++v) d[v] = 0.0f;
-      const int64_t t = int64_t(targets[i]) - start;
-      if (t >= 0 && t < Vl) d[t] -= dloss;
-    }
+    for (int64_t v = 0; v < Vl; ++v) d[v] = dloss * vexp(at(v) - l);
+    for (int64_t v = Vl; v < Vpl; ++v) d[v] = 0.0f;
+    const int64_t t = int64_t(targets[i]) - start;
+    if (t >= 0 && t < Vl) d[t] -= dloss;
   });
 }
 
