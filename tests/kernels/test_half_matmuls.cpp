@@ -91,7 +91,10 @@ TEST(HalfMatmuls, Bf16OperandsMatchTheSameRoundedValuesInF32) {
   const auto p32 = braid::model::memory_plan(cfg, B, T, false, 1, false, 0.0f, {}, Recompute::none, rounded);
   const auto p16 = braid::model::memory_plan(cfg, B, T, false, 1, false, 0.0f, {}, Recompute::none, bf16);
   const size_t BT = size_t(B * T), C = size_t(cfg.n_embd);
-  EXPECT_EQ(p32.layer_act_floats - p16.layer_act_floats, (4 * BT * C + BT * C + 8 * BT * C + 6 * BT * C) / 2 + B * cfg.n_head * T * T / 2);
+  // ln1, ln2, attproj, fcproj (BT x C each); atty (BT x C); fch, fch_gelu (BT x 4C each); qkv, qkvr (BT x 3C
+  // each); the attention probabilities (B x NH x T x T).
+  EXPECT_EQ(p32.layer_act_floats - p16.layer_act_floats,
+            (4 * BT * C + BT * C + 8 * BT * C + 6 * BT * C) / 2 + size_t(B * cfg.n_head * T * T) / 2);
   const auto tok = tokens(size_t(B * T), 1), tgt = tokens(size_t(B * T), 2);
   const Pass a = run_pass(native, hs, tok, tgt, B, T), e = run_pass(emulated, hs32, tok, tgt, B, T);
   // Every matmul multiplies the same bf16 values; its f32 sums may round
@@ -159,7 +162,8 @@ TEST(HalfActivations, ElementwiseAndLossOnBf16StorageMatchF32OnTheRoundedValues)
   EXPECT_EQ(a, b) << "residual_forward";
   std::vector<int32_t> tgt(static_cast<size_t>(rows));
   for (int64_t i = 0; i < rows; ++i) tgt[size_t(i)] = int32_t((i * 37) % V);
-  std::vector<float> l1(static_cast<size_t>(rows)), l2(static_cast<size_t>(rows)), s1(static_cast<size_t>(rows)), s2(static_cast<size_t>(rows));
+  const size_t R = static_cast<size_t>(rows);
+  std::vector<float> l1(R), l2(R), s1(R), s2(R);
   k::softmax_crossentropy_forward(l1.data(), s1.data(), nullptr, z.h.data(), DType::bf16, tgt.data(), rows, V, Vp);
   k::softmax_crossentropy_forward(l2.data(), s2.data(), nullptr, z.f.data(), tgt.data(), rows, V, Vp);
   EXPECT_LT(rel_l2(l1, l2), 1e-6);
@@ -169,7 +173,7 @@ TEST(HalfActivations, ElementwiseAndLossOnBf16StorageMatchF32OnTheRoundedValues)
   k::softmax_crossentropy_backward(d2.data(), z.f.data(), s2.data(), tgt.data(), 0.5f, rows, V, Vp);
   EXPECT_LT(rel_l2(d1, d2), 1e-6);
   // The vocabulary-parallel pieces, on a slice of 40 columns starting at 30.
-  std::vector<float> m1(static_cast<size_t>(rows)), m2(static_cast<size_t>(rows)), t1(static_cast<size_t>(rows)), t2(static_cast<size_t>(rows));
+  std::vector<float> m1(R), m2(R), t1(R), t2(R);
   k::vocab_parallel_max(m1.data(), z.h.data(), DType::bf16, rows, 40, Vp);
   k::vocab_parallel_max(m2.data(), z.f.data(), rows, 40, Vp);
   EXPECT_EQ(m1, m2);  // a max has no order
@@ -190,10 +194,11 @@ TEST(HalfActivations, AttentionOnBf16StorageMatchesF32OnTheRoundedValues) {
   namespace k = braid::kernels;
   const int64_t B = 2, T = 24, C = 32, NH = 4, BT = B * T;
   const size_t natt = size_t(B * NH * T * T);
-  const Rounded qkv(normal(size_t(BT * 3 * C), 5));
-  const std::vector<float> dout = normal(size_t(BT * C), 6);
-  std::vector<uint16_t> qkvr_h(static_cast<size_t>(BT * 3 * C)), att_h(natt);
-  std::vector<float> qkvr_f(static_cast<size_t>(BT * 3 * C)), att_f(natt), out_h(static_cast<size_t>(BT * C)), out_f(static_cast<size_t>(BT * C));
+  const Rounded qkv(normal(static_cast<size_t>(BT * 3 * C), 5));
+  const std::vector<float> dout = normal(static_cast<size_t>(BT * C), 6);
+  const size_t n_qkv = static_cast<size_t>(BT * 3 * C), n_out = static_cast<size_t>(BT * C);
+  std::vector<uint16_t> qkvr_h(n_qkv), att_h(natt);
+  std::vector<float> qkvr_f(n_qkv), att_f(natt), out_h(n_out), out_f(n_out);
   std::vector<float> fs(k::attention_forward_scratch_floats(B, T, C, NH, DType::bf16));
   std::vector<float> bs(k::attention_backward_scratch_floats(B, T, C, NH, DType::bf16));
   k::attention_forward(out_h.data(), qkvr_h.data(), att_h.data(), fs.data(), qkv.h.data(), DType::bf16, B, T, C, NH,
@@ -209,11 +214,11 @@ TEST(HalfActivations, AttentionOnBf16StorageMatchesF32OnTheRoundedValues) {
   EXPECT_LT(rel_l2(widen(att_h), att_f), 1e-4);
   EXPECT_LT(rel_l2(out_h, out_f), 1e-5);
   // Against the f32 kernel without rounding: the bf16 rounding shows.
-  std::vector<float> out32(static_cast<size_t>(BT * C)), qkvr32(static_cast<size_t>(BT * 3 * C)), att32(natt);
+  std::vector<float> out32(n_out), qkvr32(n_qkv), att32(natt);
   k::attention_forward(out32.data(), qkvr32.data(), att32.data(), fs.data(), qkv.f.data(), B, T, C, NH);
   EXPECT_GT(rel_l2(att_f, att32), 3e-4);
   EXPECT_LT(rel_l2(out32, out_f), 1e-2);
-  std::vector<float> dh(static_cast<size_t>(BT * 3 * C)), df(static_cast<size_t>(BT * 3 * C));
+  std::vector<float> dh(n_qkv), df(n_qkv);
   k::attention_backward(dh.data(), bs.data(), dout.data(), qkvr_h.data(), att_h.data(), DType::bf16, B, T, C, NH,
                         DType::bf16);
   k::attention_backward(df.data(), bs.data(), dout.data(), qkvr_f.data(), att_f.data(), DType::f32, B, T, C, NH,

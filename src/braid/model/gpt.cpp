@@ -99,7 +99,8 @@ void GPT::layout_activations(const GPTMemoryPlan& plan, const std::vector<Pipeli
     ChunkInfo ci{c.first_layer, c.last_layer, c.slots, c.first_layer == 0, c.last_layer == cfg_.n_layer,
                  local0, base, 0, token_slot0};
     ci.slot_floats = layer_act_floats_ * size_t(c.last_layer - c.first_layer) + rows * C +
-                     (ci.head ? operand_floats(rows * C, op_) + rows * 2 + BT * 2 + operand_floats(BT * Vpl, op_) : 0);
+                     (ci.head ? operand_floats(rows * C, op_) + rows * 2 + BT * 2 + operand_floats(BT * Vpl, op_)
+                              : 0);
     base += ci.slot_floats * size_t(c.slots);
     local0 += c.last_layer - c.first_layer;
     token_slot0 += c.slots;
@@ -362,7 +363,8 @@ void GPT::block_forward(int64_t l, const LayerParams& p, const float* x) {
   produce_operand(a.ln1, dln_, rows * C, [&](float* o) {
     k::layernorm_forward(o, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, rows, C);
   });
-  produce_operand(a.qkv, dqkv_, BT * 3 * Cl, [&](float* o) { tpl_.column_forward(o, a.ln1, p.qkvw_op, p.qkvb, C, 3 * Cl); });
+  produce_operand(a.qkv, dqkv_, BT * 3 * Cl,
+                  [&](float* o) { tpl_.column_forward(o, a.ln1, p.qkvw_op, p.qkvb, C, 3 * Cl); });
   produce_operand(a.atty, dln_, BT * Cl, [&](float* o) {
     k::attention_forward(o, a.qkvr, a.att, att_scratch_, a.qkv, op_, B, T, Cl, NHl, compute_dtype_);
   });
@@ -376,7 +378,8 @@ void GPT::block_forward(int64_t l, const LayerParams& p, const float* x) {
   produce_operand(a.ln2, dln_, rows * C, [&](float* o) {
     k::layernorm_forward(o, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, rows, C);
   });
-  produce_operand(a.fch, dfch_, BT * 4 * Cl, [&](float* o) { tpl_.column_forward(o, a.ln2, p.fcw_op, p.fcb, C, 4 * Cl); });
+  produce_operand(a.fch, dfch_, BT * 4 * Cl,
+                  [&](float* o) { tpl_.column_forward(o, a.ln2, p.fcw_op, p.fcb, C, 4 * Cl); });
   produce_operand(a.fch_gelu, dfch_, BT * 4 * Cl, [&](float* o) { k::gelu_forward(o, a.fch, op_, BT * 4 * Cl); });
   produce_operand(a.fcproj, dln_, rows * C, [&](float* o) {
     tpl_.row_forward(o, a.fch_gelu, p.fcprojw_op, p.fcprojb, 4 * Cl, C);

@@ -102,7 +102,8 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   for (const auto& c : chunks) {
     const bool has_head = c.last_layer == cfg.n_layer;
     const size_t slot = m.layer_act_floats * size_t(c.last_layer - c.first_layer) + rows * C +
-                        (has_head ? operand_floats(rows * C, op) + rows * 2 + BT * 2 + operand_floats(BT * Vpl, op) : 0);
+                        (has_head ? operand_floats(rows * C, op) + rows * 2 + BT * 2 + operand_floats(BT * Vpl, op)
+                                  : 0);
     m.act_floats += slot * size_t(c.slots);
     S += size_t(c.slots);
     head = head || has_head;
