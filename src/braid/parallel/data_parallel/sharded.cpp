@@ -203,12 +203,38 @@ void ShardedEngine::unpack_block(const void* block, DType t, int u, int q, void*
   const size_t Q = static_cast<size_t>(q);
   for (const Group& g : U.groups) {
     const size_t a = std::min(g.lo + Q * g.c, g.hi), e = std::min(g.lo + (Q + 1) * g.c, g.hi);
-    copy_cast(static_cast<char*>(dst_unit) + (a - U.begin) * dtype_size(dt), dt,
-              static_cast<const char*>(block) + g.off * dtype_size(t), t, e - a);
+    const char* src = static_cast<const char*>(block) + g.off * dtype_size(t);
+    // A half-precision unit's f32 copy skips what the model reads only in half.
+    if (dt == DType::f32 && t != DType::f32) {
+      widen(static_cast<float*>(dst_unit), u, src, a, e);
+    } else {
+      copy_cast(static_cast<char*>(dst_unit) + (a - U.begin) * dtype_size(dt), dt, src, t, e - a);
+    }
   }
 }
 
 // ---- parameters ----
+
+void ShardedEngine::set_compute_only(const std::vector<std::pair<size_t, size_t>>& ranges) {
+  compute_only_ = ranges;
+  std::sort(compute_only_.begin(), compute_only_.end());
+  for (auto& s : slots_) s->valid = false, s->unit = -1;
+}
+
+void ShardedEngine::widen(float* unit_f32, int u, const char* src, size_t a, size_t e) const {
+  const size_t u0 = units_[static_cast<size_t>(u)].begin;
+  auto run = [&](size_t lo, size_t hi) {
+    if (lo < hi) copy_cast(unit_f32 + (lo - u0), DType::f32, src + (lo - a) * b_, sc_.compute, hi - lo);
+  };
+  size_t at = a;
+  for (const auto& [lo, hi] : compute_only_) {
+    if (hi <= at) continue;
+    if (lo >= e) break;
+    run(at, lo);
+    at = std::max(at, hi);
+  }
+  run(at, e);
+}
 
 ShardedEngine::Slot& ShardedEngine::slot_for(int u) {
   if (u == 0) return *slots_[0];
@@ -236,7 +262,7 @@ void ShardedEngine::fill(Slot& s, int u, bool async) {
   s.valid = true;
   if (sc_.stage == 2) {
     // Replicated compute copy in half precision: widen the unit for the kernels.
-    copy_cast(s.data.data(), DType::f32, compute_full_.as<char>() + U.begin * b_, sc_.compute, len);
+    widen(s.data.as<float>(), u, compute_full_.as<char>() + U.begin * b_, U.begin, U.begin + len);
     return;
   }
   const char* mine = compute_shard_.as<char>() + U.shard_off * b_;
@@ -518,8 +544,10 @@ uint64_t ShardedEngine::hash_compute_params() {
   if (sc_.stage == 2) return fnv1a(compute_full_.data(), n_ * b_, h);
   for (size_t u = 0; u < units_.size(); ++u) {
     const int U = static_cast<int>(u);
+    const size_t len = units_[u].end - units_[u].begin;
     const float* p = acquire_params(U);
-    h = fnv1a(p, (units_[u].end - units_[u].begin) * sizeof(float), h);
+    // In half precision the gathered compute copy (the f32 one skips the matmul weights).
+    h = sc_.compute == DType::f32 ? fnv1a(p, len * sizeof(float), h) : fnv1a(compute_params(U), len * b_, h);
     release_params(U);
   }
   // Forget what the hash gathered, so checking does not change the next step's traffic.

@@ -85,6 +85,9 @@ class ShardedEngine final : public model::UnitStorage {
   /// replicated copy; stage 3: the gathered unit, while acquired).
   const void* compute_params(int u) override;
   bool has_compute_params() const override { return sc_.compute != DType::f32; }
+  /// The model reads these flat ranges only from compute_params: a unit's f32
+  /// copy leaves them out (stale), so a half-precision unit widens only the rest.
+  void set_compute_only(const std::vector<std::pair<size_t, size_t>>& ranges) override;
   float* acquire_grads(int u) override;
   void grads_ready(int u) override;
 
@@ -149,6 +152,9 @@ class ShardedEngine final : public model::UnitStorage {
   struct Slot;    // a gathered unit
   struct GSlot;   // a unit gradient buffer with its pending reduction
   static std::vector<Unit> make_units(const model::GPTConfig& cfg, const ShardedConfig& sc, size_t N);
+  /// Widens flat elements [a, e) of unit u, read from src (element a first,
+  /// compute dtype), into the unit's f32 copy unit_f32, except compute_only_.
+  void widen(float* unit_f32, int u, const char* src, size_t a, size_t e) const;
 
   Slot& slot_for(int u);
   void fill(Slot& s, int u, bool async);
@@ -170,6 +176,7 @@ class ShardedEngine final : public model::UnitStorage {
   comm::Communicator* replicate_;
   size_t N_, r_, n_;
   std::vector<Unit> units_;
+  std::vector<std::pair<size_t, size_t>> compute_only_;  // sorted flat ranges the f32 copies skip
   std::vector<Segment> owned_;
   size_t shard_elems_ = 0, state_elems_ = 0;
   size_t b_;   // bytes per compute element
