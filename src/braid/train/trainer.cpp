@@ -165,6 +165,9 @@ Trainer::WindowLoss Trainer::evaluate_windows(std::span<const uint16_t> tokens, 
   const int64_t T = opt_.seq_len, B = opt_.micro_batch;
   int64_t W = tokens.size() > 0 ? static_cast<int64_t>((tokens.size() - 1) / static_cast<size_t>(T)) : 0;
   if (max_windows > 0) W = std::min(W, max_windows);
+  // A window may run alone (the last ones), so its T rows must split over TP.
+  BRAID_CONFIG_CHECK(!opt_.sequence_parallel || T % opt_.tp == 0, "--sequence-parallel shards a window's ", T,
+                     " token rows over --tp ", opt_.tp, "; evaluate with a --seq-len divisible by ", opt_.tp);
   BRAID_CONFIG_CHECK(W >= 1, "the token file holds ", tokens.size(), " tokens: not one window of --seq-len ", T,
                      " + 1; use a shorter --seq-len or a longer file");
   model_->set_training(false);

@@ -68,6 +68,9 @@ CASES = [
     ("token file of another vocabulary", tr("--train-data", p("tok_vocab.bin")), 3, "vocabulary of 1000"),
     ("token file missing", tr("--train-data", p("nope.bin")), 2, "nope.bin' not found"),
     ("validation file damaged", tr("--val-data", p("tok_flip.bin")), 3, "tok_flip.bin is corrupt"),
+    ("eval: sequence-parallel windows TP cannot split",
+     ["eval", "--checkpoint", CK, "--data", V, "--seq-len", "31", "--max-windows", "3", "--tp", "2",
+      "--sequence-parallel", "--backend", "local", "--ranks", "2"], 2, "--seq-len divisible by 2"),
     # checkpoints
     ("checkpoint truncated", tr("--resume", p("ck_trunc.ckpt")), 3, "ck_trunc.ckpt is damaged"),
     ("checkpoint bit-flipped", tr("--resume", p("ck_flip.ckpt"), "--steps", "4"), 3, "checksum of its AdamW v does not match"),
