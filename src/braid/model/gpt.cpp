@@ -310,8 +310,7 @@ void GPT::logits_to_f32(float* dst, int64_t row0, int64_t n_rows) const {
   BRAID_CHECK(row0 >= 0 && n_rows >= 0 && row0 + n_rows <= max_B_ * max_T_, "logits_to_f32: rows [", row0, ", ",
               row0 + n_rows, ") outside the ", max_B_ * max_T_, " allocated");
   const size_t begin = size_t(row0 * Vpl) * dtype_size(op_);
-  k::cast_to_f32(dst, static_cast<const char*>(static_cast<const void*>(logits_)) + begin, op_,
-                 size_t(n_rows * Vpl));
+  k::cast_to_f32(dst, reinterpret_cast<const char*>(logits_) + begin, op_, size_t(n_rows * Vpl));
 }
 
 void GPT::round_operand(float* a, int64_t n) const { kernels::round_to_dtype(a, compute_dtype_, size_t(n)); }

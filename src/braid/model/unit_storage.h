@@ -1,6 +1,7 @@
 // Where a model's parameters and gradients live while forward and backward
 // use them, unit by unit: the seam a sharding engine (ZeRO-2/3, FSDP) plugs into.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -48,5 +49,19 @@ class UnitStorage {
   /// over TP (GPT::set_tp_grad_sync).
   virtual bool accumulates_in_place() const { return false; }
 };
+
+/// Calls f(lo, hi) for each maximal piece [lo, hi) of [a, e) outside the
+/// sorted flat ranges `skip` (a storage's set_compute_only ranges), in order.
+template <class F>
+void for_each_gap(const std::vector<std::pair<size_t, size_t>>& skip, size_t a, size_t e, F&& f) {
+  size_t at = a;
+  for (const auto& [lo, hi] : skip) {
+    if (hi <= at) continue;
+    if (lo >= e) break;
+    if (lo > at) f(at, lo);
+    at = std::max(at, hi);
+  }
+  if (at < e) f(at, e);
+}
 
 }  // namespace braid::model

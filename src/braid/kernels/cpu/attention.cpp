@@ -5,6 +5,7 @@
 
 #include "braid/core/error.h"
 #include "braid/kernels/cpu/convert.h"
+#include "braid/kernels/cpu/for_rows.h"
 #include "braid/kernels/cpu/matmul.h"
 #include "braid/kernels/cpu/vec_math.h"
 
@@ -159,23 +160,17 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const vo
   // datt (BH, T, T) = dy (BH, T, hs) @ v^T
   gemm_typed(false, true, T, T, hs, 1.0f, dy_s, v, store, 0.0f, datt, nullptr, BH);
   // Softmax backward in place: dS = P * (dP - <dP, P>_row); masked P = 0 gives dS = 0.
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t bh = 0; bh < BH; ++bh)
-    for (int64_t i = 0; i < T; ++i) {
-      const int64_t row = (bh * T + i) * T;
-      float* d = datt + row;
-      // A loader from the row's start keeps the loops' reads contiguous (not gathers).
-      with_f32_loader(at(att, size_t(row), store), store, [&](auto p_at) {
-        float dot = 0.0f;
+  detail::for_rows(att, store, BH * T, T, [&](int64_t r, auto p_at) {
+    const int64_t i = r % T;  // the query position: row r has i + 1 unmasked entries
+    float* d = datt + r * T;
+    float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-        for (int64_t j = 0; j <= i; ++j) dot += p_at(j) * d[j];
+    for (int64_t j = 0; j <= i; ++j) dot += p_at(j) * d[j];
 #pragma omp simd
-        for (int64_t j = 0; j <= i; ++j) d[j] = p_at(j) * (d[j] - dot);
-        return 0;
-      });
-      for (int64_t j = i + 1; j < T; ++j) d[j] = 0.0f;
-      if (half || round != DType::f32) store_row(at(ds_s, size_t(row), store), d, T, store, round);
-    }
+    for (int64_t j = 0; j <= i; ++j) d[j] = p_at(j) * (d[j] - dot);
+    for (int64_t j = i + 1; j < T; ++j) d[j] = 0.0f;
+    if (half || round != DType::f32) store_row(at(ds_s, size_t(r * T), store), d, T, store, round);
+  });
   const float scale = 1.0f / std::sqrt(float(hs));
   // dq (BH, T, hs) = dS (BH, T, T) @ k * scale;  dk = dS^T @ q * scale
   gemm_typed(false, false, T, hs, T, scale, ds_s, k, store, 0.0f, dq, nullptr, BH);

@@ -5,23 +5,12 @@
 #include <limits>
 
 #include "braid/core/error.h"
+#include "braid/kernels/cpu/for_rows.h"
 #include "braid/kernels/cpu/vec_math.h"
 
 namespace braid::kernels {
 
-namespace {
-// Runs fn(i, at) for rows i in [0, N) of x (N rows `stride` elements apart,
-// dtype dt) over the OpenMP team, at(v) = element v of row i widened to f32.
-// The loader starts at the row so that the vectorised loops over v read
-// contiguous elements (indexing the whole buffer made GCC emit gathers).
-template <typename Fn>
-void for_rows(const void* x, DType dt, int64_t N, int64_t stride, Fn&& fn) {
-  const char* base = static_cast<const char*>(x);
-  const size_t row_bytes = size_t(stride) * dtype_size(dt);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) with_f32_loader(base + size_t(i) * row_bytes, dt, [&](auto at) { fn(i, at); });
-}
-}  // namespace
+using detail::for_rows;
 
 void softmax_crossentropy_forward(float* losses, float* lse, float* probs, const void* logits, DType dt,
                                   const int32_t* targets, int64_t N, int64_t V, int64_t Vp) {

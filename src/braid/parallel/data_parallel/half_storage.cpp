@@ -70,18 +70,10 @@ void HalfPrecisionStorage::set_compute_only(const std::vector<std::pair<size_t, 
   std::vector<std::pair<size_t, size_t>> skip = ranges;
   std::sort(skip.begin(), skip.end());
   for (int u = 0; u < num_units(); ++u) {
-    // The unit minus the skipped ranges, in order.
     auto& w = widen_[static_cast<size_t>(u)];
     w.clear();
-    size_t at = unit_begin(u);
-    const size_t end = at + unit_len(u);
-    for (const auto& [lo, hi] : skip) {
-      const size_t a = std::max(lo, at), e = std::min(hi, end);
-      if (a >= e) continue;
-      if (a > at) w.push_back({at, a});
-      at = e;
-    }
-    if (at < end) w.push_back({at, end});
+    model::for_each_gap(skip, unit_begin(u), unit_begin(u) + unit_len(u),
+                        [&w](size_t lo, size_t hi) { w.push_back({lo, hi}); });
   }
   params_changed();
 }

@@ -223,17 +223,9 @@ void ShardedEngine::set_compute_only(const std::vector<std::pair<size_t, size_t>
 
 void ShardedEngine::widen(float* unit_f32, int u, const char* src, size_t a, size_t e) const {
   const size_t u0 = units_[static_cast<size_t>(u)].begin;
-  auto run = [&](size_t lo, size_t hi) {
-    if (lo < hi) copy_cast(unit_f32 + (lo - u0), DType::f32, src + (lo - a) * b_, sc_.compute, hi - lo);
-  };
-  size_t at = a;
-  for (const auto& [lo, hi] : compute_only_) {
-    if (hi <= at) continue;
-    if (lo >= e) break;
-    run(at, lo);
-    at = std::max(at, hi);
-  }
-  run(at, e);
+  model::for_each_gap(compute_only_, a, e, [&](size_t lo, size_t hi) {
+    copy_cast(unit_f32 + (lo - u0), DType::f32, src + (lo - a) * b_, sc_.compute, hi - lo);
+  });
 }
 
 ShardedEngine::Slot& ShardedEngine::slot_for(int u) {
