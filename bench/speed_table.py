@@ -46,16 +46,27 @@ def step_table(runs):
 
 
 def comm_table(d):
-    f = os.path.join(d, "comm_np2.json")
-    if not os.path.exists(f):
+    files = sorted(glob.glob(os.path.join(d, "comm_np2_r*.json")))
+    if not files:
         return
-    rows = json.load(open(f))
-    print("\n| collective | bytes | ours busbw GB/s | MPI busbw GB/s | ours / MPI | ours / memcpy |")
+    cols = {}
+    for f in files:
+        for r in json.load(open(f)):
+            c = cols.setdefault((r["collective"], r["bytes"]), {"ours": [], "mpi": [], "ratio": [], "memcpy": []})
+            c["ours"].append(r["ours"]["busbw_GBps"])
+            c["mpi"].append(r["native"]["busbw_GBps"])
+            c["ratio"].append(r["ours"]["busbw_GBps"] / r["native"]["busbw_GBps"])
+            c["memcpy"].append(r["ours"]["busbw_GBps"] / r["memcpy_GBps"])
+    print(f"\n2 ranks, medians of {len(files)} runs (each alternating ours and MPI's per size):\n")
+    print("| collective | bytes | ours busbw GB/s | MPI busbw GB/s | ours / MPI (min-max) | ours / memcpy |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for r in rows:
-        ours, nat = r["ours"]["busbw_GBps"], r["native"]["busbw_GBps"]
-        print(f"| {r['collective']} | {r['bytes']} | {ours:.2f} | {nat:.2f} | {ours / nat:.2f}x | {ours / r['memcpy_GBps']:.2f} |")
-    print(f"\nmemcpy ceiling (both ranks copying at once): {rows[0]['memcpy_GBps']:.2f} GB/s per rank")
+    order = {"all_reduce": 0, "all_gather": 1, "reduce_scatter": 2, "all_to_all": 3, "broadcast": 4}
+    for (op, b), c in sorted(cols.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1])):
+        print(f"| {op} | {b} | {med(c['ours']):.2f} | {med(c['mpi']):.2f} | {med(c['ratio']):.2f}x "
+              f"({min(c['ratio']):.2f}-{max(c['ratio']):.2f}) | {med(c['memcpy']):.2f} |")
+    ceil = [json.load(open(f))[0]["memcpy_GBps"] for f in files]
+    print(f"\nmemcpy ceiling (both ranks copying at once): median {med(ceil):.2f} GB/s per rank "
+          f"({min(ceil):.2f}-{max(ceil):.2f})")
 
 
 def comm4_table(d):

@@ -81,22 +81,32 @@ TEST(HalfMatmuls, Bf16OperandsMatchTheSameRoundedValuesInF32) {
   GPT native(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::none, bf16);
   GPT emulated(cfg, B, T, nullptr, &hs32, {}, 0.0f, {}, Recompute::none, rounded);
   GPT selective(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::selective, bf16);
+  GPT full(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::full, bf16);
   ASSERT_TRUE(native.half_matmuls());
   ASSERT_FALSE(emulated.half_matmuls());
   // Half-precision operands need the storage's compute copy and the operands' dtype to be the compute dtype.
   EXPECT_THROW(GPT(cfg, B, T, nullptr, nullptr, {}, 0.0f, {}, Recompute::none, bf16), braid::ConfigError);
   EXPECT_THROW(GPT(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::none, {DType::f16, DType::bf16}),
                braid::ConfigError);
-  // Everything but the residual stream (2 x BT x C) and the statistics takes half the floats.
+  // Everything but the statistics takes half the floats, the residual stream included.
   const auto p32 = braid::model::memory_plan(cfg, B, T, false, 1, false, 0.0f, {}, Recompute::none, rounded);
   const auto p16 = braid::model::memory_plan(cfg, B, T, false, 1, false, 0.0f, {}, Recompute::none, bf16);
   const size_t BT = size_t(B * T), C = size_t(cfg.n_embd);
-  // ln1, ln2, attproj, fcproj (BT x C each); atty (BT x C); fch, fch_gelu (BT x 4C each); qkv, qkvr (BT x 3C
-  // each); the attention probabilities (B x NH x T x T).
+  // ln1, ln2, attproj, fcproj, res2, res3 (BT x C each); atty (BT x C); fch, fch_gelu (BT x 4C each); qkv,
+  // qkvr (BT x 3C each); the attention probabilities (B x NH x T x T).
   EXPECT_EQ(p32.layer_act_floats - p16.layer_act_floats,
-            (4 * BT * C + BT * C + 8 * BT * C + 6 * BT * C) / 2 + size_t(B * cfg.n_head * T * T) / 2);
+            (6 * BT * C + BT * C + 8 * BT * C + 6 * BT * C) / 2 + size_t(B * cfg.n_head * T * T) / 2);
   const auto tok = tokens(size_t(B * T), 1), tgt = tokens(size_t(B * T), 2);
   const Pass a = run_pass(native, hs, tok, tgt, B, T), e = run_pass(emulated, hs32, tok, tgt, B, T);
+  // The residual stream is rounded to bf16 on both paths: the stage output
+  // (the last block's res3, f32) holds bf16 values.
+  for (const GPT* m : {&native, &emulated}) {
+    std::vector<float> out(m->stage_output(), m->stage_output() + BT * C), back(out.size());
+    std::vector<uint16_t> h(out.size());
+    braid::kernels::cast_from_f32(h.data(), DType::bf16, out.data(), out.size());
+    braid::kernels::cast_to_f32(back.data(), h.data(), DType::bf16, out.size());
+    EXPECT_EQ(out, back) << (m == &native ? "native" : "emulated");
+  }
   // Every matmul multiplies the same bf16 values; its f32 sums may round
   // differently (relative ~1e-7), and an activation near a bf16 rounding
   // boundary may then round to the neighbouring value (2^-8 relative): a few
@@ -111,6 +121,9 @@ TEST(HalfMatmuls, Bf16OperandsMatchTheSameRoundedValuesInF32) {
   const Pass s = run_pass(selective, hs, tok, tgt, B, T);
   EXPECT_EQ(s.loss, a.loss);
   EXPECT_EQ(s.grads, a.grads) << "selective recomputation";
+  const Pass f = run_pass(full, hs, tok, tgt, B, T);
+  EXPECT_EQ(f.loss, a.loss);
+  EXPECT_EQ(f.grads, a.grads) << "full recomputation (the block inputs widened from bf16)";
   const Pass z = run_pass(native, hs, tok, tgt, B, T, true);
   EXPECT_EQ(z.grads, a.grads) << "backward_input + backward_weight";
 }

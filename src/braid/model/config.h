@@ -70,8 +70,8 @@ Recompute parse_recompute(const std::string& s);
 /// fp16 round every matmul operand to it); `operands` the dtype those operands
 /// are stored in and multiplied in: `compute` where oneDNN multiplies it on
 /// this CPU (kernels::half_matmul_supported), else f32 (rounded values
-/// multiplied in f32). The activations the matmuls read and write (all but
-/// the residual stream and the LayerNorm statistics) take operands' size.
+/// multiplied in f32). The activations kept for backward (all but the
+/// LayerNorm statistics, the residual stream included) take operands' size.
 struct Precision {
   DType compute = DType::f32;
   DType operands = DType::f32;

@@ -99,6 +99,7 @@ void GPT::layout_activations(const GPTMemoryPlan& plan, const std::vector<Pipeli
     ChunkInfo ci{c.first_layer, c.last_layer, c.slots, c.first_layer == 0, c.last_layer == cfg_.n_layer,
                  local0, base, 0, token_slot0};
     ci.slot_floats = layer_act_floats_ * size_t(c.last_layer - c.first_layer) + rows * C +
+                     (half_ops_ ? rows * C : 0) +
                      (ci.head ? operand_floats(rows * C, op_) + rows * 2 + BT * 2 + operand_floats(BT * Vpl, op_)
                               : 0);
     base += ci.slot_floats * size_t(c.slots);
@@ -130,6 +131,8 @@ void GPT::layout_scratch(const GPTMemoryPlan& plan) {
   if (half_ops_) {
     half_grad_ = s;
     s += operand_floats(half_grad_elems(BT, rows, C, Cl), op_);
+    res_x_ = s, s += rows * C;
+    res_2_ = s, s += rows * C;
   }
   tpl_.set_operand_dtype(op_);
   att_scratch_ = s;
@@ -150,6 +153,12 @@ void GPT::set_slot(int64_t k, int c) {
   float* const slot = acts_.as<float>() + ch.base + slot_floats_ * size_t(k);
   float* a = slot + layer_act_floats_ * size_t(l1_ - l0_);
   encoded_ = a, a += rows * C;
+  // The stage output: in f32 beside the blocks' half-precision copies, else the last block's res3.
+  if (half_ops_) {
+    output_ = a, a += rows * C;
+  } else {
+    output_ = l1_ > l0_ ? layer_acts(l1_ - 1).res3 : encoded_;
+  }
   if (has_head_) {
     lnf_ = a, a += operand_floats(rows * C, op_);
     lnf_mean_ = a, a += rows;
@@ -167,9 +176,7 @@ int64_t GPT::boundary_rows(int64_t B, int64_t T) const {
   return tp_.sequence_parallel && tpn_ > 1 ? B * T / tpn_ : B * T;
 }
 
-const float* GPT::stage_output() const {
-  return l1_ > l0_ ? layer_acts(l1_ - 1).res3 : encoded_;
-}
+const float* GPT::stage_output() const { return output_; }
 
 const ParamInfo& GPT::param(const std::string& name) const {
   for (const auto& p : table_)
@@ -235,14 +242,14 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
   r.qkvr = take(op(3 * BT * Cl), full || sel);
   r.atty = take(op(BT * Cl), full || sel);
   r.attproj = take(op(rows * C), full);
-  r.res2 = take(rows * C, full);
+  r.res2 = take(op(rows * C), full);
   r.ln2 = take(op(rows * C), full);
   r.ln2_mean = take(rows, full);
   r.ln2_rstd = take(rows, full);
   r.fch = take(op(4 * BT * Cl), full);
   r.fch_gelu = take(op(4 * BT * Cl), full || sel);
   r.fcproj = take(op(rows * C), full);
-  r.res3 = kept(rows * C);
+  r.res3 = kept(op(rows * C));
   r.att = take(op(att), full || sel);
   // The constructor's sizes must match what is carved out here.
   BRAID_CHECK(a == base + layer_act_floats_ && w <= shared + shared_act_floats_,
@@ -352,7 +359,17 @@ void GPT::sync_replicated_grads(const float* unit_grads, int u) {
   for (const auto& [rel, n] : partial_grads_[size_t(u)]) tpl_.all_reduce_sum(g + rel, n);
 }
 
-void GPT::block_forward(int64_t l, const LayerParams& p, const float* x) {
+const float* GPT::residual_f32(const float* saved, float* work) const {
+  if (!half_ops_) return saved;
+  k::cast_to_f32(work, saved, op_, size_t(tpl_.local_rows() * cfg_.n_embd));
+  return work;
+}
+
+const float* GPT::block_input(int64_t l) {
+  return l == l0_ ? encoded_ : residual_f32(layer_acts(l - 1).res3, res_x_);
+}
+
+const float* GPT::block_forward(int64_t l, const LayerParams& p, const float* x) {
   const int64_t B = B_, T = T_, C = cfg_.n_embd, BT = B * T, Cl = C / tpn_, NHl = cfg_.n_head / tpn_;
   const int64_t rows = tpl_.local_rows(), row0 = tpl_.first_row();
   const bool dropping = dropout_ > 0 && training_;
@@ -367,15 +384,18 @@ void GPT::block_forward(int64_t l, const LayerParams& p, const float* x) {
   produce_operand(a.atty, dln_, BT * Cl, [&](float* o) {
     k::attention_forward(o, a.qkvr, a.att, att_scratch_, a.qkv, op_, B, T, Cl, NHl, compute_dtype_);
   });
-  // Branch outputs are stored in the operand dtype and added into the f32
-  // residual stream from there (as under torch.autocast); dropout acts before the rounding.
+  // Branch outputs are stored in the operand dtype; dropout acts before the
+  // rounding. Each residual add runs in f32 and is rounded to the compute
+  // dtype (compute_dtype()), kept in f32 working buffers while forward needs it.
   produce_operand(a.attproj, dln_, rows * C, [&](float* o) {
     tpl_.row_forward(o, a.atty, p.attprojw_op, p.attprojb, Cl, C);
     if (dropping) drop(o, o, rows, row0, 2 * uint64_t(l));
   });
-  k::residual_forward(a.res2, x, a.attproj, op_, rows * C);
+  float* const res2 = half_ops_ ? res_2_ : a.res2;
+  k::residual_forward(res2, x, a.attproj, op_, rows * C);
+  keep_residual(a.res2, res2, rows * C);
   produce_operand(a.ln2, dln_, rows * C, [&](float* o) {
-    k::layernorm_forward(o, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, rows, C);
+    k::layernorm_forward(o, a.ln2_mean, a.ln2_rstd, res2, p.ln2w, p.ln2b, rows, C);
   });
   produce_operand(a.fch, dfch_, BT * 4 * Cl,
                   [&](float* o) { tpl_.column_forward(o, a.ln2, p.fcw_op, p.fcb, C, 4 * Cl); });
@@ -384,7 +404,17 @@ void GPT::block_forward(int64_t l, const LayerParams& p, const float* x) {
     tpl_.row_forward(o, a.fch_gelu, p.fcprojw_op, p.fcprojb, 4 * Cl, C);
     if (dropping) drop(o, o, rows, row0, 2 * uint64_t(l) + 1);
   });
-  k::residual_forward(a.res3, a.res2, a.fcproj, op_, rows * C);
+  // x is spent: with half operands the output goes where x was (res_x_), the
+  // stage's last block's to the stage output.
+  float* const res3 = !half_ops_ ? a.res3 : l == l1_ - 1 ? output_ : res_x_;
+  k::residual_forward(res3, res2, a.fcproj, op_, rows * C);
+  keep_residual(a.res3, res3, rows * C);
+  return res3;
+}
+
+void GPT::keep_residual(float* saved, float* value, int64_t n) {
+  round_operand(value, n);
+  if (half_ops_) k::cast_from_f32(saved, op_, value, size_t(n));
 }
 
 void GPT::set_inputs(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
@@ -415,6 +445,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
     release_params(0);
     if (dropout_ > 0 && training_)
       drop(encoded_, encoded_, tpl_.local_rows(), tpl_.first_row(), 2 * uint64_t(cfg_.n_layer));
+    round_operand(encoded_, tpl_.local_rows() * cfg_.n_embd);
   }
   const float* x = encoded_;
   for (int64_t l = l0_; l < l1_; ++l) {
@@ -422,9 +453,8 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
     const int u = unit_of_block(l);
     LayerParams p = layer_params(acquire_params(u), l);
     set_weight_operands(p, u, l);
-    block_forward(l, p, x);
+    x = block_forward(l, p, x);
     release_params(unit_of_block(l));
-    x = layer_acts(l).res3;
   }
   // A stage without the head's output is x = stage_output().
   return has_head_ ? head_forward(x, targets != nullptr) : 0.0f;
@@ -602,8 +632,7 @@ void GPT::block_backward(int64_t l, bool split) {
   auto stash = [split, esz](float* dst, const void* src, int64_t n) {
     if (split) std::memcpy(dst, src, size_t(n) * esz);
   };
-  const float* x = l == l0_ ? encoded_ : layer_acts(l - 1).res3;
-  recompute_block(l, p, x);
+  recompute_block(l, p, recompute_ == Recompute::full ? block_input(l) : nullptr);
   LayerActs a = layer_acts(l);
   // res3 = res2 + drop(fcproj): d fcproj = mask * dres; d res2 = dres (+ LN2 path below).
   // With rounding on, dres is rounded in place: the residual stream's
@@ -616,7 +645,8 @@ void GPT::block_backward(int64_t l, bool split) {
   const void* dfch = grad_operand(dfch_, BT * 4 * Cl);
   stash(a.fch, dfch, BT * 4 * Cl);
   const float* dln2 = tpl_.column_backward(dln_, wgrad(g.fcw), g.fcb, dfch, a.ln2, p.fcw_op, C, 4 * Cl);
-  k::layernorm_backward(dres_, g.ln2w, g.ln2b, dln2, a.res2, p.ln2w, a.ln2_mean, a.ln2_rstd, rows, C);
+  k::layernorm_backward(dres_, g.ln2w, g.ln2b, dln2, residual_f32(a.res2, res_2_), p.ln2w, a.ln2_mean, a.ln2_rstd,
+                        rows, C);
   // res2 = x + drop(attproj): d attproj = mask * dres; d x = dres (+ LN1 path below).
   round_operand(dres_, rows * C);
   dlocal = grad_operand(branch_grad(2 * uint64_t(l)), rows * C);
@@ -626,7 +656,7 @@ void GPT::block_backward(int64_t l, bool split) {
   const void* dqkv = grad_operand(dqkv_, BT * 3 * Cl);
   stash(a.qkvr, dqkv, BT * 3 * Cl);
   const float* dln1 = tpl_.column_backward(dln_, wgrad(g.qkvw), g.qkvb, dqkv, a.ln1, p.qkvw_op, C, 3 * Cl);
-  k::layernorm_backward(dres_, g.ln1w, g.ln1b, dln1, x, p.ln1w, a.ln1_mean, a.ln1_rstd, rows, C);
+  k::layernorm_backward(dres_, g.ln1w, g.ln1b, dln1, block_input(l), p.ln1w, a.ln1_mean, a.ln1_rstd, rows, C);
   release_params(u);
   sync_replicated_grads(Gu, u);
 }

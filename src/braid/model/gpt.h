@@ -183,11 +183,14 @@ class GPT {
   /// (and its head-major copy), the attention probabilities, atty, attproj,
   /// ln2, fch, the GELU output, fcproj, lnf and the logits; in backward each
   /// output gradient (including attention's dY and dS). The weights come in
-  /// it from the UnitStorage. LayerNorm, softmax, GELU, the loss and the
-  /// residual stream (res2, res3, the stage input) stay in f32 (as under torch
-  /// autocast), and so do all gradients the matmuls produce. With operands in
-  /// the compute dtype (half_matmuls()) those tensors are stored in it (about
-  /// half the activation memory), the weights are the storage's compute copy
+  /// it from the UnitStorage. The residual stream (the stage input, res2,
+  /// res3) is added in f32 and rounded to the compute dtype, as Megatron-LM
+  /// keeps it without --fp32-residual-connection (torch autocast would keep it
+  /// in f32). LayerNorm, softmax, GELU and the loss compute in f32 from those
+  /// values, and every gradient the matmuls produce stays in f32. With
+  /// operands in the compute dtype (half_matmuls()) those tensors are stored
+  /// in it (half the activation memory; the f32 working copy of the residual
+  /// is scratch, the stage output one f32 tensor), the weights are the storage's compute copy
   /// (UnitStorage::compute_params) and oneDNN multiplies them; with f32
   /// operands they are rounded in place in f32 buffers and multiplied in f32
   /// (the same products, exact in f32; the sums may round differently).
@@ -205,8 +208,8 @@ class GPT {
     // The matmul weights as operands: the f32 ones, or the storage's compute copy.
     const void *qkvw_op, *attprojw_op, *fcw_op, *fcprojw_op;
   };
-  /// Block activations; all but res2, res3 and the LayerNorm statistics hold
-  /// op_ elements (half of the floats when op_ is a half dtype).
+  /// Block activations; all but the LayerNorm statistics hold op_ elements
+  /// (half of the floats when op_ is a half dtype).
   struct LayerActs {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *qkvr, *att, *atty, *attproj, *res2, *ln2,
         *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *res3;
@@ -262,8 +265,18 @@ class GPT {
   /// Pointers into a unit buffer of block l (flat element o at unit[o - unit_begin]).
   LayerParams layer_params(const float* unit, int64_t l) const;
   LayerActs layer_acts(int64_t l) const;
-  /// One block's forward from input x into layer_acts(l) (also the full recomputation).
-  void block_forward(int64_t l, const LayerParams& p, const float* x);
+  /// One block's forward from input x (f32) into layer_acts(l) (also the full
+  /// recomputation); returns its output res3 in f32 (res_x_ or output_ when
+  /// the block keeps it in a half dtype).
+  const float* block_forward(int64_t l, const LayerParams& p, const float* x);
+  /// Rounds a residual-stream value (n, f32) to the compute dtype in place and,
+  /// with half operands, stores its copy in the block's `saved` (op_).
+  void keep_residual(float* saved, float* value, int64_t n);
+  /// The residual-stream values a block saved (res2, res3: op_ elements) in
+  /// f32: `saved` itself, or widened into `work` (rows x C floats).
+  const float* residual_f32(const float* saved, float* work) const;
+  /// Block l's input as forward saw it, in f32 (widened into res_x_ when kept in op_).
+  const float* block_input(int64_t l);
   const float* acquire_params(int u);  // from storage_, or params_
   void release_params(int u);
   float* acquire_grads(int u);
@@ -279,7 +292,7 @@ class GPT {
   UnitStorage* storage_ = nullptr;   // external storage, or nullptr (params_/grads_)
   size_t layer_act_floats_ = 0;
   // Non-layer activations and scratch (pointers into acts_ / scratch_).
-  float *encoded_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *lse_, *losses_;
+  float *encoded_, *output_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *lse_, *losses_;
   float *dres_, *dlogits_, *dln_, *dqkv_, *datty_, *dfch_, *att_scratch_;
   Buffer tokens_buf_;  // (max_B, max_T) x 2 int32: tokens, targets of the last forward
   int32_t *tokens_, *targets_;
@@ -289,6 +302,9 @@ class GPT {
   bool half_ops_ = false;     // matmul operands stored in compute_dtype_
   DType op_ = DType::f32;     // the dtype they are stored in
   void* half_grad_ = nullptr; // an output gradient in op_ (half_ops_)
+  // half_ops_: the residual stream's working values in f32 (rows x C each): a
+  // block's input x (and output), and res2; the blocks keep op_ copies.
+  float *res_x_ = nullptr, *res_2_ = nullptr;
   TensorParallel tp_;
   int tpn_ = 1, tpr_ = 0;
   // One rank's chunks: layers, slots and where their activation slots start.

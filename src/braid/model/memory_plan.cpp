@@ -72,15 +72,14 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   // Per block (see layer_acts): ln1, attproj, res2, ln2, fcproj, res3 (rows x C
   // each: token rows of this rank); qkv, qkvr (BT x 3C/tp each), atty (BT x C/tp),
   // fch, fch_gelu (BT x 4C/tp each); 4 LayerNorm statistics of rows; the
-  // attention matrix B x NH/tp x T x T. Everything a matmul reads or writes
-  // (all but the residual stream res2, res3 and the statistics) is stored in
-  // the operand dtype; the residual stream stays f32, as under torch.autocast.
+  // attention matrix B x NH/tp x T x T. All but the statistics are stored in
+  // the operand dtype: the residual stream too (res2, res3; GPT::compute_dtype).
   const DType op = precision.operands;
   const size_t att = operand_floats(size_t(max_B) * NHl * size_t(max_T * max_T), op);
   const size_t atty = operand_floats(BT * Cl, op), fch_gelu = operand_floats(4 * BT * Cl, op);
-  const size_t qkv = operand_floats(3 * BT * Cl, op);
-  const size_t all_floats = rows * C * 2 + 4 * operand_floats(rows * C, op) + 2 * qkv +
-                            operand_floats(4 * BT * Cl, op) + atty + fch_gelu + 4 * rows + att;
+  const size_t qkv = operand_floats(3 * BT * Cl, op), res = operand_floats(rows * C, op);
+  const size_t all_floats =
+      6 * res + 2 * qkv + operand_floats(4 * BT * Cl, op) + atty + fch_gelu + 4 * rows + att;
   // Recomputed tensors live once, in a workspace shared by all blocks and slots.
   const size_t recomputed_selective = qkv + atty + fch_gelu + att;
   switch (recompute) {
@@ -90,18 +89,21 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
       m.shared_act_floats = recomputed_selective;
       break;
     case Recompute::full:
-      m.layer_act_floats = rows * C;  // the block's output
-      m.shared_act_floats = all_floats - rows * C;
+      m.layer_act_floats = res;  // the block's output
+      m.shared_act_floats = all_floats - res;
       break;
   }
-  // Per slot: the local blocks, the stage input `encoded` (rows x C); on the
-  // last stage the head: lnf (rows x C, operand dtype), lnf_mean, lnf_rstd
-  // (rows each), lse, losses (BT each), logits (BT x Vp/tp, operand dtype).
+  // Per slot: the local blocks, the stage input `encoded` (rows x C) and, with
+  // half-precision operands, the stage output in f32 (rows x C: what the next
+  // stage receives and the head reads); on the last stage the head: lnf
+  // (rows x C, operand dtype), lnf_mean, lnf_rstd (rows each), lse, losses (BT
+  // each), logits (BT x Vp/tp, operand dtype).
   size_t S = 0;  // slots over all chunks
   bool head = false;
   for (const auto& c : chunks) {
     const bool has_head = c.last_layer == cfg.n_layer;
     const size_t slot = m.layer_act_floats * size_t(c.last_layer - c.first_layer) + rows * C +
+                        (op != DType::f32 ? rows * C : 0) +
                         (has_head ? operand_floats(rows * C, op) + rows * 2 + BT * 2 + operand_floats(BT * Vpl, op)
                                   : 0);
     m.act_floats += slot * size_t(c.slots);
@@ -130,8 +132,9 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   if (tp > 1) m.scratch_floats += 3 * BT;
   if (sp) m.scratch_floats += BT * C;
   if (dropout > 0) m.scratch_floats += rows * C;
-  // Half-precision operands: a block's matmul output gradient in their dtype.
-  if (op != DType::f32) m.scratch_floats += operand_floats(half_grad_elems(BT, rows, C, Cl), op);
+  // Half-precision operands: a block's matmul output gradient in their dtype,
+  // and the residual stream's working values in f32 (x and res2, rows x C each).
+  if (op != DType::f32) m.scratch_floats += operand_floats(half_grad_elems(BT, rows, C, Cl), op) + 2 * rows * C;
   m.workspace_bytes = m.scratch_floats * sizeof(float);
   m.tokens_bytes = 2 * BT * sizeof(int32_t) * S;
   return m;

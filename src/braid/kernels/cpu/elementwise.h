@@ -26,7 +26,8 @@ void gelu_backward(float* dinp, const float* dout, const void* inp, DType dt, in
 /// out = inp1 + inp2   (N) each; out may alias an input.
 void residual_forward(float* out, const float* inp1, const float* inp2, int64_t N);
 /// out = inp1 + inp2 with inp2 stored in `dt` (a half-precision branch output
-/// added into the f32 residual stream); out and inp1 f32, out may alias inp1.
+/// added to the residual stream's f32 working values); out and inp1 f32, out
+/// may alias inp1.
 void residual_forward(float* out, const float* inp1, const void* inp2, DType dt, int64_t N);
 
 /// dinp1 += dout; dinp2 += dout   (N) each. ACCUMULATES (+=): both inputs are
