@@ -140,7 +140,8 @@ class GPT {
   int64_t boundary_rows(int64_t B, int64_t T) const;
   /// Current slot: where a later stage receives its input before forward.
   float* stage_input() { return encoded_; }
-  /// Current slot: the stage's output after forward (the last local block's output).
+  /// Current slot: the stage's output after forward (the last local block's
+  /// output, f32; under a half compute dtype its values are that dtype's).
   const float* stage_output() const;
   /// Where a stage other than the last receives d(output) before backward;
   /// after backward on a stage other than the first it holds d(input).
@@ -233,7 +234,8 @@ class GPT {
   /// The loss's and head's backward into dres_; returns unit 0's gradient
   /// buffer (acquired, kept until the embedding's backward).
   float* head_backward(float loss_scale, bool split);
-  /// Rebuilds block l's activations that the recompute mode did not keep.
+  /// Rebuilds block l's activations that the recompute mode did not keep; x is
+  /// the block's input in f32 (read by full recomputation only, else null).
   void recompute_block(int64_t l, const LayerParams& p, const float* x);
   /// Block l's backward from dres_ (d of its output) to dres_ (d of its input).
   void block_backward(int64_t l, bool split);
