@@ -102,6 +102,8 @@ void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
       ->transform(one_of({"fp32", "bf16", "fp16"}))->capture_default_str()->group(precision);
   c->add_option("--matmul-precision", o.matmul_precision, "half: bf16/fp16 matmul operands stored and multiplied in that dtype where oneDNN has the matmul on this CPU; fp32: rounded to it and multiplied in f32 (faster where oneDNN's half-precision matmul is slower than f32: compare the ceilings `braid train` prints)")
       ->transform(one_of({"half", "fp32"}))->capture_default_str()->group(precision);
+  c->add_flag("--fp32-residual", o.fp32_residual, "Keep the residual stream in f32 under --precision bf16|fp16 (as torch autocast; Megatron-LM's --fp32-residual-connection): by default it is rounded to the compute dtype after each add and stored in it")
+      ->group(precision);
 }
 
 }  // namespace braid::cli

@@ -128,6 +128,51 @@ TEST(HalfMatmuls, Bf16OperandsMatchTheSameRoundedValuesInF32) {
   EXPECT_EQ(z.grads, a.grads) << "backward_input + backward_weight";
 }
 
+TEST(HalfMatmuls, Fp32ResidualKeepsTheResidualStreamInF32) {
+  if (!braid::kernels::half_matmul_supported(DType::bf16)) GTEST_SKIP() << "oneDNN has no bf16 matmul here";
+  const GPTConfig cfg = testing_data::small_vocab_tiny();
+  const int64_t B = 2, T = 16;
+  GPT init(cfg, B, T);
+  init.init_weights(3);
+  const size_t n = init.num_params();
+  braid::parallel::HalfPrecisionStorage hs(braid::model::unit_bounds(cfg), DType::bf16, DType::f32, n, nullptr),
+      hs32(braid::model::unit_bounds(cfg), DType::bf16, DType::f32, n, nullptr);
+  braid::kernels::cast_from_f32(hs.compute(), DType::bf16, init.params(), n);
+  braid::kernels::cast_from_f32(hs32.compute(), DType::bf16, init.params(), n);
+  braid::model::Precision bf16{DType::bf16, DType::bf16}, rounded{DType::bf16, DType::f32};
+  bf16.fp32_residual = rounded.fp32_residual = true;
+  // res2 and res3 keep 4 bytes an element: 2 x BT x C floats more per block than the default.
+  braid::model::Precision dflt{DType::bf16, DType::bf16};
+  const auto pk = braid::model::memory_plan(cfg, B, T, false, 1, false, 0.0f, {}, Recompute::none, bf16);
+  const auto pd = braid::model::memory_plan(cfg, B, T, false, 1, false, 0.0f, {}, Recompute::none, dflt);
+  const size_t BT = size_t(B * T), C = size_t(cfg.n_embd);
+  EXPECT_EQ(pk.layer_act_floats - pd.layer_act_floats, BT * C);
+  GPT native(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::none, bf16);
+  GPT emulated(cfg, B, T, nullptr, &hs32, {}, 0.0f, {}, Recompute::none, rounded);
+  GPT full(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::full, bf16);
+  const auto tok = tokens(BT, 1), tgt = tokens(BT, 2);
+  const Pass a = run_pass(native, hs, tok, tgt, B, T), e = run_pass(emulated, hs32, tok, tgt, B, T);
+  // The stage output is an f32 sum of bf16 branch outputs: most values are not bf16's.
+  size_t not_bf16 = 0;
+  for (const GPT* m : {&native, &emulated}) {
+    for (size_t i = 0; i < BT * C; ++i) {
+      const float v = m->stage_output()[i];
+      uint16_t h;
+      float back;
+      braid::kernels::cast_from_f32(&h, DType::bf16, &v, 1);
+      braid::kernels::cast_to_f32(&back, &h, DType::bf16, 1);
+      not_bf16 += back != v;
+    }
+  }
+  EXPECT_GT(not_bf16, BT * C);
+  // Both paths multiply the same bf16 operands (bounds as in the test above).
+  EXPECT_NEAR(a.loss, e.loss, 1e-5 * e.loss);
+  EXPECT_LT(rel_l2(a.logits, e.logits), 1e-4);
+  EXPECT_LT(rel_l2(a.grads, e.grads), 1e-3);
+  const Pass f = run_pass(full, hs, tok, tgt, B, T);
+  EXPECT_EQ(f.grads, a.grads) << "full recomputation";
+}
+
 namespace {
 
 std::vector<float> normal(size_t n, uint64_t seed, float sd = 1.0f) {

@@ -103,6 +103,18 @@ TEST(MixedPrecision, Bf16MatmulsInBf16OrOnRoundedValuesInF32) {
       expect_track(got.steps[0], fp32.steps[0], kBf16, what);
     }
   }
+  // --fp32-residual: the residual stream in f32 (its own plan), DDP and TP 2 with sequence parallelism.
+  o.matmul_precision = "half";
+  o.fp32_residual = true;
+  for (const L& l : {L{0, 1, 1}, L{0, 2, 4}}) {
+    auto h = o;
+    h.tp = l.tp, h.sequence_parallel = l.tp > 1;
+    const std::string what = "fp32 residual tp" + std::to_string(l.tp);
+    const Runs got = run(h, l.ranks, data, [&](train::Trainer& t, int r) {
+      testing_harness::expect_plan_is_ledger(h, l.ranks, r, t, what);
+    });
+    expect_track(got.steps[0], fp32.steps[0], kBf16, what);
+  }
 }
 
 TEST(MixedPrecision, ShardedBf16ReduceEqualsSingleRankBf16) {

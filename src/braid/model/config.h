@@ -75,6 +75,12 @@ Recompute parse_recompute(const std::string& s);
 struct Precision {
   DType compute = DType::f32;
   DType operands = DType::f32;
+  /// Keep the residual stream in f32, unrounded (torch autocast's numerics,
+  /// Megatron-LM's --fp32-residual-connection); by default a half compute
+  /// dtype rounds it to `compute` and stores it in `operands`.
+  bool fp32_residual = false;
+  /// The dtype the blocks keep the residual stream in.
+  DType residual() const { return fp32_residual ? DType::f32 : operands; }
   /// The precision a run of `compute` gets here: operands in `compute` where
   /// oneDNN can and `half_matmuls` allows, else f32.
   static Precision of(DType compute, bool half_matmuls = true);

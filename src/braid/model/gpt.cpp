@@ -25,6 +25,8 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   recompute_ = recompute;
   op_ = precision.operands;
   half_ops_ = op_ != DType::f32;
+  half_res_ = precision.residual() != DType::f32;
+  round_res_ = !precision.fp32_residual;
   BRAID_CONFIG_CHECK(!half_ops_ || op_ == compute_dtype_, "GPT: matmul operands in ", dtype_name(op_),
                      " under ", dtype_name(compute_dtype_), " compute; use the compute dtype or f32");
   BRAID_CONFIG_CHECK(!half_ops_ || k::half_matmul_supported(op_), "GPT: oneDNN has no ", dtype_name(op_),
@@ -99,7 +101,7 @@ void GPT::layout_activations(const GPTMemoryPlan& plan, const std::vector<Pipeli
     ChunkInfo ci{c.first_layer, c.last_layer, c.slots, c.first_layer == 0, c.last_layer == cfg_.n_layer,
                  local0, base, 0, token_slot0};
     ci.slot_floats = layer_act_floats_ * size_t(c.last_layer - c.first_layer) + rows * C +
-                     (half_ops_ ? rows * C : 0) +
+                     (half_res_ ? rows * C : 0) +
                      (ci.head ? operand_floats(rows * C, op_) + rows * 2 + BT * 2 + operand_floats(BT * Vpl, op_)
                               : 0);
     base += ci.slot_floats * size_t(c.slots);
@@ -131,6 +133,8 @@ void GPT::layout_scratch(const GPTMemoryPlan& plan) {
   if (half_ops_) {
     half_grad_ = s;
     s += operand_floats(half_grad_elems(BT, rows, C, Cl), op_);
+  }
+  if (half_res_) {
     res_x_ = s, s += rows * C;
     res_2_ = s, s += rows * C;
   }
@@ -154,7 +158,7 @@ void GPT::set_slot(int64_t k, int c) {
   float* a = slot + layer_act_floats_ * size_t(l1_ - l0_);
   encoded_ = a, a += rows * C;
   // The stage output: in f32 beside the blocks' half-precision copies, else the last block's res3.
-  if (half_ops_) {
+  if (half_res_) {
     output_ = a, a += rows * C;
   } else {
     output_ = l1_ > l0_ ? layer_acts(l1_ - 1).res3 : encoded_;
@@ -235,6 +239,7 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
   auto take = [&](size_t n, bool recomputed) { return recomputed ? redo(n) : kept(n); };
   LayerActs r;
   auto op = [this](size_t n) { return operand_floats(n, op_); };  // matmul inputs
+  auto res = [this](size_t n) { return operand_floats(n, half_res_ ? op_ : DType::f32); };
   r.ln1 = take(op(rows * C), full);
   r.ln1_mean = take(rows, full);
   r.ln1_rstd = take(rows, full);
@@ -242,14 +247,14 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
   r.qkvr = take(op(3 * BT * Cl), full || sel);
   r.atty = take(op(BT * Cl), full || sel);
   r.attproj = take(op(rows * C), full);
-  r.res2 = take(op(rows * C), full);
+  r.res2 = take(res(rows * C), full);
   r.ln2 = take(op(rows * C), full);
   r.ln2_mean = take(rows, full);
   r.ln2_rstd = take(rows, full);
   r.fch = take(op(4 * BT * Cl), full);
   r.fch_gelu = take(op(4 * BT * Cl), full || sel);
   r.fcproj = take(op(rows * C), full);
-  r.res3 = kept(op(rows * C));
+  r.res3 = kept(res(rows * C));
   r.att = take(op(att), full || sel);
   // The constructor's sizes must match what is carved out here.
   BRAID_CHECK(a == base + layer_act_floats_ && w <= shared + shared_act_floats_,
@@ -360,7 +365,7 @@ void GPT::sync_replicated_grads(const float* unit_grads, int u) {
 }
 
 const float* GPT::residual_f32(const float* saved, float* work) const {
-  if (!half_ops_) return saved;
+  if (!half_res_) return saved;
   k::cast_to_f32(work, saved, op_, size_t(tpl_.local_rows() * cfg_.n_embd));
   return work;
 }
@@ -391,7 +396,7 @@ const float* GPT::block_forward(int64_t l, const LayerParams& p, const float* x)
     tpl_.row_forward(o, a.atty, p.attprojw_op, p.attprojb, Cl, C);
     if (dropping) drop(o, o, rows, row0, 2 * uint64_t(l));
   });
-  float* const res2 = half_ops_ ? res_2_ : a.res2;
+  float* const res2 = half_res_ ? res_2_ : a.res2;
   k::residual_forward(res2, x, a.attproj, op_, rows * C);
   keep_residual(a.res2, res2, rows * C);
   produce_operand(a.ln2, dln_, rows * C, [&](float* o) {
@@ -404,17 +409,17 @@ const float* GPT::block_forward(int64_t l, const LayerParams& p, const float* x)
     tpl_.row_forward(o, a.fch_gelu, p.fcprojw_op, p.fcprojb, 4 * Cl, C);
     if (dropping) drop(o, o, rows, row0, 2 * uint64_t(l) + 1);
   });
-  // x is spent: with half operands the output goes where x was (res_x_), the
+  // x is spent: kept in a half dtype, the output goes where x was (res_x_), the
   // stage's last block's to the stage output.
-  float* const res3 = !half_ops_ ? a.res3 : l == l1_ - 1 ? output_ : res_x_;
+  float* const res3 = !half_res_ ? a.res3 : l == l1_ - 1 ? output_ : res_x_;
   k::residual_forward(res3, res2, a.fcproj, op_, rows * C);
   keep_residual(a.res3, res3, rows * C);
   return res3;
 }
 
 void GPT::keep_residual(float* saved, float* value, int64_t n) {
-  round_operand(value, n);
-  if (half_ops_) k::cast_from_f32(saved, op_, value, size_t(n));
+  if (round_res_) round_operand(value, n);
+  if (half_res_) k::cast_from_f32(saved, op_, value, size_t(n));
 }
 
 void GPT::set_inputs(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
@@ -445,7 +450,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
     release_params(0);
     if (dropout_ > 0 && training_)
       drop(encoded_, encoded_, tpl_.local_rows(), tpl_.first_row(), 2 * uint64_t(cfg_.n_layer));
-    round_operand(encoded_, tpl_.local_rows() * cfg_.n_embd);
+    if (round_res_) round_operand(encoded_, tpl_.local_rows() * cfg_.n_embd);
   }
   const float* x = encoded_;
   for (int64_t l = l0_; l < l1_; ++l) {

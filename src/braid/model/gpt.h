@@ -186,12 +186,13 @@ class GPT {
   /// output gradient (including attention's dY and dS). The weights come in
   /// it from the UnitStorage. The residual stream (the stage input, res2,
   /// res3) is added in f32 and rounded to the compute dtype, as Megatron-LM
-  /// keeps it without --fp32-residual-connection (torch autocast would keep it
-  /// in f32). LayerNorm, softmax, GELU and the loss compute in f32 from those
-  /// values, and every gradient the matmuls produce stays in f32. With
-  /// operands in the compute dtype (half_matmuls()) those tensors are stored
-  /// in it (half the activation memory; the f32 working copy of the residual
-  /// is scratch, the stage output one f32 tensor), the weights are the storage's compute copy
+  /// keeps it without --fp32-residual-connection; Precision::fp32_residual
+  /// keeps it in f32 instead, as torch autocast does. LayerNorm, softmax,
+  /// GELU and the loss compute in f32 from those values, and every gradient
+  /// the matmuls produce stays in f32. With operands in the compute dtype
+  /// (half_matmuls()) those tensors are stored in it (half the activation
+  /// memory; the residual's f32 working copies are scratch, the stage output
+  /// one f32 tensor), the weights are the storage's compute copy
   /// (UnitStorage::compute_params) and oneDNN multiplies them; with f32
   /// operands they are rounded in place in f32 buffers and multiplied in f32
   /// (the same products, exact in f32; the sums may round differently).
@@ -271,8 +272,9 @@ class GPT {
   /// recomputation); returns its output res3 in f32 (res_x_ or output_ when
   /// the block keeps it in a half dtype).
   const float* block_forward(int64_t l, const LayerParams& p, const float* x);
-  /// Rounds a residual-stream value (n, f32) to the compute dtype in place and,
-  /// with half operands, stores its copy in the block's `saved` (op_).
+  /// Rounds a residual-stream value (n, f32) to the compute dtype in place
+  /// (unless fp32_residual) and, kept in a half dtype, stores its copy in the
+  /// block's `saved` (op_).
   void keep_residual(float* saved, float* value, int64_t n);
   /// The residual-stream values a block saved (res2, res3: op_ elements) in
   /// f32: `saved` itself, or widened into `work` (rows x C floats).
@@ -304,7 +306,9 @@ class GPT {
   bool half_ops_ = false;     // matmul operands stored in compute_dtype_
   DType op_ = DType::f32;     // the dtype they are stored in
   void* half_grad_ = nullptr; // an output gradient in op_ (half_ops_)
-  // half_ops_: the residual stream's working values in f32 (rows x C each): a
+  bool half_res_ = false;     // the blocks keep res2, res3 in op_ (a half dtype)
+  bool round_res_ = true;     // the residual stream is rounded to compute_dtype_
+  // half_res_: the residual stream's working values in f32 (rows x C each): a
   // block's input x (and output), and res2; the blocks keep op_ copies.
   float *res_x_ = nullptr, *res_2_ = nullptr;
   TensorParallel tp_;

@@ -73,13 +73,15 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   // each: token rows of this rank); qkv, qkvr (BT x 3C/tp each), atty (BT x C/tp),
   // fch, fch_gelu (BT x 4C/tp each); 4 LayerNorm statistics of rows; the
   // attention matrix B x NH/tp x T x T. All but the statistics are stored in
-  // the operand dtype: the residual stream too (res2, res3; GPT::compute_dtype).
+  // the operand dtype, the residual stream (res2, res3) too unless it stays
+  // f32 (Precision::fp32_residual; GPT::compute_dtype).
   const DType op = precision.operands;
+  const bool half_res = precision.residual() != DType::f32;
   const size_t att = operand_floats(size_t(max_B) * NHl * size_t(max_T * max_T), op);
   const size_t atty = operand_floats(BT * Cl, op), fch_gelu = operand_floats(4 * BT * Cl, op);
-  const size_t qkv = operand_floats(3 * BT * Cl, op), res = operand_floats(rows * C, op);
-  const size_t all_floats =
-      6 * res + 2 * qkv + operand_floats(4 * BT * Cl, op) + atty + fch_gelu + 4 * rows + att;
+  const size_t qkv = operand_floats(3 * BT * Cl, op), res = operand_floats(rows * C, precision.residual());
+  const size_t all_floats = 4 * operand_floats(rows * C, op) + 2 * res + 2 * qkv + operand_floats(4 * BT * Cl, op) +
+                            atty + fch_gelu + 4 * rows + att;
   // Recomputed tensors live once, in a workspace shared by all blocks and slots.
   const size_t recomputed_selective = qkv + atty + fch_gelu + att;
   switch (recompute) {
@@ -94,7 +96,7 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
       break;
   }
   // Per slot: the local blocks, the stage input `encoded` (rows x C) and, with
-  // half-precision operands, the stage output in f32 (rows x C: what the next
+  // the residual stream kept in a half dtype, the stage output in f32 (rows x C: what the next
   // stage receives and the head reads); on the last stage the head: lnf
   // (rows x C, operand dtype), lnf_mean, lnf_rstd (rows each), lse, losses (BT
   // each), logits (BT x Vp/tp, operand dtype).
@@ -103,7 +105,7 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   for (const auto& c : chunks) {
     const bool has_head = c.last_layer == cfg.n_layer;
     const size_t slot = m.layer_act_floats * size_t(c.last_layer - c.first_layer) + rows * C +
-                        (op != DType::f32 ? rows * C : 0) +
+                        (half_res ? rows * C : 0) +
                         (has_head ? operand_floats(rows * C, op) + rows * 2 + BT * 2 + operand_floats(BT * Vpl, op)
                                   : 0);
     m.act_floats += slot * size_t(c.slots);
@@ -132,9 +134,10 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   if (tp > 1) m.scratch_floats += 3 * BT;
   if (sp) m.scratch_floats += BT * C;
   if (dropout > 0) m.scratch_floats += rows * C;
-  // Half-precision operands: a block's matmul output gradient in their dtype,
-  // and the residual stream's working values in f32 (x and res2, rows x C each).
-  if (op != DType::f32) m.scratch_floats += operand_floats(half_grad_elems(BT, rows, C, Cl), op) + 2 * rows * C;
+  // Half-precision operands: a block's matmul output gradient in their dtype;
+  // a half residual stream: its working values in f32 (x and res2, rows x C each).
+  if (op != DType::f32) m.scratch_floats += operand_floats(half_grad_elems(BT, rows, C, Cl), op);
+  if (half_res) m.scratch_floats += 2 * rows * C;
   m.workspace_bytes = m.scratch_floats * sizeof(float);
   m.tokens_bytes = 2 * BT * sizeof(int32_t) * S;
   return m;

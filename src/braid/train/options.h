@@ -50,6 +50,7 @@ struct TrainOptions {
   int fsdp_shard_size = 0;      // HSDP: shard within groups of this many ranks (0: all DP ranks)
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (compute copies; master weights f32)
   std::string reduce_dtype = "fp32";  // gradient accumulation and reduction: fp32 | the precision
+  bool fp32_residual = false;  // keep the residual stream in f32 under --precision bf16|fp16
   std::string matmul_precision = "half";  // half: matmuls in the precision where oneDNN can | fp32: on rounded values
   LossScaleOptions loss_scale;     // fp16 dynamic loss scaling
   int inject_inf_rank = -1;        // test hook: this rank's gradient gets an inf ...

@@ -299,6 +299,7 @@ ParallelPlan resolve_plan(TrainOptions& o, int world_size, const model::GPTConfi
   p.compute = o.precision == "bf16" ? DType::bf16 : o.precision == "fp16" ? DType::f16 : DType::f32;
   p.reduce = o.reduce_dtype == "fp32" ? DType::f32 : p.compute;
   p.half_matmuls = o.matmul_precision == "half";
+  p.fp32_residual = o.fp32_residual;
   p.recompute = model::parse_recompute(o.recompute);
   p.global_batch = o.global_batch;
   p.micro_batch = o.micro_batch;

@@ -72,8 +72,13 @@ struct ParallelPlan {
   DType compute = DType::f32;  // --precision: compute copies (master weights stay f32)
   DType reduce = DType::f32;   // --reduce-dtype: gradient accumulation and reduction
   bool half_matmuls = true;    // --matmul-precision half: operands in `compute` where oneDNN can
-  /// The model's precision: compute, and the dtype its matmul operands take here.
-  model::Precision precision() const { return model::Precision::of(compute, half_matmuls); }
+  bool fp32_residual = false;  // --fp32-residual: the residual stream stays f32
+  /// The model's precision: compute, the dtype its matmul operands take here, the residual's.
+  model::Precision precision() const {
+    model::Precision p = model::Precision::of(compute, half_matmuls);
+    p.fp32_residual = fp32_residual;
+    return p;
+  }
   model::Recompute recompute = model::Recompute::none;
   int64_t global_batch = 1;  // sequences per optimizer step over all DP ranks
   int64_t micro_batch = 1;   // sequences per forward/backward on one rank
