@@ -10,6 +10,7 @@
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
+#include "braid/kernels/cpu/matmul.h"
 #include "braid/train/memory_check.h"
 #include "braid/train/plan.h"
 #include "braid/train/trainer.h"
@@ -207,6 +208,24 @@ TEST(ParallelPlan, ShardingDegreeCountsEveryStrand) {
   const auto h = train::plan_memory(o, 8, 5);
   EXPECT_EQ(h.parallel.dp.mode, train::DataParallelMode::hsdp);
   EXPECT_EQ(h.parallel.dp.shard_degree, 2);
+}
+
+// The layout's description says where a half-precision run keeps its
+// activations: in the compute dtype where oneDNN multiplies it, else in f32.
+TEST(ParallelPlan, DescriptionNamesWhereActivationsAreStored) {
+  train::TrainOptions o;
+  o.model = "tiny";
+  o.global_batch = 8;
+  o.micro_batch = 8;
+  EXPECT_EQ(train::plan_memory(o, 1, 0).parallel.describe().find("activations"), std::string::npos);
+  o.precision = "bf16";
+  const bool native = kernels::half_matmul_supported(DType::bf16);
+  const std::string stored = native ? "activations stored in bf16" : "activations stored in f32";
+  EXPECT_NE(train::plan_memory(o, 1, 0).parallel.describe().find(stored), std::string::npos);
+  o.matmul_precision = "fp32";
+  EXPECT_NE(train::plan_memory(o, 1, 0).parallel.describe().find("activations stored in f32"), std::string::npos);
+  o.fp32_residual = true;
+  EXPECT_NE(train::plan_memory(o, 1, 0).parallel.describe().find("residual stream in f32"), std::string::npos);
 }
 
 // --micro-batch auto: batch / dp without a pipeline; with P stages the

@@ -365,8 +365,13 @@ std::string ParallelPlan::describe() const {
     s += std::string(", ") + data_parallel_mode_name(dp.mode);
   if (dp.mode == DataParallelMode::hsdp) s += " (shard groups of " + std::to_string(dp.shard_degree) + ")";
   s += compute == DType::f32 ? ", fp32" : compute == DType::bf16 ? ", bf16" : ", fp16";
-  if (compute != DType::f32) s += reduce == DType::f32 ? " (fp32 gradients)" : " (half-precision gradients)";
-  return s;
+  if (compute == DType::f32) return s;
+  s += reduce == DType::f32 ? " (fp32 gradients" : " (half-precision gradients";
+  // Where the activations live (memory_plan): in the compute dtype where oneDNN multiplies it.
+  const model::Precision pr = precision();
+  s += std::string(", activations stored in ") + (pr.operands == DType::f32 ? "f32" : dtype_name(pr.operands));
+  if (pr.fp32_residual) s += ", residual stream in f32";
+  return s + ")";
 }
 
 size_t boundary_bytes(const ParallelPlan& p, const model::GPTConfig& cfg) {
