@@ -267,7 +267,6 @@ void add_train(CLI::App& app) {
   c->add_option("--beta2", o.beta2, "AdamW beta2")->capture_default_str();
   c->add_option("--grad-clip", o.grad_clip, "Clip the global gradient norm (0 disables)")->capture_default_str();
   c->add_option("--seed", o.seed, "Seed for weights and data order")->capture_default_str();
-  c->add_option("--dp", o.dp, "Data-parallel degree (0: derived: ranks / (tp x pp), or ranks - 1 with --dp-mode ps)")->capture_default_str();
   c->add_flag("--ps-async", o.ps_async, "Parameter server: apply each worker's gradient as it arrives");
   c->add_option("--staleness", o.staleness, "Asynchronous PS: a worker may run at most this many iterations ahead of the slowest")->capture_default_str();
   c->add_option("--trace-out", o.trace_out, "Write one Chrome trace (open in Perfetto) of every rank: steps, each unit's forward and backward, buckets, gathers, reduce-scatters and waits (docs/USAGE.md)");

@@ -72,6 +72,8 @@ void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
 
   c->add_option("--dp-mode", o.dp_mode, "ddp (ring all-reduce) or ps (rank 0 is a parameter server, the others workers)")
       ->transform(one_of({"ddp", "ps"}))->capture_default_str()->group(layout);
+  c->add_option("--dp", o.dp, "Data-parallel degree (0: derived: ranks / (tp x pp), or ranks - 1 with --dp-mode ps)")
+      ->capture_default_str()->group(layout);
   c->add_option("--zero", o.zero, "ZeRO stage: 0 (DDP all-reduce), 1 (AdamW moments sharded over DP), 2 (+ gradients), 3 (+ parameters, gathered per layer)")
       ->capture_default_str()->group(layout);
   c->add_flag("--fsdp", o.fsdp, "FSDP: shard parameters, gradients and optimizer states with one flat parameter per transformer block (ZeRO-3 by unit)")

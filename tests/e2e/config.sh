@@ -47,6 +47,9 @@ assert "peak_memory" in rows[-1], rows[-1]
 PY
 "$BRAID" plan --config "$tmp/run.toml" --ranks 2 > "$tmp/plan.txt" 2>&1 || { cat "$tmp/plan.txt"; fail "plan --config"; }
 grep -q "model small" "$tmp/plan.txt" || { cat "$tmp/plan.txt"; fail "plan did not read its [plan] section"; }
+# plan takes train's layout flags, --dp among them.
+"$BRAID" plan --ranks 3 --dp-mode ps --dp 2 > "$tmp/plan_ps.txt" 2>&1 || { cat "$tmp/plan_ps.txt"; fail "plan --dp"; }
+grep -q "dp=2 + parameter server" "$tmp/plan_ps.txt" || { cat "$tmp/plan_ps.txt"; fail "plan --dp 2 --dp-mode ps"; }
 
 # The metrics file drawn: loss, throughput and per-rank memory (2 ranks).
 "$PY" "$SRC/tools/plot_metrics.py" "$tmp/m.jsonl" --out "$tmp/plots" > "$tmp/plots.txt" || fail "plot_metrics"
