@@ -23,6 +23,7 @@ namespace {
 struct StepBenchArgs {
   std::string model = "gpt2";
   std::string precision = "fp32";
+  std::string matmul_precision = "half";
   int64_t B = 4, T = 64, accum = 1, steps = 10, warmup = 2;
   int threads = 0;
   std::string json;
@@ -37,6 +38,7 @@ train::TrainOptions step_options(const StepBenchArgs& a) {
   train::TrainOptions o;
   o.model = a.model;
   o.precision = a.precision;
+  o.matmul_precision = a.matmul_precision;
   o.micro_batch = a.B;
   o.global_batch = a.B * a.accum;
   o.seq_len = a.T;
@@ -59,7 +61,7 @@ void run_step_bench(const StepBenchArgs& a, comm::Communicator& world) {
   const auto& pl = trainer.plan();
   const int64_t C = trainer.model().config().n_embd, BT = a.B * a.T;
   const bool native = trainer.model().half_matmuls();
-  const train::MatmulCeiling ceil = train::measure_mlp_ceiling(BT, C, 1, native ? pl.compute : DType::f32);
+  const train::MatmulCeiling ceil = train::measure_mlp_ceiling(BT, C, 1, trainer.model().matmul_dtype());
   const double fma = train::measure_fma_peak_flops();
   const auto records = trainer.run();
   std::vector<double> ms, fb_ms;
@@ -84,14 +86,16 @@ void run_step_bench(const StepBenchArgs& a, comm::Communicator& world) {
   std::printf("memory: %s\n", trainer.ledger().report().c_str());
   if (!a.json.empty()) {
     nlohmann::json j = {{"impl", "braid"},        {"model", trainer.model().config().name},
-                        {"precision", a.precision}, {"B", a.B},
+                        {"precision", a.precision}, {"matmul_precision", a.matmul_precision}, {"B", a.B},
                         {"T", a.T},                {"accum", a.accum},
                         {"threads", braid::omp_threads()}, {"step_ms", med},
                         {"fwd_bwd_ms", fb},        {"tokens_per_sec", tps},
                         {"mfu", mfu},              {"mfu_fwd_bwd", mfu_fb},
                         {"mfu_fma", flops_tok * tps / fma}, {"matmul_ceiling_flops", ceil.flops},
                         {"matmul_ceiling_spread", ceil.spread}, {"fma_peak_flops", fma},
-                        {"flops_per_token", flops_tok}};
+                        {"flops_per_token", flops_tok},
+                        {"activation_bytes", trainer.ledger().peak(MemCategory::activations)},
+                        {"peak_bytes", trainer.ledger().peak_total()}};
     std::ofstream(a.json) << j.dump() << "\n";
   }
 }
@@ -103,6 +107,10 @@ void add_bench_step(CLI::App& app) {
   c->add_option("--model", a->model, "tiny, small or gpt2")->capture_default_str();
   c->add_option("--precision", a->precision, "fp32, bf16 or fp16")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}, CLI::ignore_case))
+      ->capture_default_str();
+  c->add_option("--matmul-precision", a->matmul_precision,
+                "half: bf16 / fp16 operands stored in that dtype | fp32: rounded to it, stored and multiplied in f32")
+      ->check(CLI::IsMember({"half", "fp32"}))
       ->capture_default_str();
   c->add_option("--batch", a->B, "Sequences per micro-batch")->check(CLI::PositiveNumber)->capture_default_str();
   c->add_option("--seq-len", a->T, "Sequence length")->check(CLI::PositiveNumber)->capture_default_str();

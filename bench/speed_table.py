@@ -38,11 +38,17 @@ def step_table(runs):
               ("bf16 / baseline fp32, B=8 T=128", "bf16_8x128", "base_8x128"),
               ("bf16 / baseline fp32, B=4 T=64", "bf16_4x64", "base_4x64"),
               ("bf16 / baseline bf16, B=8 T=128", "bf16_8x128", "base_bf16_8x128"),
-              ("bf16 / baseline bf16, B=4 T=64", "bf16_4x64", "base_bf16_4x64")]
+              ("bf16 / baseline bf16, B=4 T=64", "bf16_4x64", "base_bf16_4x64"),
+              ("fp16 stored in fp16 / on f32 buffers, B=8 T=128", "fp16_8x128", "fp16_f32buf_8x128"),
+              ("fp16 stored in fp16 / on f32 buffers, B=4 T=64", "fp16_4x64", "fp16_f32buf_4x64")]
     for label, a, b in ratios:
         if a in runs and b in runs:
             r = med([y["step_ms"] / x["step_ms"] for x, y in zip(runs[a], runs[b])])
             print(f"\nstep speed {label}: {r:.2f}x (median over rounds of the step-time ratio)")
+            if "activation_bytes" in runs[a][0] and "activation_bytes" in runs[b][0]:
+                mib = lambda n, k: runs[n][0][k] / 2**20
+                print(f"  activations {mib(a, 'activation_bytes'):.1f} vs {mib(b, 'activation_bytes'):.1f} MiB, "
+                      f"peak {mib(a, 'peak_bytes'):.1f} vs {mib(b, 'peak_bytes'):.1f} MiB")
 
 
 def comm_table(d):

@@ -5,6 +5,9 @@
 #           and B=4 T=64, bf16 with 4 micro-batches; with BASELINE set (another
 #           braid binary), its fp32 and bf16 steps alternated with ours
 #           (BASELINE_PRECISIONS="fp32" for a binary whose bench-step has no --precision)
+#   fp16    bench-step, gpt2, fp16 with its operands and activations stored in fp16
+#           (--matmul-precision half, the default) vs on f32 buffers (fp32), alternated,
+#           at B=8 T=128 and B=4 T=64
 #   optimizer the optimizer's streaming passes (gradient norm, AdamW, zero fill)
 #           beside a memcpy of the same buffers
 #   layouts the backward matmuls with and without their transposed copies
@@ -14,14 +17,14 @@
 #   reduce  `small` in bf16 on 2 ranks (DDP, ZeRO-2): fp32 gradients (the default)
 #           vs --reduce-dtype bf16, bytes sent and step time
 # Usage: bench/speed_table.sh [rounds]   (env: BRAID, BASELINE, THREADS, OUT, and
-# PARTS: a subset of "step optimizer layouts comm comm4 dp reduce", all by default)
+# PARTS: a subset of "step fp16 optimizer layouts comm comm4 dp reduce", all by default)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 braid="${BRAID:-$root/build/braid}"
 rounds="${1:-3}"
 threads="${THREADS:-2}"
 out="${OUT:-$root/out/speed_table}"
-parts="${PARTS:-step optimizer layouts comm comm4 dp reduce}"
+parts="${PARTS:-step fp16 optimizer layouts comm comm4 dp reduce}"
 py=/usr/bin/python3
 want() { [[ " $parts " == *" $1 "* ]]; }
 mkdir -p "$out"
@@ -32,9 +35,9 @@ grep -m1 "model name" /proc/cpuinfo | sed 's/^model name\s*: /cpu: /'
 echo "flags: $(grep -m1 flags /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512f|avx512_bf16|avx512_fp16|amx_bf16|amx_tile|avx2|fma)$' | tr '\n' ' ')"
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-step() {  # name binary precision B T accum round
+step() {  # name binary precision B T accum round [bench-step flags]
   OMP_NUM_THREADS="$threads" "$2" bench-step --model gpt2 --precision "$3" --batch "$4" --seq-len "$5" \
-    --accum "$6" --steps 3 --warmup 1 --threads "$threads" --json "$out/step_$1_r$7.json" | sed "s/^/[$1 r$7] /"
+    --accum "$6" --steps 3 --warmup 1 --threads "$threads" --json "$out/step_$1_r$7.json" "${@:8}" | sed "s/^/[$1 r$7] /"
 }
 
 want step && for r in $(seq 1 "$rounds"); do
@@ -54,6 +57,13 @@ want step && for r in $(seq 1 "$rounds"); do
       done
     done
   fi
+done
+want fp16 && for r in $(seq 1 "$rounds"); do
+  for bt in "8 128" "4 64"; do
+    read -r b t <<<"$bt"
+    step "fp16_${b}x${t}" "$braid" fp16 "$b" "$t" 1 "$r"
+    step "fp16_f32buf_${b}x${t}" "$braid" fp16 "$b" "$t" 1 "$r" --matmul-precision fp32
+  done
 done
 if want step; then
   step bf16_8x128_accum4 "$braid" bf16 8 128 4 1

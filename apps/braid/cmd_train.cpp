@@ -93,7 +93,7 @@ std::string run_record(const TrainArgs& a, comm::Communicator& world) {
 train::MatmulCeiling measure_ceiling(train::Trainer& trainer, comm::Communicator& world) {
   const auto& pl = trainer.plan();
   // In the dtype the matmuls run in: a half-precision run's MFU is against the half-precision ceiling.
-  const DType dt = trainer.model().half_matmuls() ? pl.compute : DType::f32;
+  const DType dt = trainer.model().matmul_dtype();
   train::MatmulCeiling c =
       train::measure_mlp_ceiling(pl.micro_batch * pl.seq_len, trainer.model().config().n_embd, pl.tp.degree, dt);
   float best = static_cast<float>(c.flops);

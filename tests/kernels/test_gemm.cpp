@@ -169,7 +169,10 @@ TEST(Gemm, MatmulBackwardWithScratchMatchesNaive) {
 }
 
 // bf16 x bf16 -> f32: the products of bf16 values are exact in f32, so the
-// result equals the f32 product of the same (widened) values to f32 summation error.
+// result equals the f32 product of the same (widened) values to f32 summation
+// error; where oneDNN has no matmul for the type here (fp16 without
+// AVX512-FP16), gemm_typed widens the operands and runs the f32 product
+// itself, so the result is bitwise gemm's on the widened values.
 TEST(Gemm, HalfOperandsMatchF32OnTheSameValues) {
   for (braid::DType t : {braid::DType::bf16, braid::DType::f16}) {
     const int64_t M = 33, N = 40, K = 129;
@@ -183,26 +186,63 @@ TEST(Gemm, HalfOperandsMatchF32OnTheSameValues) {
       braid::store_from_f32(Bh.data(), i, t, B[i]);
       B[i] = braid::load_as_f32(Bh.data(), i, t);
     }
-    std::vector<float> C(size_t(M * N), NAN);
-    if (!braid::kernels::half_matmul_supported(t)) {
-      EXPECT_THROW(braid::kernels::gemm_typed(false, true, M, N, K, 1.f, Ah.data(), Bh.data(), t, 0.f, C.data()),
-                   braid::Error)
-          << braid::dtype_name(t);
-      continue;
-    }
+    std::vector<float> C(size_t(M * N), NAN), C32(C.size(), NAN);
     braid::kernels::gemm_typed(false, true, M, N, K, 1.f, Ah.data(), Bh.data(), t, 0.f, C.data());
     expect_close(C, naive(false, true, M, N, K, A, B), K, braid::dtype_name(t));
+    if (braid::kernels::half_matmul_supported(t)) continue;
+    gemm(false, true, M, N, K, 1.f, A.data(), B.data(), 0.f, C32.data());
+    EXPECT_EQ(C, C32) << braid::dtype_name(t) << " widened";
   }
   EXPECT_TRUE(braid::kernels::half_matmul_supported(braid::DType::f32));
 }
 
-// The linear layer on half-precision operands against the naive products of
-// the same (widened) values: out = inp W^T + b, dinp = dout W, dweight +=
+// Half operands too large to widen at once (an operand of more than 2^22
+// elements, or a batch of them): where oneDNN has no matmul for the type (fp16
+// here without AVX512-FP16) the product runs in tiles of A's rows, B's columns
+// and K, into C in place; every layout, with bias, alpha and beta, against the
+// naive product of the widened values.
+TEST(Gemm, HalfOperandsLargerThanOneTileMatchNaive) {
+  struct Case { int64_t M, N, K, batch; };
+  for (braid::DType t : {braid::DType::f16})
+    for (const Case c : {Case{3, 70001, 64, 1}, Case{70001, 3, 64, 1}, Case{2, 33000, 130, 1}, Case{300, 5, 20000, 1}, Case{64, 40, 100001, 1},
+                         Case{3, 40000, 64, 2}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          const int64_t M = c.M, N = c.N, K = c.K, nb = c.batch;
+          auto A = normal_values(size_t(nb * M * K), 7, 41), B = normal_values(size_t(nb * K * N), 7, 42);
+          auto C = normal_values(size_t(nb * M * N), 7, 43), bias = normal_values(size_t(N), 7, 44);
+          auto half = [t](std::vector<float>& x) {  // x rounded to t, and its storage in t
+            std::vector<uint16_t> h(x.size());
+            for (size_t i = 0; i < x.size(); ++i) {
+              braid::store_from_f32(h.data(), i, t, x[i]);
+              x[i] = braid::load_as_f32(h.data(), i, t);
+            }
+            return h;
+          };
+          const auto Ah = half(A), Bh = half(B);
+          const float alpha = 1.0f, beta = 0.5f;
+          std::vector<double> ref(C.size());
+          for (int64_t b = 0; b < nb; ++b) {
+            std::vector<float> Ab(A.begin() + b * M * K, A.begin() + (b + 1) * M * K),
+                Bb(B.begin() + b * K * N, B.begin() + (b + 1) * K * N);
+            const auto p = naive(ta, tb, M, N, K, Ab, Bb);
+            for (size_t i = 0; i < p.size(); ++i) {
+              const size_t o = size_t(b * M * N) + i;
+              ref[o] = alpha * p[i] + beta * double(C[o]) + double(bias[i % size_t(N)]);
+            }
+          }
+          braid::kernels::gemm_typed(ta, tb, M, N, K, alpha, Ah.data(), Bh.data(), t, beta, C.data(), bias.data(),
+                                     nb);
+          expect_close(C, ref, K, braid::dtype_name(t));
+        }
+}
+
+// The linear layer on half-precision operands (multiplied natively, or widened
+// where oneDNN cannot) against the naive products of the same (widened) values: out = inp W^T + b, dinp = dout W, dweight +=
 // dout^T inp, dbias += the column sum of dout (in row order: bitwise the f32
 // sum of the widened values).
 TEST(Gemm, LinearLayerOnHalfOperandsMatchesNaive) {
   for (braid::DType t : {braid::DType::bf16, braid::DType::f16}) {
-    if (!braid::kernels::half_matmul_supported(t)) continue;
     const int64_t BT = 37, C = 48, OC = 70;
     auto half = [t](std::vector<float>& x) {  // x rounded to t, and its storage in t
       std::vector<uint16_t> h(x.size());

@@ -1,7 +1,8 @@
-// GPT with half-precision matmul operands (bf16 activations, output gradients
-// and the storage's compute copy of the weights, multiplied by oneDNN) against
-// the same model multiplying the same rounded values in f32: the products are
-// exact in both, so only the order of the f32 sums differs.
+// GPT with half-precision matmul operands (bf16 / fp16 activations, output
+// gradients and the storage's compute copy of the weights, multiplied by
+// oneDNN, or widened exactly to f32 where it has no matmul for the dtype)
+// against the same model multiplying the same rounded values in f32: the
+// products are exact in both, so only the order of the f32 sums differs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -65,32 +66,36 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST(HalfMatmuls, Bf16OperandsMatchTheSameRoundedValuesInF32) {
-  if (!braid::kernels::half_matmul_supported(DType::bf16)) GTEST_SKIP() << "oneDNN has no bf16 matmul here";
+namespace {
+
+// A GPT with operands stored in `t` against the same model on t-rounded
+// values in f32 (the checks below).
+void check_half_operands(DType t) {
+  const char* name = braid::dtype_name(t);
   const GPTConfig cfg = testing_data::small_vocab_tiny();
   const int64_t B = 2, T = 16;
   GPT init(cfg, B, T);
   init.init_weights(3);
   const size_t n = init.num_params();
-  // One storage per precision: a model of bf16 operands leaves its matmul weights stale in the f32 copy.
-  braid::parallel::HalfPrecisionStorage hs(braid::model::unit_bounds(cfg), DType::bf16, DType::f32, n, nullptr),
-      hs32(braid::model::unit_bounds(cfg), DType::bf16, DType::f32, n, nullptr);
-  braid::kernels::cast_from_f32(hs.compute(), DType::bf16, init.params(), n);
-  braid::kernels::cast_from_f32(hs32.compute(), DType::bf16, init.params(), n);
-  const braid::model::Precision bf16{DType::bf16, DType::bf16}, rounded{DType::bf16, DType::f32};
-  GPT native(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::none, bf16);
+  // One storage per precision: a model of half operands leaves its matmul weights stale in the f32 copy.
+  braid::parallel::HalfPrecisionStorage hs(braid::model::unit_bounds(cfg), t, DType::f32, n, nullptr),
+      hs32(braid::model::unit_bounds(cfg), t, DType::f32, n, nullptr);
+  braid::kernels::cast_from_f32(hs.compute(), t, init.params(), n);
+  braid::kernels::cast_from_f32(hs32.compute(), t, init.params(), n);
+  const braid::model::Precision half{t, t}, rounded{t, DType::f32};
+  GPT native(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::none, half);
   GPT emulated(cfg, B, T, nullptr, &hs32, {}, 0.0f, {}, Recompute::none, rounded);
-  GPT selective(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::selective, bf16);
-  GPT full(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::full, bf16);
+  GPT selective(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::selective, half);
+  GPT full(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::full, half);
   ASSERT_TRUE(native.half_matmuls());
   ASSERT_FALSE(emulated.half_matmuls());
   // Half-precision operands need the storage's compute copy and the operands' dtype to be the compute dtype.
-  EXPECT_THROW(GPT(cfg, B, T, nullptr, nullptr, {}, 0.0f, {}, Recompute::none, bf16), braid::ConfigError);
-  EXPECT_THROW(GPT(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::none, {DType::f16, DType::bf16}),
+  EXPECT_THROW(GPT(cfg, B, T, nullptr, nullptr, {}, 0.0f, {}, Recompute::none, half), braid::ConfigError);
+  EXPECT_THROW(GPT(cfg, B, T, nullptr, &hs, {}, 0.0f, {}, Recompute::none, {t == DType::f16 ? DType::bf16 : DType::f16, t}),
                braid::ConfigError);
   // Everything but the statistics takes half the floats, the residual stream included.
   const auto p32 = braid::model::memory_plan(cfg, B, T, false, 1, false, 0.0f, {}, Recompute::none, rounded);
-  const auto p16 = braid::model::memory_plan(cfg, B, T, false, 1, false, 0.0f, {}, Recompute::none, bf16);
+  const auto p16 = braid::model::memory_plan(cfg, B, T, false, 1, false, 0.0f, {}, Recompute::none, half);
   const size_t BT = size_t(B * T), C = size_t(cfg.n_embd);
   // ln1, ln2, attproj, fcproj, res2, res3 (BT x C each); atty (BT x C); fch, fch_gelu (BT x 4C each); qkv,
   // qkvr (BT x 3C each); the attention probabilities (B x NH x T x T).
@@ -98,38 +103,47 @@ TEST(HalfMatmuls, Bf16OperandsMatchTheSameRoundedValuesInF32) {
             (6 * BT * C + BT * C + 8 * BT * C + 6 * BT * C) / 2 + size_t(B * cfg.n_head * T * T) / 2);
   const auto tok = tokens(size_t(B * T), 1), tgt = tokens(size_t(B * T), 2);
   const Pass a = run_pass(native, hs, tok, tgt, B, T), e = run_pass(emulated, hs32, tok, tgt, B, T);
-  // The residual stream is rounded to bf16 on both paths: the stage output
-  // (the last block's res3, f32) holds bf16 values.
+  // The residual stream is rounded to t on both paths: the stage output
+  // (the last block's res3, f32) holds t's values.
   for (const GPT* m : {&native, &emulated}) {
     std::vector<float> out(m->stage_output(), m->stage_output() + BT * C), back(out.size());
     std::vector<uint16_t> h(out.size());
-    braid::kernels::cast_from_f32(h.data(), DType::bf16, out.data(), out.size());
-    braid::kernels::cast_to_f32(back.data(), h.data(), DType::bf16, out.size());
-    EXPECT_EQ(out, back) << (m == &native ? "native" : "emulated");
+    braid::kernels::cast_from_f32(h.data(), t, out.data(), out.size());
+    braid::kernels::cast_to_f32(back.data(), h.data(), t, out.size());
+    EXPECT_EQ(out, back) << name << (m == &native ? " native" : " emulated");
   }
-  // Every matmul multiplies the same bf16 values; its f32 sums may round
-  // differently (relative ~1e-7), and an activation near a bf16 rounding
-  // boundary may then round to the neighbouring value (2^-8 relative): a few
-  // elements move by up to a bf16 ulp, the rest by f32 roundoff. A wrong
-  // operand (another tensor, a stale copy, the wrong dtype) moves everything by
-  // O(1). Measured: 3e-8 for logits and gradients, loss equal.
-  EXPECT_NEAR(a.loss, e.loss, 1e-5 * e.loss);
-  EXPECT_LT(rel_l2(a.logits, e.logits), 1e-4);
-  EXPECT_LT(rel_l2(a.grads, e.grads), 1e-3);
-  // Recomputation and the split backward rebuild and stash the same bf16
+  // Every matmul multiplies the same t values (natively, or widened to f32
+  // where oneDNN has no t matmul); its f32 sums may round differently
+  // (relative ~1e-7: the f32 path's backward uses other layouts), and an
+  // activation near a rounding boundary may then round to the neighbouring
+  // value (2^-8 relative in bf16, 2^-11 in fp16): a few elements move by up to
+  // an ulp of t, the rest by f32 roundoff. A wrong operand (another tensor, a
+  // stale copy, the wrong dtype) moves everything by O(1). Measured: 3e-8 for
+  // logits and gradients in bf16, loss equal.
+  EXPECT_NEAR(a.loss, e.loss, 1e-5 * e.loss) << name;
+  EXPECT_LT(rel_l2(a.logits, e.logits), 1e-4) << name;
+  EXPECT_LT(rel_l2(a.grads, e.grads), 1e-3) << name;
+  // Recomputation and the split backward rebuild and stash the same half
   // operands: bitwise the same gradients.
   const Pass s = run_pass(selective, hs, tok, tgt, B, T);
   EXPECT_EQ(s.loss, a.loss);
-  EXPECT_EQ(s.grads, a.grads) << "selective recomputation";
+  EXPECT_EQ(s.grads, a.grads) << name << " selective recomputation";
   const Pass f = run_pass(full, hs, tok, tgt, B, T);
   EXPECT_EQ(f.loss, a.loss);
-  EXPECT_EQ(f.grads, a.grads) << "full recomputation (the block inputs widened from bf16)";
+  EXPECT_EQ(f.grads, a.grads) << name << " full recomputation (the block inputs widened from t)";
   const Pass z = run_pass(native, hs, tok, tgt, B, T, true);
-  EXPECT_EQ(z.grads, a.grads) << "backward_input + backward_weight";
+  EXPECT_EQ(z.grads, a.grads) << name << " backward_input + backward_weight";
 }
 
+}  // namespace
+
+TEST(HalfMatmuls, Bf16OperandsMatchTheSameRoundedValuesInF32) { check_half_operands(DType::bf16); }
+
+// fp16 operands and activations are stored in fp16 on every CPU; without an
+// fp16 matmul in oneDNN they are widened exactly and multiplied in f32.
+TEST(HalfMatmuls, Fp16OperandsMatchTheSameRoundedValuesInF32) { check_half_operands(DType::f16); }
+
 TEST(HalfMatmuls, Fp32ResidualKeepsTheResidualStreamInF32) {
-  if (!braid::kernels::half_matmul_supported(DType::bf16)) GTEST_SKIP() << "oneDNN has no bf16 matmul here";
   const GPTConfig cfg = testing_data::small_vocab_tiny();
   const int64_t B = 2, T = 16;
   GPT init(cfg, B, T);
@@ -248,7 +262,6 @@ TEST(HalfActivations, ElementwiseAndLossOnBf16StorageMatchF32OnTheRoundedValues)
 // elements). A wrong dtype, layout or rounding step moves everything by O(1)
 // or by the bf16 rounding itself (~2^-9 relative everywhere).
 TEST(HalfActivations, AttentionOnBf16StorageMatchesF32OnTheRoundedValues) {
-  if (!braid::kernels::half_matmul_supported(DType::bf16)) GTEST_SKIP() << "oneDNN has no bf16 matmul here";
   namespace k = braid::kernels;
   const int64_t B = 2, T = 24, C = 32, NH = 4, BT = B * T;
   const size_t natt = size_t(B * NH * T * T);

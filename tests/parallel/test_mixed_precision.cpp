@@ -78,15 +78,14 @@ TEST(MixedPrecision, HalfPrecisionTracksFp32) {
 
 TEST(MixedPrecision, Bf16MatmulsInBf16OrOnRoundedValuesInF32) {
   // --matmul-precision half (default) stores the bf16 operands and has oneDNN
-  // multiply them where it can; fp32 multiplies the same rounded values in
-  // f32. Both track fp32; the half path's kept matmul inputs take half the
+  // multiply them (widened to f32 where it has no bf16 matmul); fp32
+  // multiplies the same rounded values in f32. Both track fp32; the half path's kept matmul inputs take half the
   // bytes, and `braid plan` predicts each ledger. Every storage: DDP, ZeRO-2,
   // ZeRO-3 (the gathered unit's bf16 copy), with TP 2 and sequence parallelism.
   const auto data = synthetic_tokens(20000, 63);
   auto o = testing_harness::tiny_options(16);
   const Runs fp32 = run(o, 1, data);
   o.precision = "bf16";
-  const bool native = kernels::half_matmul_supported(DType::bf16);
   struct L {
     int zero, tp, ranks;
   };
@@ -97,11 +96,23 @@ TEST(MixedPrecision, Bf16MatmulsInBf16OrOnRoundedValuesInF32) {
       h.zero = l.zero, h.tp = l.tp, h.sequence_parallel = l.tp > 1;
       const std::string what = std::string(mp) + " zero" + std::to_string(l.zero) + " tp" + std::to_string(l.tp);
       const Runs got = run(h, l.ranks, data, [&](train::Trainer& t, int r) {
-        EXPECT_EQ(t.model().half_matmuls(), native && std::string(mp) == "half") << what;
+        EXPECT_EQ(t.model().half_matmuls(), std::string(mp) == "half") << what;
         testing_harness::expect_plan_is_ledger(h, l.ranks, r, t, what);
       });
       expect_track(got.steps[0], fp32.steps[0], kBf16, what);
     }
+  }
+  // fp16 stores its operands in fp16 too (multiplied in f32 after widening
+  // where oneDNN has no fp16 matmul): one rank and ZeRO-3.
+  for (const L& l : {L{0, 1, 1}, L{3, 1, 2}}) {
+    auto h = o;
+    h.precision = "fp16", h.matmul_precision = "half", h.zero = l.zero;
+    const std::string what = "fp16 zero" + std::to_string(l.zero);
+    const Runs got = run(h, l.ranks, data, [&](train::Trainer& t, int r) {
+      EXPECT_TRUE(t.model().half_matmuls()) << what;
+      testing_harness::expect_plan_is_ledger(h, l.ranks, r, t, what);
+    });
+    expect_track(got.steps[0], fp32.steps[0], kFp16, what);
   }
   // --fp32-residual: the residual stream in f32 (its own plan), DDP and TP 2 with sequence parallelism.
   o.matmul_precision = "half";

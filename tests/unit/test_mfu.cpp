@@ -29,10 +29,11 @@ TEST(Mfu, MatmulPathNamesWhatRuns) {
   EXPECT_EQ(t::matmul_path(braid::DType::bf16, true), "matmuls run in bf16 x bf16 -> f32 (oneDNN)");
   for (braid::DType d : {braid::DType::bf16, braid::DType::f16}) {
     const std::string n = braid::dtype_name(d);
-    EXPECT_EQ(t::matmul_path(d, false), "matmuls run in f32 on " + n + "-rounded operands (" +
-                                            (braid::kernels::half_matmul_supported(d)
-                                                 ? "--matmul-precision fp32"
-                                                 : "oneDNN has no " + n + " matmul on this CPU") +
-                                            ")");
+    EXPECT_EQ(t::matmul_path(d, false), "matmuls run in f32 on " + n + "-rounded operands (--matmul-precision fp32)");
+    EXPECT_EQ(t::matmul_path(d, true), braid::kernels::half_matmul_supported(d)
+                                           ? "matmuls run in " + n + " x " + n + " -> f32 (oneDNN)"
+                                           : "matmuls run in f32 on " + n +
+                                                 " operands widened exactly (oneDNN has no " + n +
+                                                 " matmul on this CPU)");
   }
 }

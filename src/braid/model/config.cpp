@@ -57,8 +57,7 @@ std::vector<PipelineChunk> PipelineStage::resolved(int64_t n_layer) const {
 }
 
 Precision Precision::of(DType compute, bool half_matmuls) {
-  const bool native = half_matmuls && compute != DType::f32 && kernels::half_matmul_supported(compute);
-  return {compute, native ? compute : DType::f32};
+  return {compute, half_matmuls ? compute : DType::f32};
 }
 
 }  // namespace braid::model

@@ -68,10 +68,12 @@ Recompute parse_recompute(const std::string& s);
 
 /// Mixed precision of the model's compute: `compute` is the run's dtype (bf16 /
 /// fp16 round every matmul operand to it); `operands` the dtype those operands
-/// are stored in and multiplied in: `compute` where oneDNN multiplies it on
-/// this CPU (kernels::half_matmul_supported), else f32 (rounded values
-/// multiplied in f32). The activations kept for backward (all but the
-/// LayerNorm statistics, the residual stream included) take operands' size.
+/// are stored in: `compute`, or f32 (rounded values, --matmul-precision fp32).
+/// Half operands are multiplied by oneDNN's half x half -> f32 matmul where the
+/// CPU has one (kernels::half_matmul_supported), else widened exactly and
+/// multiplied in f32 (kernels::gemm_typed). The activations kept for backward
+/// (all but the LayerNorm statistics, the residual stream included) take
+/// operands' size.
 struct Precision {
   DType compute = DType::f32;
   DType operands = DType::f32;
@@ -81,8 +83,8 @@ struct Precision {
   bool fp32_residual = false;
   /// The dtype the blocks keep the residual stream in.
   DType residual() const { return fp32_residual ? DType::f32 : operands; }
-  /// The precision a run of `compute` gets here: operands in `compute` where
-  /// oneDNN can and `half_matmuls` allows, else f32.
+  /// The precision a run of `compute` gets: operands in `compute` when
+  /// `half_matmuls` (--matmul-precision half), else f32.
   static Precision of(DType compute, bool half_matmuls = true);
 };
 

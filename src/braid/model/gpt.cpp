@@ -29,8 +29,6 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   round_res_ = !precision.fp32_residual;
   BRAID_CONFIG_CHECK(!half_ops_ || op_ == compute_dtype_, "GPT: matmul operands in ", dtype_name(op_),
                      " under ", dtype_name(compute_dtype_), " compute; use the compute dtype or f32");
-  BRAID_CONFIG_CHECK(!half_ops_ || k::half_matmul_supported(op_), "GPT: oneDNN has no ", dtype_name(op_),
-                     " matmul on this CPU; use model::Precision::of to choose the operands");
   // Half-precision matmuls take the weights from the storage's compute copy.
   BRAID_CONFIG_CHECK(!half_ops_ || (storage && storage->has_compute_params()), "GPT: ", dtype_name(op_),
                      " matmul operands need a parameter storage that keeps a ", dtype_name(op_), " copy");
@@ -63,6 +61,8 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   tokens_buf_ = Buffer(plan.tokens_bytes, MemCategory::activations, ledger);
   set_slot(0);
 }
+
+DType GPT::matmul_dtype() const { return half_ops_ && k::half_matmul_supported(op_) ? op_ : DType::f32; }
 
 void GPT::build_units() {
   if (has_unit0_) units_.push_back(0);

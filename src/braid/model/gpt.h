@@ -193,12 +193,18 @@ class GPT {
   /// (half_matmuls()) those tensors are stored in it (half the activation
   /// memory; the residual's f32 working copies are scratch, the stage output
   /// one f32 tensor), the weights are the storage's compute copy
-  /// (UnitStorage::compute_params) and oneDNN multiplies them; with f32
-  /// operands they are rounded in place in f32 buffers and multiplied in f32
-  /// (the same products, exact in f32; the sums may round differently).
+  /// (UnitStorage::compute_params) and oneDNN multiplies them (in f32 after
+  /// an exact widening where it has no matmul for the dtype: fp16 on CPUs
+  /// without AVX512-FP16); with f32 operands they are rounded in place in f32
+  /// buffers and multiplied in f32 (the same products, exact in f32; the sums
+  /// may round differently).
   DType compute_dtype() const { return compute_dtype_; }
-  /// True when the matmuls run on operands stored in the compute dtype.
+  /// True when the matmul operands and activations are stored in the compute
+  /// dtype (Precision::operands).
   bool half_matmuls() const { return half_ops_; }
+  /// The dtype the matmuls multiply in: the compute dtype when its operands
+  /// are stored in it and oneDNN has a matmul for it here, else f32.
+  DType matmul_dtype() const;
 
   int64_t max_B() const { return max_B_; }
   int64_t max_T() const { return max_T_; }

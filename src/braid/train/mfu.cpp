@@ -66,13 +66,13 @@ MatmulCeiling measure_mlp_ceiling(int64_t tokens, int64_t n_embd, int tp, DType 
   return measure_matmul_ceiling(std::min<int64_t>(tokens, 4096), n_embd, 4 * n_embd / tp, dtype);
 }
 
-std::string matmul_path(DType compute, bool native) {
+std::string matmul_path(DType compute, bool stored) {
   if (compute == DType::f32) return "matmuls run in f32";
   const std::string name = dtype_name(compute);
-  if (native) return "matmuls run in " + name + " x " + name + " -> f32 (oneDNN)";
-  const std::string why = kernels::half_matmul_supported(compute) ? "--matmul-precision fp32"
-                                                                  : "oneDNN has no " + name + " matmul on this CPU";
-  return "matmuls run in f32 on " + name + "-rounded operands (" + why + ")";
+  if (!stored) return "matmuls run in f32 on " + name + "-rounded operands (--matmul-precision fp32)";
+  if (kernels::half_matmul_supported(compute)) return "matmuls run in " + name + " x " + name + " -> f32 (oneDNN)";
+  return "matmuls run in f32 on " + name + " operands widened exactly (oneDNN has no " + name +
+         " matmul on this CPU)";
 }
 
 namespace {

@@ -37,11 +37,11 @@ MatmulCeiling measure_matmul_ceiling(int64_t M, int64_t K, int64_t N, DType dtyp
 MatmulCeiling measure_mlp_ceiling(int64_t tokens, int64_t n_embd, int tp, DType dtype = DType::f32);
 
 /// The dtype the run's matmuls execute in, for a run of compute dtype
-/// `compute`: `native` when they multiply operands stored in it
-/// (model::GPT::half_matmuls), else in f32 on operands rounded to it, with
-/// the reason: oneDNN has no matmul for the dtype on this CPU (fp16 with
-/// oneDNN 2.x without AVX512-FP16 kernels), or --matmul-precision fp32.
-std::string matmul_path(DType compute, bool native);
+/// `compute` whose operands are `stored` in it (model::GPT::half_matmuls):
+/// natively where oneDNN has that matmul here, else in f32 on the operands
+/// widened exactly (fp16 with oneDNN 2.x on CPUs without AVX512-FP16
+/// kernels); unstored, in f32 on operands rounded to it (--matmul-precision fp32).
+std::string matmul_path(DType compute, bool stored);
 
 /// FMA peak of the calling thread's OpenMP team in FLOP/s: every thread runs
 /// 16 independent chains of fused multiply-adds on the widest vectors the build

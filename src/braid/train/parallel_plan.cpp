@@ -367,7 +367,7 @@ std::string ParallelPlan::describe() const {
   s += compute == DType::f32 ? ", fp32" : compute == DType::bf16 ? ", bf16" : ", fp16";
   if (compute == DType::f32) return s;
   s += reduce == DType::f32 ? " (fp32 gradients" : " (half-precision gradients";
-  // Where the activations live (memory_plan): in the compute dtype where oneDNN multiplies it.
+  // Where the activations live (memory_plan): in the compute dtype unless --matmul-precision fp32.
   const model::Precision pr = precision();
   s += std::string(", activations stored in ") + (pr.operands == DType::f32 ? "f32" : dtype_name(pr.operands));
   if (pr.fp32_residual) s += ", residual stream in f32";

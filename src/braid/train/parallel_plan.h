@@ -71,7 +71,7 @@ struct ParallelPlan {
   PipelinePlan pp;
   DType compute = DType::f32;  // --precision: compute copies (master weights stay f32)
   DType reduce = DType::f32;   // --reduce-dtype: gradient accumulation and reduction
-  bool half_matmuls = true;    // --matmul-precision half: operands in `compute` where oneDNN can
+  bool half_matmuls = true;    // --matmul-precision half: matmul operands stored in `compute`
   bool fp32_residual = false;  // --fp32-residual: the residual stream stays f32
   /// The model's precision: compute, the dtype its matmul operands take here, the residual's.
   model::Precision precision() const {

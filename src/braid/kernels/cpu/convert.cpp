@@ -137,6 +137,25 @@ void cast_to_f32(float* dst, const void* src, DType src_type, size_t n) {
   BRAID_CHECK(false, "cast_to_f32: unknown dtype ", int(src_type));
 }
 
+void cast_rows_to_f32(float* dst, const void* src, DType src_type, size_t rows, size_t cols, size_t ld) {
+  BRAID_CHECK(ld >= cols, "cast_rows_to_f32: row stride ", ld, " below the ", cols, " columns");
+  if (ld == cols) return cast_to_f32(dst, src, src_type, rows * cols);
+  const auto* s = static_cast<const char*>(src);
+  const size_t esz = dtype_size(src_type);
+  const int64_t n = int64_t(rows);
+  const bool serial = run_serial(int64_t(rows * cols / kChunk));
+#pragma omp parallel for schedule(static) if (!serial)
+  for (int64_t r = 0; r < n; ++r) {
+    float* d = dst + size_t(r) * cols;
+    const void* row = s + size_t(r) * ld * esz;
+    switch (src_type) {
+      case DType::f32: std::memcpy(d, row, cols * sizeof(float)); break;
+      case DType::bf16: f32_from_bf16(d, static_cast<const uint16_t*>(row), cols); break;
+      case DType::f16: f32_from_f16(d, static_cast<const uint16_t*>(row), cols); break;
+    }
+  }
+}
+
 void round_to_dtype(float* x, DType t, size_t n) {
   switch (t) {
     case DType::f32:

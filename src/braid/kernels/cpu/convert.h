@@ -25,6 +25,12 @@ void cast_from_f32(void* dst, DType dst_type, const float* src, size_t n);
 /// dst and src must not overlap.
 void cast_to_f32(float* dst, const void* src, DType src_type, size_t n);
 
+/// dst (rows, cols, f32, contiguous) = the rows x cols block of src
+/// (src_type) whose rows start `ld` elements apart, widened exactly. ld >=
+/// cols; the rows are spread over the OpenMP team. dst and src must not
+/// overlap. Throws braid::Error when ld < cols.
+void cast_rows_to_f32(float* dst, const void* src, DType src_type, size_t rows, size_t cols, size_t ld);
+
 /// dst (n, dt) = src (n, st): a copy when the dtypes match, else a cast
 /// (round to nearest even into a half format).
 void copy_cast(void* dst, DType dt, const void* src, DType st, size_t n);

@@ -5,8 +5,10 @@
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
+#include <vector>
 
 #include "braid/core/error.h"
+#include "braid/kernels/cpu/convert.h"
 #include "braid/kernels/cpu/row_sum.h"
 
 namespace braid::kernels {
@@ -18,10 +20,11 @@ struct GemmKey {
   bool ta, tb, has_bias;
   DType ab;
   int64_t lda = 0;  // row stride of a plain A (batch 1) when it is not K; 0: contiguous
+  int64_t ldc = 0;  // row stride of C (batch 1) when it is not N; 0: contiguous
   bool operator==(const GemmKey& o) const {
     return M == o.M && N == o.N && K == o.K && batch == o.batch && alpha_bits == o.alpha_bits &&
            beta_bits == o.beta_bits && ta == o.ta && tb == o.tb && has_bias == o.has_bias && ab == o.ab &&
-           lda == o.lda;
+           lda == o.lda && ldc == o.ldc;
   }
 };
 
@@ -29,7 +32,7 @@ struct GemmKeyHash {
   size_t operator()(const GemmKey& k) const {
     uint64_t h = 1469598103934665603ull;
     auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-    mix(uint64_t(k.M)); mix(uint64_t(k.N)); mix(uint64_t(k.K)); mix(uint64_t(k.batch)); mix(uint64_t(k.lda));
+    mix(uint64_t(k.M)); mix(uint64_t(k.N)); mix(uint64_t(k.K)); mix(uint64_t(k.batch)); mix(uint64_t(k.lda)); mix(uint64_t(k.ldc));
     mix(k.alpha_bits); mix(k.beta_bits);
     mix(uint64_t(k.ta) | uint64_t(k.tb) << 1 | uint64_t(k.has_bias) << 2 | uint64_t(k.ab) << 3);
     return size_t(h);
@@ -48,6 +51,10 @@ struct GemmContext {
   dnnl::engine eng{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm{eng};
   std::unordered_map<GemmKey, GemmEntry, GemmKeyHash> cache;
+  // f32 tiles of half operands oneDNN cannot multiply here (widened_gemm).
+  std::vector<float> widen_a, widen_b;
+  // half_matmul_supported's answer per DType (-1: not asked yet).
+  int8_t supported[3] = {-1, -1, -1};
 };
 
 GemmContext& context() {
@@ -81,7 +88,8 @@ GemmEntry make_entry(GemmContext& ctx, const GemmKey& k, float alpha, float beta
   auto a_md = k.lda ? dnnl::memory::desc({1, k.M, k.K}, dnnl_type(k.ab), {k.M * k.lda, k.lda, 1})
                     : make_md(k.batch, k.M, k.K, k.ta, k.ab);
   auto b_md = make_md(k.batch, k.K, k.N, k.tb, k.ab);
-  auto c_md = make_md(k.batch, k.M, k.N, false);
+  auto c_md = k.ldc ? dnnl::memory::desc({1, k.M, k.N}, dnnl::memory::data_type::f32, {k.M * k.ldc, k.ldc, 1})
+                    : make_md(k.batch, k.M, k.N, false);
   dnnl::memory::desc bias_md;
   if (k.has_bias)
     bias_md = dnnl::memory::desc({1, 1, k.N}, dnnl::memory::data_type::f32, {k.N, k.N, 1});
@@ -137,6 +145,82 @@ void gemm_strided_a(int64_t M, int64_t N, int64_t K, int64_t lda, const float* A
            beta, A, B, C, nullptr);
 }
 
+// Floats of one operand's f32 tile in widened_gemm (16 MiB).
+constexpr int64_t kWidenFloats = int64_t(1) << 22;
+
+const void* elem(const void* p, int64_t i, DType t) {
+  return static_cast<const char*>(p) + size_t(i) * dtype_size(t);
+}
+
+// Tile sizes of widened_gemm: each side halved (the largest first) until an
+// (m x k) tile of A and an (n x k) tile of B each hold at most kWidenFloats.
+struct WidenTiles {
+  int64_t m, n, k;
+};
+WidenTiles widen_tiles(int64_t M, int64_t N, int64_t K) {
+  WidenTiles t{M, N, K};
+  auto half = [](int64_t& x) { x = (x + 1) / 2; };
+  while (t.m * t.k > kWidenFloats || t.n * t.k > kWidenFloats) {
+    if (t.k >= t.m && t.k >= t.n) half(t.k);
+    else if (t.m >= t.n) half(t.m);
+    else half(t.n);
+  }
+  return t;
+}
+
+// gemm_typed for a half type oneDNN has no matmul for here: the operands are
+// widened exactly to f32 and multiplied by the f32 primitive. A small batch is
+// widened whole (one batched product); otherwise each batch runs in tiles
+// (widen_tiles), each widened in its stored layout (widening into the
+// forward's layout instead, transposing, measured slower at GPT-2's shapes);
+// C's tile is written in place and K's tiles accumulate into it in order
+// (beta and bias on the first). Each element of C is the f32 product of the
+// rounded values; tiled along K, its sum is split at the tile edges.
+void widened_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void* A,
+                  const void* B, DType t, float beta, float* C, const float* bias, int64_t batch) {
+  GemmContext& ctx = context();
+  if (batch > 1) {
+    if (batch * M * K <= kWidenFloats && batch * K * N <= kWidenFloats) {
+      ctx.widen_a.resize(size_t(batch * M * K));
+      ctx.widen_b.resize(size_t(batch * K * N));
+      cast_to_f32(ctx.widen_a.data(), A, t, ctx.widen_a.size());
+      cast_to_f32(ctx.widen_b.data(), B, t, ctx.widen_b.size());
+      run_gemm({M, N, K, batch, bits(alpha), bits(beta), ta, tb, bias != nullptr, DType::f32}, alpha, beta,
+               ctx.widen_a.data(), ctx.widen_b.data(), C, bias);
+      return;
+    }
+    for (int64_t b = 0; b < batch; ++b)
+      widened_gemm(ta, tb, M, N, K, alpha, elem(A, b * M * K, t), elem(B, b * K * N, t), t, beta, C + b * M * N,
+                   bias, 1);
+    return;
+  }
+  const WidenTiles tile = widen_tiles(M, N, K);
+  ctx.widen_a.resize(size_t(tile.m * tile.k));
+  ctx.widen_b.resize(size_t(tile.n * tile.k));
+  int64_t a_at[2] = {-1, -1}, b_at[2] = {-1, -1};  // the (row, k) origin of the tile each buffer holds
+  for (int64_t m0 = 0; m0 < M; m0 += tile.m)
+    for (int64_t n0 = 0; n0 < N; n0 += tile.n)
+      for (int64_t k0 = 0; k0 < K; k0 += tile.k) {
+        const int64_t m = std::min(tile.m, M - m0), n = std::min(tile.n, N - n0), k = std::min(tile.k, K - k0);
+        if (a_at[0] != m0 || a_at[1] != k0) {  // op(A)[m0:, k0:], as stored
+          if (ta) cast_rows_to_f32(ctx.widen_a.data(), elem(A, k0 * M + m0, t), t, size_t(k), size_t(m), size_t(M));
+          else cast_rows_to_f32(ctx.widen_a.data(), elem(A, m0 * K + k0, t), t, size_t(m), size_t(k), size_t(K));
+          a_at[0] = m0, a_at[1] = k0;
+        }
+        if (b_at[0] != n0 || b_at[1] != k0) {  // op(B)[k0:, n0:], as stored
+          if (tb) cast_rows_to_f32(ctx.widen_b.data(), elem(B, n0 * K + k0, t), t, size_t(n), size_t(k), size_t(K));
+          else cast_rows_to_f32(ctx.widen_b.data(), elem(B, k0 * N + n0, t), t, size_t(k), size_t(n), size_t(N));
+          b_at[0] = n0, b_at[1] = k0;
+        }
+        const float b_k = k0 == 0 ? beta : 1.0f;
+        const bool with_bias = bias && k0 == 0;
+        GemmKey key{m, n, k, 1, bits(alpha), bits(b_k), ta, tb, with_bias, DType::f32};
+        key.ldc = n == N ? 0 : N;
+        run_gemm(key, alpha, b_k, ctx.widen_a.data(), ctx.widen_b.data(), C + m0 * N + n0,
+                 with_bias ? bias + n0 : nullptr);
+      }
+}
+
 }  // namespace
 
 void gemm_typed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -154,6 +238,10 @@ void gemm_typed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
     }
     return;
   }
+  if (ab_type != DType::f32 && !half_matmul_supported(ab_type)) {
+    widened_gemm(trans_a, trans_b, M, N, K, alpha, A, B, ab_type, beta, C, bias, batch);
+    return;
+  }
   run_gemm({M, N, K, batch, bits(alpha), bits(beta), trans_a, trans_b, bias != nullptr, ab_type}, alpha, beta, A,
            B, C, bias);
 }
@@ -165,14 +253,18 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
 bool half_matmul_supported(DType t) {
   if (t == DType::f32) return true;
-  try {
-    GemmContext& ctx = context();
-    const GemmKey key{16, 16, 16, 1, bits(1.0f), bits(0.0f), false, true, false, t};
-    make_entry(ctx, key, 1.0f, 0.0f);
-    return true;
-  } catch (const dnnl::error&) {
-    return false;
+  GemmContext& ctx = context();
+  int8_t& known = ctx.supported[size_t(t)];
+  if (known < 0) {
+    try {
+      const GemmKey key{16, 16, 16, 1, bits(1.0f), bits(0.0f), false, true, false, t};
+      make_entry(ctx, key, 1.0f, 0.0f);
+      known = 1;
+    } catch (const dnnl::error&) {
+      known = 0;
+    }
   }
+  return known == 1;
 }
 
 size_t gemm_cache_size() { return context().cache.size(); }

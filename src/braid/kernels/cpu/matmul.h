@@ -26,13 +26,16 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           const float* A, const float* B, float beta, float* C, const float* bias = nullptr,
           int64_t batch = 1);
 
-/// gemm with A and B in `ab_type` (f32 or bf16; products exact in f32) and C,
-/// bias in f32: C = alpha * op(A) @ op(B) + beta * C (+ bias), accumulated in
-/// f32 (oneDNN's bf16 x bf16 -> f32 matmul: AVX512-BF16 dot products, AMX
-/// tiles where the CPU has them). Shapes and flags as gemm. Throws
-/// braid::Error when oneDNN has no matmul for `ab_type` on this CPU (f16 with
-/// oneDNN 2.6 on CPUs without AVX512-FP16 kernels; see
-/// half_matmul_supported).
+/// gemm with A and B in `ab_type` (f32, bf16 or f16; products exact in f32)
+/// and C, bias in f32: C = alpha * op(A) @ op(B) + beta * C (+ bias),
+/// accumulated in f32 (oneDNN's bf16 x bf16 -> f32 matmul: AVX512-BF16 dot
+/// products, AMX tiles where the CPU has them). Where oneDNN has no matmul for
+/// `ab_type` on this CPU (half_matmul_supported: f16 with oneDNN 2.6 on CPUs
+/// without AVX512-FP16 kernels) the operands are widened exactly to f32, in
+/// tiles of at most 2^22 elements of each operand held by the calling thread
+/// (16 MiB each), and multiplied in f32: the same products, summed in f32 (over
+/// K in tiles when an operand's K side does not fit one). Shapes and flags as
+/// gemm. Throws braid::Error on a negative size or a oneDNN failure.
 void gemm_typed(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const void* A, const void* B, DType ab_type, float beta, float* C,
                 const float* bias = nullptr, int64_t batch = 1);
@@ -81,10 +84,9 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      float* scratch = nullptr);
 
 /// matmul_forward with inp and weight stored in `ab` (f32, bf16 or f16; shapes
-/// as matmul_forward): oneDNN multiplies the half-precision operands exactly and
-/// accumulates in f32 (gemm_typed); out and bias are f32. ab = f32 is
-/// matmul_forward itself. Throws braid::Error when oneDNN has no `ab` matmul
-/// here (half_matmul_supported).
+/// as matmul_forward): oneDNN multiplies the half-precision operands exactly
+/// (or widened to f32 where it has no `ab` matmul) and accumulates in f32
+/// (gemm_typed); out and bias are f32. ab = f32 is matmul_forward itself.
 void matmul_forward_typed(float* out, const void* inp, const void* weight, DType ab, const float* bias,
                           int64_t BT, int64_t C, int64_t OC);
 
