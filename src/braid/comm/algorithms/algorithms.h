@@ -29,12 +29,15 @@ struct RingOptions {
   // All-reduce of at most this many bytes on a power-of-two group uses recursive
   // doubling (log2 n rounds instead of 2(n-1): fewer round trips where latency
   // dominates). Thresholds measured on the 2-core dev machines (OpenMPI 4.1, vader/CMA):
-  // with 2 ranks a single whole-buffer exchange ties the ring at 1 MiB and loses to it
-  // from 2 MiB on (at 2-4 MiB by 20-30 %, docs/BENCHMARKS.md); with 4 ranks doubling
-  // wins up to ~64 KiB, Rabenseifner to ~1 MiB, the ring above. Environment overrides:
+  // with 2 ranks a single whole-buffer exchange beats the ring's two phases up to
+  // 8 MiB on a host whose memcpy runs at ~19 GB/s (0.80-0.82 of memcpy at 2-4 MiB
+  // against the ring's 0.45; 0.67 against 0.45 at 8 MiB; the ring wins from 16 MiB),
+  // while an earlier host at ~5.5 GB/s had it 20-30 % behind the ring at 2-4 MiB
+  // (docs/BENCHMARKS.md, part 8); with 4 ranks doubling wins up to ~64 KiB,
+  // Rabenseifner to ~1 MiB, the ring above. Environment overrides:
   // BRAID_COMM_ALLREDUCE_DOUBLING_MAX_BYTES[_2RANKS] (apply_env).
   size_t doubling_all_reduce_max_bytes = size_t{128} << 10;
-  size_t doubling_all_reduce_max_bytes_2ranks = size_t{1} << 20;
+  size_t doubling_all_reduce_max_bytes_2ranks = size_t{8} << 20;
   // Above that and up to this, power-of-two groups of more than 2 ranks use
   // Rabenseifner's algorithm (2 log2 n steps instead of the ring's 2(n-1)).
   size_t halving_all_reduce_max_bytes = size_t{1} << 20;
