@@ -85,7 +85,7 @@ double ceiling_probe(DType t = DType::f32) { return train::measure_matmul_ceilin
 
 // A half-precision run's matmul ceiling over f32's (the median of 3 alternated
 // pairs of probes); 1 where oneDNN has no matmul for `t` here, since braid then
-// multiplies in f32 (model::Precision::of).
+// multiplies in f32 (kernels::gemm_typed widens the operands).
 double half_ratio(DType t) {
   if (!kernels::half_matmul_supported(t)) return 1.0;
   std::vector<double> r;
