@@ -123,6 +123,16 @@ std::vector<double> naive(bool ta, bool tb, int64_t M, int64_t N, int64_t K, con
   return C;
 }
 
+// x rounded in place to t; returns its storage in t.
+std::vector<uint16_t> round_to_half(std::vector<float>& x, braid::DType t) {
+  std::vector<uint16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    braid::store_from_f32(h.data(), i, t, x[i]);
+    x[i] = braid::load_as_f32(h.data(), i, t);
+  }
+  return h;
+}
+
 void expect_close(const std::vector<float>& got, const std::vector<double>& ref, int64_t K, const char* what) {
   ASSERT_EQ(got.size(), ref.size());
   for (size_t i = 0; i < got.size(); ++i)
@@ -177,15 +187,7 @@ TEST(Gemm, HalfOperandsMatchF32OnTheSameValues) {
   for (braid::DType t : {braid::DType::bf16, braid::DType::f16}) {
     const int64_t M = 33, N = 40, K = 129;
     auto A = normal_values(size_t(M * K), 7, 21), B = normal_values(size_t(N * K), 7, 22);
-    std::vector<uint16_t> Ah(A.size()), Bh(B.size());
-    for (size_t i = 0; i < A.size(); ++i) {
-      braid::store_from_f32(Ah.data(), i, t, A[i]);
-      A[i] = braid::load_as_f32(Ah.data(), i, t);
-    }
-    for (size_t i = 0; i < B.size(); ++i) {
-      braid::store_from_f32(Bh.data(), i, t, B[i]);
-      B[i] = braid::load_as_f32(Bh.data(), i, t);
-    }
+    const auto Ah = round_to_half(A, t), Bh = round_to_half(B, t);
     std::vector<float> C(size_t(M * N), NAN), C32(C.size(), NAN);
     braid::kernels::gemm_typed(false, true, M, N, K, 1.f, Ah.data(), Bh.data(), t, 0.f, C.data());
     expect_close(C, naive(false, true, M, N, K, A, B), K, braid::dtype_name(t));
@@ -211,15 +213,7 @@ TEST(Gemm, HalfOperandsLargerThanOneTileMatchNaive) {
           const int64_t M = c.M, N = c.N, K = c.K, nb = c.batch;
           auto A = normal_values(size_t(nb * M * K), 7, 41), B = normal_values(size_t(nb * K * N), 7, 42);
           auto C = normal_values(size_t(nb * M * N), 7, 43), bias = normal_values(size_t(N), 7, 44);
-          auto half = [t](std::vector<float>& x) {  // x rounded to t, and its storage in t
-            std::vector<uint16_t> h(x.size());
-            for (size_t i = 0; i < x.size(); ++i) {
-              braid::store_from_f32(h.data(), i, t, x[i]);
-              x[i] = braid::load_as_f32(h.data(), i, t);
-            }
-            return h;
-          };
-          const auto Ah = half(A), Bh = half(B);
+          const auto Ah = round_to_half(A, t), Bh = round_to_half(B, t);
           const float alpha = 1.0f, beta = 0.5f;
           std::vector<double> ref(C.size());
           for (int64_t b = 0; b < nb; ++b) {
@@ -244,18 +238,10 @@ TEST(Gemm, HalfOperandsLargerThanOneTileMatchNaive) {
 TEST(Gemm, LinearLayerOnHalfOperandsMatchesNaive) {
   for (braid::DType t : {braid::DType::bf16, braid::DType::f16}) {
     const int64_t BT = 37, C = 48, OC = 70;
-    auto half = [t](std::vector<float>& x) {  // x rounded to t, and its storage in t
-      std::vector<uint16_t> h(x.size());
-      for (size_t i = 0; i < x.size(); ++i) {
-        braid::store_from_f32(h.data(), i, t, x[i]);
-        x[i] = braid::load_as_f32(h.data(), i, t);
-      }
-      return h;
-    };
     auto inp = normal_values(size_t(BT * C), 7, 31), w = normal_values(size_t(OC * C), 7, 32),
          dout = normal_values(size_t(BT * OC), 7, 33), bias = normal_values(size_t(OC), 7, 34),
          dw0 = normal_values(size_t(OC * C), 7, 35);
-    const auto inp_h = half(inp), w_h = half(w), dout_h = half(dout);
+    const auto inp_h = round_to_half(inp, t), w_h = round_to_half(w, t), dout_h = round_to_half(dout, t);
     std::vector<float> out(size_t(BT * OC), NAN);
     braid::kernels::matmul_forward_typed(out.data(), inp_h.data(), w_h.data(), t, bias.data(), BT, C, OC);
     auto ref = naive(false, true, BT, OC, C, inp, w);
