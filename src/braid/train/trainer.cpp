@@ -117,8 +117,9 @@ void Trainer::update(StepRecord& r) {
     sync_->after_update(sc);
     r.loss = sc.loss, r.grad_norm = sc.grad_norm, r.lr = sc.lr;
   }
-  // Same value on every rank, so every rank stops together.
-  BRAID_CONFIG_CHECK(std::isfinite(r.loss), "the loss became ", r.loss, " at step ", r.step,
+  // Same value on every rank, so every rank stops together. Steps are
+  // numbered from 1 here, as the progress lines print them.
+  BRAID_CONFIG_CHECK(std::isfinite(r.loss), "the loss became ", r.loss, " at step ", r.step + 1,
                      "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
 }
 
