@@ -1,7 +1,6 @@
 #include "braid/model/config.h"
 
 #include "braid/core/error.h"
-#include "braid/kernels/cpu/matmul.h"
 
 namespace braid::model {
 

@@ -119,41 +119,37 @@ void cast_from_f32(void* dst, DType dst_type, const float* src, size_t n) {
   BRAID_CHECK(false, "cast_from_f32: unknown dtype ", int(dst_type));
 }
 
-void cast_to_f32(float* dst, const void* src, DType src_type, size_t n) {
-  const auto* s16 = static_cast<const uint16_t*>(src);
-  switch (src_type) {
-    case DType::f32:
-      for_chunks(n, [&](size_t b, size_t e) {
-        std::memcpy(dst + b, static_cast<const float*>(src) + b, (e - b) * sizeof(float));
-      });
-      return;
-    case DType::bf16:
-      for_chunks(n, [&](size_t b, size_t e) { f32_from_bf16(dst + b, s16 + b, e - b); });
-      return;
-    case DType::f16:
-      for_chunks(n, [&](size_t b, size_t e) { f32_from_f16(dst + b, s16 + b, e - b); });
-      return;
+namespace {
+// dst (m, f32) = src (m, t) widened by one serial run of the loops above.
+void widen_run(float* dst, const void* src, DType t, size_t m) {
+  switch (t) {
+    case DType::f32: std::memcpy(dst, src, m * sizeof(float)); return;
+    case DType::bf16: f32_from_bf16(dst, static_cast<const uint16_t*>(src), m); return;
+    case DType::f16: f32_from_f16(dst, static_cast<const uint16_t*>(src), m); return;
   }
-  BRAID_CHECK(false, "cast_to_f32: unknown dtype ", int(src_type));
+}
+
+bool known(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
+}  // namespace
+
+void cast_to_f32(float* dst, const void* src, DType src_type, size_t n) {
+  BRAID_CHECK(known(src_type), "cast_to_f32: unknown dtype ", int(src_type));
+  const size_t esz = dtype_size(src_type);
+  for_chunks(n, [&](size_t b, size_t e) {
+    widen_run(dst + b, static_cast<const char*>(src) + b * esz, src_type, e - b);
+  });
 }
 
 void cast_rows_to_f32(float* dst, const void* src, DType src_type, size_t rows, size_t cols, size_t ld) {
   BRAID_CHECK(ld >= cols, "cast_rows_to_f32: row stride ", ld, " below the ", cols, " columns");
   if (ld == cols) return cast_to_f32(dst, src, src_type, rows * cols);
+  BRAID_CHECK(known(src_type), "cast_rows_to_f32: unknown dtype ", int(src_type));
   const auto* s = static_cast<const char*>(src);
   const size_t esz = dtype_size(src_type);
   const int64_t n = int64_t(rows);
   const bool serial = run_serial(int64_t(rows * cols / kChunk));
 #pragma omp parallel for schedule(static) if (!serial)
-  for (int64_t r = 0; r < n; ++r) {
-    float* d = dst + size_t(r) * cols;
-    const void* row = s + size_t(r) * ld * esz;
-    switch (src_type) {
-      case DType::f32: std::memcpy(d, row, cols * sizeof(float)); break;
-      case DType::bf16: f32_from_bf16(d, static_cast<const uint16_t*>(row), cols); break;
-      case DType::f16: f32_from_f16(d, static_cast<const uint16_t*>(row), cols); break;
-    }
-  }
+  for (int64_t r = 0; r < n; ++r) widen_run(dst + size_t(r) * cols, s + size_t(r) * ld * esz, src_type, cols);
 }
 
 void round_to_dtype(float* x, DType t, size_t n) {
