@@ -9,6 +9,11 @@
 // median over iterations of the slowest rank; algbw = S / t; busbw = algbw * factor with
 // factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all,
 // and 1 for broadcast.
+//
+// Columns: "ours" runs our algorithms on private buffers (point-to-point messages);
+// "zero-copy" runs them on buffers from Communicator::alloc_shared, where ranks on one
+// node read each other's blocks directly (broadcast has no zero-copy path and is
+// skipped there); "native" is the transport's own collective on private buffers.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -43,6 +48,7 @@ struct BenchCommArgs {
   int warmup = 5;
   std::string ops = "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast";
   std::string algos = "ring,native";
+  bool zero_copy = true;
   std::string dtype = "f32";
   std::string json;
   int local_ranks = 0;
@@ -65,6 +71,13 @@ std::vector<std::string> split_list(const std::string& s) {
     if (!item.empty()) out.push_back(item);
   return out;
 }
+
+/// One column: an algorithm on private or shared buffers.
+struct Variant {
+  const char* key;  // JSON key and header
+  Algorithm algo;
+  bool shared;
+};
 
 struct Timing {
   double median_s = 0;
@@ -100,6 +113,7 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
   std::vector<Algorithm> algos;
   for (const auto& s : split_list(a.algos)) algos.push_back(comm::parse_algorithm(s));
   BRAID_CONFIG_CHECK(!algos.empty(), "--algos is empty; use ring, native or ring,native");
+  const bool has_native = std::find(algos.begin(), algos.end(), Algorithm::native) != algos.end();
   BRAID_CONFIG_CHECK(a.min_bytes >= 1 && a.min_bytes <= a.max_bytes, "--min-bytes ", a.min_bytes,
                      " must be in [1, --max-bytes=", a.max_bytes, "]");
   BRAID_CONFIG_CHECK(a.factor >= 2, "--factor ", a.factor, " must be >= 2");
@@ -110,6 +124,19 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
   const size_t max_elems = a.max_bytes / esz + static_cast<size_t>(n);
   Buffer sbuf(max_elems * esz, MemCategory::comm), rbuf(max_elems * esz, MemCategory::comm);
   for (size_t i = 0; i < max_elems; ++i) store_from_f32(sbuf.data(), i, dt, 1.f);
+  std::vector<Variant> variants;
+  for (Algorithm al : algos) {
+    if (al == Algorithm::ring) variants.push_back({"ours", al, false});
+    if (al == Algorithm::ring && a.zero_copy) variants.push_back({"zero_copy", al, true});
+    if (al == Algorithm::native) variants.push_back({"native", al, false});
+  }
+  comm::SharedBuffer ssh, rsh;
+  if (a.zero_copy) {
+    ssh = c.alloc_shared(max_elems * esz);
+    rsh = c.alloc_shared(max_elems * esz);
+    for (size_t i = 0; i < max_elems; ++i) store_from_f32(ssh.data(), i, dt, 1.f);
+    std::memset(rsh.data(), 0, max_elems * esz);
+  }
 
   const double copy_gbps = memcpy_ceiling(c, sbuf.data(), rbuf.data(), a.max_bytes, a.iters);
   if (r == 0) {
@@ -118,12 +145,13 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
                 n, c.backend().c_str(), dtype_name(dt), a.iters, a.warmup);
     std::printf("# memcpy ceiling: %.3f GB/s per rank (%zu bytes, all ranks copying at once)\n", copy_gbps,
                 a.max_bytes);
+    if (a.zero_copy)
+      std::printf("# zero-copy: buffers from alloc_shared, %s\n",
+                  ssh.zero_copy() ? "mapped by every rank" : "private (the ranks share no memory)");
     std::printf("%-15s %12s %11s", "collective", "bytes", "count");
-    for (Algorithm al : algos) {
-      const char* nm = al == Algorithm::ring ? "ours" : "native";
-      std::printf(" | %6s us %8s %8s", nm, "algbw", "busbw");
-    }
-    if (algos.size() == 2) std::printf(" | ours/native");
+    for (const Variant& v : variants) std::printf(" | %9s us %8s %8s", v.key, "algbw", "busbw");
+    for (const Variant& v : variants)
+      if (v.algo == Algorithm::ring && has_native) std::printf(" | %s/native", v.key);
     std::printf("\n");
     std::fflush(stdout);
   }
@@ -140,9 +168,10 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
         count = std::max<size_t>(1, bytes / (esz * n));
       const size_t size_bytes = (op == "all_reduce" || op == "broadcast") ? count * esz : count * esz * n;
 
-      auto run_once = [&](Algorithm al) {
-        void* s = sbuf.data();
-        void* d = rbuf.data();
+      auto run_once = [&](const Variant& v) {
+        const Algorithm al = v.algo;
+        void* s = v.shared ? ssh.data() : sbuf.data();
+        void* d = v.shared ? rsh.data() : rbuf.data();
         if (op == "all_reduce") c.all_reduce(s, d, count, dt, comm::ReduceOp::sum, al);
         else if (op == "all_gather") c.all_gather(s, d, count, dt, al);
         else if (op == "reduce_scatter") c.reduce_scatter(s, d, count, dt, comm::ReduceOp::sum, al);
@@ -151,13 +180,17 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
       };
 
       std::vector<Timing> res;
-      for (Algorithm al : algos) {
-        for (int i = 0; i < a.warmup; ++i) run_once(al);
+      for (const Variant& v : variants) {
+        if (v.shared && op == "broadcast") {
+          res.push_back({});
+          continue;
+        }
+        for (int i = 0; i < a.warmup; ++i) run_once(v);
         std::vector<float> t(static_cast<size_t>(a.iters));
         for (int i = 0; i < a.iters; ++i) {
           c.barrier();
           auto t0 = std::chrono::steady_clock::now();
-          run_once(al);
+          run_once(v);
           auto t1 = std::chrono::steady_clock::now();
           t[i] = std::chrono::duration<float>(t1 - t0).count();
         }
@@ -175,15 +208,20 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
         nlohmann::json row = {{"collective", op}, {"bytes", size_bytes}, {"count", count},
                               {"dtype", dtype_name(dt)}, {"ranks", n}, {"backend", c.backend()},
                               {"memcpy_GBps", copy_gbps}};
-        for (size_t k = 0; k < algos.size(); ++k) {
-          std::printf(" | %9.1f %8.3f %8.3f", res[k].median_s * 1e6, res[k].algbw, res[k].busbw);
-          row[algos[k] == Algorithm::ring ? "ours" : "native"] = {
-              {"time_us", res[k].median_s * 1e6}, {"algbw_GBps", res[k].algbw}, {"busbw_GBps", res[k].busbw}};
+        for (size_t k = 0; k < variants.size(); ++k) {
+          std::printf(" | %12.1f %8.3f %8.3f", res[k].median_s * 1e6, res[k].algbw, res[k].busbw);
+          if (res[k].median_s > 0)
+            row[variants[k].key] = {{"time_us", res[k].median_s * 1e6}, {"algbw_GBps", res[k].algbw},
+                                    {"busbw_GBps", res[k].busbw}};
         }
-        if (algos.size() == 2) {
-          const double ratio = res[0].busbw / res[1].busbw;
-          std::printf(" | %10.2fx", algos[0] == Algorithm::ring ? ratio : 1.0 / ratio);
-          row["ours_over_native"] = algos[0] == Algorithm::ring ? ratio : 1.0 / ratio;
+        const Timing* native = nullptr;
+        for (size_t k = 0; k < variants.size(); ++k)
+          if (variants[k].algo == Algorithm::native) native = &res[k];
+        for (size_t k = 0; k < variants.size() && native; ++k) {
+          if (variants[k].algo != Algorithm::ring) continue;
+          const double ratio = res[k].median_s > 0 ? res[k].busbw / native->busbw : 0.0;
+          std::printf(" | %10.2fx", ratio);
+          if (ratio > 0) row[std::string(variants[k].key) + "_over_native"] = ratio;
         }
         std::printf("\n");
         std::fflush(stdout);
@@ -217,6 +255,9 @@ void add_bench_comm(CLI::App& app) {
   c->add_option("--ops", a->ops, "Comma-separated collectives")->capture_default_str();
   c->add_option("--algos", a->algos, "Comma-separated: ring (ours), native (MPI)")->capture_default_str();
   c->add_option("--dtype", a->dtype, "f32, bf16 or f16")->capture_default_str();
+  c->add_option("--zero-copy", a->zero_copy,
+                "Also time ours on shared buffers (alloc_shared), where ranks read each other's blocks")
+      ->capture_default_str();
   c->add_option("--json", a->json, "Write the rows to this JSON file");
   c->add_option("--local", a->local_ranks, "Run N ranks as threads (local backend) instead of MPI");
   c->add_option("--inject-failure-rank", a->inject_failure_rank,

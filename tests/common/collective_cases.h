@@ -12,6 +12,8 @@
 
 #include "braid/comm/comm_base.h"
 #include "braid/comm/communicator.h"
+#include "braid/comm/shared_memory.h"
+#include "braid/core/error.h"
 #include "braid/core/dtype.h"
 
 namespace braid::test_cases {
@@ -506,6 +508,129 @@ inline void bytes_suite(Communicator& c) {
   EXPECT_EQ(c.bytes_sent() - s0, want);
   EXPECT_EQ(c.bytes_received() - r0, want);
   for (float x : v) ASSERT_EQ(x, static_cast<float>(n));
+}
+
+// ---- shared (zero-copy) buffers ----
+
+/// Elements of `dt` at element offset `off` of a shared buffer.
+struct SharedView {
+  comm::SharedBuffer& sb;
+  DType dt;
+  size_t off;
+  std::byte* at(size_t i) const { return sb.as<std::byte>() + (off + i) * dtype_size(dt); }
+  void set(size_t i, float v) const { store_from_f32(at(0), i, dt, v); }
+  /// A copy of n elements, for expect_elems.
+  Buf copy(size_t n) const {
+    Buf b(dt, n);
+    if (n) std::memcpy(b.data(), at(0), n * dtype_size(dt));
+    return b;
+  }
+};
+
+/// Every zero-copy collective on one (count, dtype, op): in place and out of place,
+/// the input in the same shared buffer, another one or private memory, at element
+/// offsets that differ from 0 and from each other; bitwise against the closed form.
+inline void shared_case(Communicator& c, comm::SharedBuffer& A, comm::SharedBuffer& B, size_t count,
+                        DType dt, ReduceOp op) {
+  const int n = c.size(), r = c.rank();
+  const size_t N = count * n;
+  const std::string tag = std::string(" on shared buffers, count ") + std::to_string(count) + " " +
+                          dtype_name(dt) + " " + comm::reduce_op_name(op) + " rank " + std::to_string(r) +
+                          "/" + std::to_string(n);
+  std::vector<float> want(count);
+  for (size_t i = 0; i < count; ++i) want[i] = expected_reduce(1, n, i, op, dt);
+  const SharedView a{A, dt, 3}, b{B, dt, 5}, a2{A, dt, 3 + count + 1};
+  // all-reduce in place.
+  for (size_t i = 0; i < count; ++i) a.set(i, value(1, r, i));
+  c.all_reduce(a.at(0), a.at(0), count, dt, op);
+  expect_elems(a.copy(count), want, 0, "all_reduce in place" + tag);
+  // Out of place: input in another shared buffer (read where it lies), then in the same
+  // one, then private (copied in first). The input stays as it was.
+  for (const SharedView* in : {&b, &a2}) {
+    for (size_t i = 0; i < count; ++i) in->set(i, value(1, r, i));
+    const Buf before = in->copy(count);
+    c.all_reduce(in->at(0), a.at(0), count, dt, op);
+    expect_elems(a.copy(count), want, 0, "all_reduce out of place" + tag);
+    EXPECT_TRUE(before.b == in->copy(count).b) << "all_reduce modified its input" << tag;
+  }
+  Buf priv(dt, count);
+  for (size_t i = 0; i < count; ++i) priv.set(i, value(1, r, i));
+  c.all_reduce(priv.data(), a.at(0), count, dt, op);
+  expect_elems(a.copy(count), want, 0, "all_reduce from private input" + tag);
+
+  // all-gather into shared memory, in place and from a private block.
+  std::vector<float> gathered(N);
+  for (int q = 0; q < n; ++q)
+    for (size_t i = 0; i < count; ++i) gathered[q * count + i] = value(2, q, i);
+  for (bool inplace : {true, false}) {
+    for (size_t i = 0; i < N; ++i) a.set(i, 99.f);
+    Buf mine(dt, count);
+    for (size_t i = 0; i < count; ++i) (inplace ? a.set(r * count + i, value(2, r, i)) : mine.set(i, value(2, r, i)));
+    c.all_gather(inplace ? static_cast<void*>(a.at(r * count)) : mine.data(), a.at(0), count, dt);
+    expect_elems(a.copy(N), gathered, 0, std::string("all_gather") + (inplace ? " in place" : "") + tag);
+  }
+
+  // reduce-scatter and all-to-all from shared memory.
+  std::vector<float> block(count), swapped(N);
+  for (size_t i = 0; i < count; ++i) block[i] = expected_reduce(3, n, r * count + i, op, dt);
+  for (int q = 0; q < n; ++q)
+    for (size_t i = 0; i < count; ++i) swapped[q * count + i] = value(4, q, r * count + i);
+  for (bool inplace : {false, true}) {
+    for (size_t i = 0; i < N; ++i) a.set(i, value(3, r, i));
+    const Buf before = a.copy(N);
+    Buf out(dt, count);
+    c.reduce_scatter(a.at(0), inplace ? static_cast<void*>(a.at(r * count)) : out.data(), count, dt, op);
+    const Buf after = a.copy(N);
+    expect_elems(inplace ? after : out, block, inplace ? r * count : 0,
+                 std::string("reduce_scatter") + (inplace ? " in place" : "") + tag);
+    for (int q = 0; q < n; ++q)
+      if (q != r || !inplace)
+        EXPECT_EQ(0, std::memcmp(after.b.data() + q * count * dtype_size(dt), before.b.data() + q * count * dtype_size(dt),
+                                 count * dtype_size(dt)))
+            << "reduce_scatter modified block " << q << " of its input" << tag;
+  }
+  for (size_t i = 0; i < N; ++i) a.set(i, value(4, r, i));
+  Buf out(dt, N);
+  c.all_to_all(a.at(0), out.data(), count, dt);
+  expect_elems(out, swapped, 0, "all_to_all" + tag);
+}
+
+/// Collectives on memory from alloc_shared: zero-copy on both backends (the ranks of
+/// a test share a node), every dtype and op, counts from 0 to several all-reduce
+/// chunks per segment.
+inline void shared_buffer_suite(Communicator& c) {
+  const int n = c.size();
+  const size_t big = comm::zero_copy::kChunkBytes / 4 * (n + 1) + 3;  // 2 all-reduce chunks per segment in f32
+  const size_t bytes = (big * n * 2 + 64) * 4;
+  comm::SharedBuffer A = c.alloc_shared(bytes), B = c.alloc_shared(bytes);
+  ASSERT_TRUE(A.zero_copy()) << "the ranks of a test share memory";
+  ASSERT_EQ(A.bytes(), bytes);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(A.data()) % 4096, 0u);
+  for (DType dt : kDtypes)
+    for (ReduceOp op : kOps)
+      for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1021}, static_cast<size_t>(5 * n + 1)})
+        shared_case(c, A, B, count, dt, op);
+  shared_case(c, A, B, big, DType::f32, ReduceOp::sum);
+  shared_case(c, A, B, big / 2, DType::bf16, ReduceOp::avg);
+  // Traffic: an all-reduce moves 2 (n-1)/n of the buffer each way, as the ring does.
+  const uint64_t s0 = c.bytes_sent();
+  c.all_reduce(A.data(), A.data(), 1000 * n, DType::f32, ReduceOp::sum);
+  EXPECT_EQ(c.bytes_sent() - s0, 2 * static_cast<uint64_t>(n - 1) * 1000 * 4);
+}
+
+/// Ranks that pass different offsets into a shared buffer all fail naming both calls.
+inline void shared_mismatch_suite(Communicator& c) {
+  if (c.size() < 2) return;
+  comm::SharedBuffer A = c.alloc_shared(4096);
+  float* x = A.as<float>() + (c.rank() == 0 ? 0 : 16);
+  try {
+    c.all_reduce(x, x, 8, DType::f32, ReduceOp::sum);
+    ADD_FAILURE() << "rank " << c.rank() << ": a mismatched zero-copy all_reduce did not fail";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("zero-copy collective mismatch"), std::string::npos) << m;
+    EXPECT_NE(m.find(c.rank() == 0 ? "at byte offset 0" : "at byte offset 64"), std::string::npos) << m;
+  }
 }
 
 }  // namespace braid::test_cases

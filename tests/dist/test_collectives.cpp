@@ -27,6 +27,8 @@ TEST_P(CollectiveLocal, PointToPoint) { run(tc::p2p_suite); }
 TEST_P(CollectiveLocal, Async) { run(tc::async_suite); }
 TEST_P(CollectiveLocal, Split) { run(tc::split_suite); }
 TEST_P(CollectiveLocal, BytesAccounting) { run(tc::bytes_suite); }
+TEST_P(CollectiveLocal, SharedBuffers) { run(tc::shared_buffer_suite); }
+TEST_P(CollectiveLocal, SharedBufferMismatch) { run(tc::shared_mismatch_suite); }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectiveLocal, ::testing::Range(1, 9),
                          [](const ::testing::TestParamInfo<int>& i) {

@@ -126,6 +126,34 @@ TEST(Watchdog, AsyncCollectiveTimesOut) {
   EXPECT_TRUE(has(msg, "Never reached it: rank 1")) << msg;
 }
 
+// Zero-copy collectives wait on shared memory, not on the transport: the deadline
+// still ends the wait and names the rank that never came; the others were in it.
+TEST(Watchdog, ZeroCopyRankThatNeverArrivesIsNamed) {
+  const int late = 1;
+  auto [msg, secs] = failing_run(3, [&](Communicator& c) {
+    comm::SharedBuffer b = c.alloc_shared(4096 * 4);
+    c.all_reduce(b.data(), b.data(), 4096, DType::f32, comm::ReduceOp::sum);  // #1, everyone
+    if (c.rank() == late) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    c.all_reduce(b.data(), b.data(), 4096, DType::f32, comm::ReduceOp::sum);  // #2
+  }, short_timeout(1.0));
+  EXPECT_TRUE(has(msg, "comm timeout: all_reduce #2 (4096 x f32, sum)")) << msg;
+  EXPECT_TRUE(has(msg, "Never reached it: rank 1")) << msg;
+  EXPECT_TRUE(has(msg, "Waited in it: rank 0")) << msg;
+  EXPECT_LT(secs, 2.5 + 1.0) << "reported after the late rank woke up, not at the deadline";
+}
+
+// A rank that fails outside communication ends its peers' zero-copy wait at once
+// (the job's abort), long before the deadline.
+TEST(Watchdog, ZeroCopyWaitEndsWhenAPeerFails) {
+  auto [msg, secs] = failing_run(3, [&](Communicator& c) {
+    comm::SharedBuffer b = c.alloc_shared(4096);
+    if (c.rank() == 2) throw Error("rank 2 gave up");
+    c.all_gather(b.as<float>() + c.rank() * 8, b.data(), 8, DType::f32);
+  }, short_timeout(60.0));
+  EXPECT_TRUE(has(msg, "rank 2 gave up")) << msg;
+  EXPECT_LT(secs, 10.0) << "the peers waited for the deadline";
+}
+
 // A label set by the caller (a gradient engine's bucket) names the operation in the
 // report, and only the next collective carries it.
 TEST(Watchdog, TimeoutReportCarriesTheCallersLabel) {

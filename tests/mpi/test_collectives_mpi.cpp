@@ -27,6 +27,8 @@ TEST(CollectiveMpi, PointToPoint) { tc::p2p_suite(world()); }
 TEST(CollectiveMpi, Async) { tc::async_suite(world()); }
 TEST(CollectiveMpi, Split) { tc::split_suite(world()); }
 TEST(CollectiveMpi, BytesAccounting) { tc::bytes_suite(world()); }
+TEST(CollectiveMpi, SharedBuffers) { tc::shared_buffer_suite(world()); }
+TEST(CollectiveMpi, SharedBufferMismatch) { tc::shared_mismatch_suite(world()); }
 TEST(CollectiveMpi, DroppedReceiveIsWithdrawn) { tc::dropped_receive_is_withdrawn(world()); }
 // main.cpp turns the desync check on for the whole suite.
 TEST(CollectiveMpi, MismatchedCollectivesFailNamingBothCalls) { tc::mismatch_suite(world()); }

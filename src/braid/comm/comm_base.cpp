@@ -468,8 +468,108 @@ WorkPtr CommBase::irecv(void* buf, size_t bytes, int peer, int tag) {
 
 // ---- dispatch ----
 
+// ---- zero-copy shared buffers ----
+
+SharedBuffer CommBase::alloc_shared(size_t bytes) {
+  OpRecord rec;
+  rec.op = "alloc_shared";
+  rec.count = bytes;
+  rec.dtype = "u8";
+  auto a = std::make_unique<SharedAllocation>(rank(), size(), bytes);
+  run_collective(rec, [&] {
+    // Every rank must ask for the same size: the blocks are laid out alike.
+    std::vector<uint64_t> all(static_cast<size_t>(size()));
+    const uint64_t mine = bytes;
+    algo::all_gather(*this, ring_opts_, &mine, all.data(), 2, DType::f32);
+    for (int q = 0; q < size(); ++q)
+      BRAID_CHECK(all[static_cast<size_t>(q)] == bytes, "alloc_shared: rank ", rank(), " asked for ", bytes,
+                  " bytes, rank ", q, " for ", all[static_cast<size_t>(q)], "; every rank must pass the same size");
+    if (bytes == 0) return;
+    const size_t block = kSharedHeaderBytes + (bytes + 4095) / 4096 * 4096;
+    a->map = map_shared(block);
+    if (!a->map) {
+      a->priv = Buffer(bytes, MemCategory::comm);
+      return;
+    }
+    new (&a->control(rank())) SharedControl();
+    algo::dissemination_barrier(*this);  // no rank reads control lines not yet made
+    a->check_peers = [this] { check_peers(); };
+    a->on_free = [this](SharedAllocation* p) {
+      std::lock_guard<std::mutex> g(shared_mu_);
+      shared_.erase(std::remove(shared_.begin(), shared_.end(), p), shared_.end());
+    };
+    std::lock_guard<std::mutex> g(shared_mu_);
+    shared_.push_back(a.get());
+  });
+  return SharedBuffer(std::move(a));
+}
+
+std::unique_ptr<SharedMapping> CommBase::map_shared(size_t) { return nullptr; }
+
+namespace {
+// Every rank's block, each kept alive by every rank's mapping: a rank that leaves a
+// collective first may free its buffer while a peer still reads its control lines.
+class InProcessMapping final : public SharedMapping {
+ public:
+  std::vector<std::shared_ptr<Buffer>> keep;
+};
+
+std::byte* page_aligned(void* p) {
+  constexpr uintptr_t kPage = 4096;
+  return reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(p) + kPage - 1) / kPage * kPage);
+}
+}  // namespace
+
+std::unique_ptr<SharedMapping> CommBase::map_in_process(size_t block_bytes) {
+  auto mem = std::make_shared<Buffer>(block_bytes + 4096, MemCategory::comm);
+  const std::shared_ptr<Buffer>* mine = &mem;
+  std::vector<const std::shared_ptr<Buffer>*> all(static_cast<size_t>(size()));
+  static_assert(sizeof(mine) == 8);
+  algo::all_gather(*this, ring_opts_, &mine, all.data(), 2, DType::f32);
+  auto m = std::make_unique<InProcessMapping>();
+  for (const auto* p : all) {
+    m->keep.push_back(*p);
+    m->block.push_back(page_aligned(m->keep.back()->data()));
+  }
+  algo::dissemination_barrier(*this);  // `mem` outlives every peer's copy of it
+  return m;
+}
+
+SharedAllocation* CommBase::find_shared(const void* p, size_t bytes, Algorithm algo, size_t& off) const {
+  if (algo != Algorithm::ring || bytes == 0) return nullptr;
+  const auto* b = static_cast<const std::byte*>(p);
+  std::lock_guard<std::mutex> g(shared_mu_);
+  for (SharedAllocation* a : shared_) {
+    const std::byte* lo = a->data(a->rank);
+    if (b >= lo && b + bytes <= lo + a->bytes) {
+      off = static_cast<size_t>(b - lo);
+      return a;
+    }
+  }
+  return nullptr;
+}
+
+void CommBase::count_zero_copy(size_t bytes_each_way) {
+  count_sent(bytes_each_way);
+  count_received(bytes_each_way);
+}
+
 void CommBase::do_all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                              Algorithm algo) {
+  const size_t bytes = count * dtype_size(dtype);
+  size_t off = 0;
+  if (SharedAllocation* a = find_shared(recv, bytes, algo, off)) {
+    // Out of place, the peers read the input where it lies when it is shared too.
+    size_t in_off = off;
+    const SharedAllocation* in = send == recv ? a : find_shared(send, bytes, algo, in_off);
+    if (!in) {
+      std::memcpy(recv, send, bytes);
+      in = a;
+      in_off = off;
+    }
+    zero_copy::all_reduce(*a, off, *in, in_off, count, dtype, op);
+    return count_zero_copy(2 * bytes / static_cast<size_t>(size()) * static_cast<size_t>(size() - 1));
+  }
   if (algo == Algorithm::native)
     native_all_reduce(send, recv, count, dtype, op);
   else
@@ -478,6 +578,14 @@ void CommBase::do_all_reduce(const void* send, void* recv, size_t count, DType d
 
 void CommBase::do_all_gather(const void* send, void* recv, size_t count, DType dtype,
                              Algorithm algo) {
+  const size_t blk = count * dtype_size(dtype);
+  size_t off = 0;
+  if (SharedAllocation* a = find_shared(recv, blk * static_cast<size_t>(size()), algo, off)) {
+    std::byte* own = static_cast<std::byte*>(recv) + static_cast<size_t>(rank()) * blk;
+    if (send != own) std::memcpy(own, send, blk);
+    zero_copy::all_gather(*a, off, count, dtype);
+    return count_zero_copy(blk * static_cast<size_t>(size() - 1));
+  }
   if (algo == Algorithm::native)
     native_all_gather(send, recv, count, dtype);
   else
@@ -486,6 +594,12 @@ void CommBase::do_all_gather(const void* send, void* recv, size_t count, DType d
 
 void CommBase::do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
                                  ReduceOp op, Algorithm algo) {
+  const size_t blk = count * dtype_size(dtype);
+  size_t off = 0;
+  if (SharedAllocation* a = find_shared(send, blk * static_cast<size_t>(size()), algo, off)) {
+    zero_copy::reduce_scatter(*a, off, recv, count, dtype, op);
+    return count_zero_copy(blk * static_cast<size_t>(size() - 1));
+  }
   if (algo == Algorithm::native)
     native_reduce_scatter(send, recv, count, dtype, op);
   else
@@ -520,12 +634,26 @@ void CommBase::reduce_scatter(const void* send, void* recv, size_t count, DType 
 
 void CommBase::all_to_all(const void* send, void* recv, size_t count, DType dtype,
                           Algorithm algo) {
-  run_collective(describe_collective("all_to_all", count, dtype), [&] {
-    if (algo == Algorithm::native)
-      native_all_to_all(send, recv, count, dtype);
-    else
-      algo::all_to_all(*this, ring_opts_, send, recv, count, dtype);
-  });
+  run_collective(describe_collective("all_to_all", count, dtype),
+                 [&] { do_all_to_all(send, recv, count, dtype, algo); });
+}
+
+void CommBase::do_all_to_all(const void* send, void* recv, size_t count, DType dtype, Algorithm algo) {
+  const size_t blk = count * dtype_size(dtype);
+  size_t off = 0;
+  if (SharedAllocation* a = find_shared(send, blk * static_cast<size_t>(size()), algo, off)) {
+    const auto* in = static_cast<const std::byte*>(send);
+    const auto* out = static_cast<const std::byte*>(recv);
+    const size_t all = blk * static_cast<size_t>(size());
+    BRAID_CHECK(out + all <= in || in + all <= out, "all_to_all: send and recv overlap (", all,
+                " bytes each); it is out-of-place only");
+    zero_copy::all_to_all(*a, off, recv, count, dtype);
+    return count_zero_copy(blk * static_cast<size_t>(size() - 1));
+  }
+  if (algo == Algorithm::native)
+    native_all_to_all(send, recv, count, dtype);
+  else
+    algo::all_to_all(*this, ring_opts_, send, recv, count, dtype);
 }
 
 void CommBase::broadcast(void* buf, size_t count, DType dtype, int root, Algorithm algo) {

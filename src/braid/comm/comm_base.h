@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "braid/comm/algorithms/algorithms.h"
+#include "braid/comm/shared_memory.h"
 #include "braid/comm/communicator.h"
 #include "braid/comm/watchdog.h"
 #include "braid/comm/work.h"
@@ -57,6 +58,8 @@ class CommBase : public Communicator {
                            Algorithm algo = Algorithm::ring) override;
   WorkPtr reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
                                ReduceOp op, Algorithm algo = Algorithm::ring) override;
+
+  SharedBuffer alloc_shared(size_t bytes) final;
 
   void set_name(std::string name) final;
   std::string name() const final;
@@ -111,6 +114,17 @@ class CommBase : public Communicator {
   void stop_progress(bool detach = false);
   bool progress_busy();
 
+  /// Maps one block of `block_bytes` per rank so that every rank addresses every
+  /// block (collective, called inside alloc_shared); null when the group cannot
+  /// share memory, which is the default.
+  virtual std::unique_ptr<SharedMapping> map_shared(size_t block_bytes);
+  /// map_shared for backends whose ranks share one address space: each rank
+  /// allocates its block and the ranks exchange addresses.
+  std::unique_ptr<SharedMapping> map_in_process(size_t block_bytes);
+  /// Throws when the group is known to be going down (polled by zero-copy waits,
+  /// which no transport call wakes).
+  virtual void check_peers() {}
+
   void count_sent(size_t b) { bytes_sent_ += b; }
   void count_received(size_t b) { bytes_received_ += b; }
 
@@ -138,6 +152,11 @@ class CommBase : public Communicator {
   void do_all_gather(const void* send, void* recv, size_t count, DType dtype, Algorithm algo);
   void do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                          Algorithm algo);
+  void do_all_to_all(const void* send, void* recv, size_t count, DType dtype, Algorithm algo);
+  /// The zero-copy shared buffer holding [p, p + bytes) on this rank, and p's byte
+  /// offset in it; null when there is none (or algo is not ours).
+  SharedAllocation* find_shared(const void* p, size_t bytes, Algorithm algo, size_t& off) const;
+  void count_zero_copy(size_t bytes_each_way);
 
   std::shared_ptr<Monitor> monitor_;
   std::shared_ptr<CommState> state_;
@@ -147,6 +166,9 @@ class CommBase : public Communicator {
   std::shared_ptr<SpanSink> sink_;
   std::string next_label_;
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
+
+  mutable std::mutex shared_mu_;
+  std::vector<SharedAllocation*> shared_;  // this communicator's zero-copy buffers
 
   std::mutex qmu_;
   std::condition_variable qcv_;

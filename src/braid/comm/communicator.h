@@ -74,6 +74,36 @@ inline void settle(const WorkPtr& w) noexcept {
   }
 }
 
+/// A backend's memory behind a SharedBuffer (comm_base.h defines it).
+class SharedAllocation;
+
+/// Memory that every rank of the communicator that allocated it can address
+/// directly when the group's processes share a node (MPI-3 shared-memory windows;
+/// threads of the local backend). Collectives whose buffers lie in one, at the same
+/// offset on every rank, run zero-copy: each rank reads its peers' blocks where they
+/// are instead of receiving copies (NCCL's registered user buffers, in spirit), so an
+/// all-reduce moves each byte through memory about as often as one memcpy does.
+/// zero_copy() is false when the group spans nodes: the memory is then private and
+/// collectives on it take their usual path. Move-only; must be destroyed before its
+/// communicator, on every rank in the same order (freeing a window is collective).
+class SharedBuffer {
+ public:
+  SharedBuffer();
+  explicit SharedBuffer(std::unique_ptr<SharedAllocation> a);
+  ~SharedBuffer();
+  SharedBuffer(SharedBuffer&&) noexcept;
+  SharedBuffer& operator=(SharedBuffer&&) noexcept;
+
+  /// This rank's block, 4096-byte aligned; null when empty.
+  void* data() const;
+  size_t bytes() const;
+  bool zero_copy() const;
+  template <typename T> T* as() const { return static_cast<T*>(data()); }
+
+ private:
+  std::unique_ptr<SharedAllocation> a_;
+};
+
 /// A group of ranks. All counts are in elements of `dtype` unless named *_bytes.
 /// Buffers may alias (in-place) where noted. Collectives must be called by every
 /// rank of the group in the same order. Reductions in bf16/f16 accumulate in f32.
@@ -101,6 +131,12 @@ class Communicator {
   /// New communicator of the ranks with the same color, ordered by (key, rank).
   /// Collective over this communicator.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  /// Collective: `bytes` of memory on every rank (the same value on all; 0 gives an
+  /// empty buffer) that the group's collectives can use zero-copy (SharedBuffer).
+  /// Throws braid::Error when ranks pass different sizes or the system refuses the
+  /// allocation.
+  virtual SharedBuffer alloc_shared(size_t bytes) = 0;
 
   // ---- collectives (blocking) ----
   /// recv[i] = op over ranks of send[i], i < count. send == recv is in-place.

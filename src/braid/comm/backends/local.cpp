@@ -173,6 +173,16 @@ class LocalComm final : public CommBase {
   int size() const override { return w_->size; }
   std::string backend() const override { return "local"; }
 
+ protected:
+  std::unique_ptr<SharedMapping> map_shared(size_t block_bytes) override {
+    return map_in_process(block_bytes);
+  }
+  void check_peers() override {
+    if (w_->job->aborted.load()) w_->job->throw_aborted();
+  }
+
+ public:
+
   void do_send(const void* buf, size_t bytes, int peer, int tag) override {
     check_peer(peer);
     if (w_->job->aborted.load()) w_->job->throw_aborted();

@@ -189,6 +189,45 @@ class MpiWork final : public Work {
   std::string err_;
 };
 
+// Every rank's block of one MPI-3 shared-memory window, mapped in this process.
+class MpiMapping final : public SharedMapping {
+ public:
+  MpiMapping(MPI_Comm comm, int size, size_t block_bytes) {
+    MPI_Info info;
+    BRAID_MPI_CHECK(MPI_Info_create(&info));
+    // Each rank's block on its own pages (OpenMPI's osc/sm honours it).
+    MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    // OpenMPI aligns the blocks to 8 bytes only: ask for a page more and align each
+    // block up to a page (the segment is mapped page-aligned in every process, so the
+    // aligned addresses name the same bytes everywhere).
+    constexpr size_t kPage = 4096;
+    std::byte* base = nullptr;
+    const int rc =
+        MPI_Win_allocate_shared(static_cast<MPI_Aint>(block_bytes + kPage), 1, info, comm, &base, &win_);
+    MPI_Info_free(&info);
+    if (rc != MPI_SUCCESS) throw Error(mpi_error(rc, "MPI_Win_allocate_shared"));
+    for (int q = 0; q < size; ++q) {
+      MPI_Aint got = 0;
+      int unit = 0;
+      void* p = nullptr;
+      BRAID_MPI_CHECK(MPI_Win_shared_query(win_, q, &got, &unit, &p));
+      BRAID_CHECK(static_cast<size_t>(got) == block_bytes + kPage, "MPI shared window: rank ", q,
+                  "'s block is ", got, " bytes, want ", block_bytes + kPage);
+      const uintptr_t at = (reinterpret_cast<uintptr_t>(p) + kPage - 1) / kPage * kPage;
+      block.push_back(reinterpret_cast<std::byte*>(at));
+    }
+  }
+  // Freeing a window is collective; a failing process leaves it to the job's abort.
+  ~MpiMapping() override {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin && std::uncaught_exceptions() == 0) MPI_Win_free(&win_);
+  }
+
+ private:
+  MPI_Win win_ = MPI_WIN_NULL;
+};
+
 class MpiComm final : public CommBase {
  public:
   MpiComm(MPI_Comm comm, std::shared_ptr<Monitor> monitor, std::shared_ptr<CommState> state)
@@ -338,6 +377,12 @@ class MpiComm final : public CommBase {
 
   void native_barrier() override { BRAID_MPI_CHECK(MPI_Barrier(comm_)); }
 
+  // A window when every rank of the group runs on this node; otherwise none.
+  std::unique_ptr<SharedMapping> map_shared(size_t block_bytes) override {
+    if (!one_node()) return nullptr;
+    return std::make_unique<MpiMapping>(comm_, size_, block_bytes);
+  }
+
  private:
   std::mutex* fence() const { return monitor() ? &monitor()->progress_fence() : nullptr; }
   void post_send(const void* buf, size_t bytes, int peer, int tag, std::vector<MPI_Request>& reqs,
@@ -380,8 +425,23 @@ class MpiComm final : public CommBase {
     return child_state(suffix, out, me);
   }
 
+  // Whether the group's processes share memory (MPI_COMM_TYPE_SHARED); collective
+  // the first time.
+  bool one_node() {
+    if (one_node_ < 0) {
+      MPI_Comm node;
+      BRAID_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+      int n = 0;
+      BRAID_MPI_CHECK(MPI_Comm_size(node, &n));
+      MPI_Comm_free(&node);
+      one_node_ = n == size_ ? 1 : 0;
+    }
+    return one_node_ == 1;
+  }
+
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  int one_node_ = -1;  // unknown until asked
   uint64_t split_seq_ = 0;
 };
 

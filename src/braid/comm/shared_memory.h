@@ -1,0 +1,113 @@
+// Zero-copy collectives over SharedBuffer memory (communicator.h): every rank's block
+// of the buffer is mapped in every process of the group, so a rank reads its peers'
+// data where it lies instead of receiving a copy.
+//
+// Each rank's block starts with control lines that only that rank writes (arrive,
+// progress, leave, and what the call is), each on its own cache line; the data
+// follows, page-aligned. A call k on a buffer (k counts the zero-copy calls on it, the
+// same on every rank since collectives are called in the same order) runs:
+//   1. publish the call's arguments, then arrive = k; wait until every rank arrived
+//      and check that all called the same thing at the same offset;
+//   2. the collective's reads and writes, each rank writing only its own block or its
+//      private output, and reading a peer's result chunk only after that peer's
+//      progress line says the chunk is final;
+//   3. leave = k; wait until every rank left, so no rank changes its block while a
+//      peer may still read it.
+// Waits spin, yield the core every few polls (ranks may outnumber cores) and poll
+// poll_signals(), so a deadline or a failed peer ends them (watchdog.h).
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "braid/comm/communicator.h"
+#include "braid/core/memory.h"
+
+namespace braid::comm {
+
+/// One cache line holding one counter.
+struct alignas(64) SyncLine {
+  std::atomic<uint64_t> v{0};
+};
+
+/// The control lines at the head of a rank's block, written by that rank only.
+struct SharedControl {
+  SyncLine arrive;    // k: entered call k; its arguments and input are in place
+  SyncLine progress;  // (k << 32) | c: chunks [0, c) of its result of call k are final
+  SyncLine leave;     // k: no longer reads its peers' blocks for call k
+  SyncLine args[4];   // call k's collective and dtype/op, byte offset, count, input's offset
+};
+
+/// Bytes before the data in every rank's block (the control lines, then padding to a page).
+constexpr size_t kSharedHeaderBytes = 4096;
+static_assert(sizeof(SharedControl) <= kSharedHeaderBytes);
+
+/// Where each rank's block of one shared buffer is mapped in this process. The
+/// backend that made it frees the memory in its destructor.
+class SharedMapping {
+ public:
+  virtual ~SharedMapping() = default;
+  std::vector<std::byte*> block;  // rank q's block: kSharedHeaderBytes of control, then data
+};
+
+/// The memory behind a SharedBuffer: a mapping every rank can read (zero-copy) or,
+/// when the group cannot share memory, private memory.
+class SharedAllocation {
+ public:
+  SharedAllocation(int rank, int size, size_t bytes) : rank(rank), size(size), bytes(bytes) {}
+  ~SharedAllocation() {
+    if (on_free) on_free(this);
+  }
+  bool zero_copy() const { return map != nullptr; }
+  /// Rank q's data as mapped here (zero-copy only).
+  std::byte* data(int q) const { return map->block[static_cast<size_t>(q)] + kSharedHeaderBytes; }
+  SharedControl& control(int q) const {
+    return *reinterpret_cast<SharedControl*>(map->block[static_cast<size_t>(q)]);
+  }
+  void* mine() const { return zero_copy() ? static_cast<void*>(data(rank)) : priv.data(); }
+
+  const int rank, size;
+  const size_t bytes;
+  std::unique_ptr<SharedMapping> map;               // null: private memory
+  mutable Buffer priv;                              // the memory when map is null
+  std::function<void(SharedAllocation*)> on_free;   // forgets it in its communicator
+  std::function<void()> check_peers;                // throws when the group is going down
+  uint64_t calls = 0;                               // zero-copy calls made on it
+};
+
+namespace zero_copy {
+
+/// Bytes of the chunks whose completion the all-reduce publishes, so a rank copies a
+/// peer's result while the peer still reduces the rest.
+constexpr size_t kChunkBytes = size_t{256} << 10;
+
+/// Every rank's `in` data at byte offset in_off (count elements) reduced into every
+/// rank's `out` data at out_off; in place when they are the same bytes, otherwise they
+/// must not overlap (`in` may be another shared buffer, or the same one). The segments
+/// (count split into size() near-equal parts) are reduced by their rank, which reads
+/// every peer's input segment where it lies (f32 arithmetic, one rounding per pair in
+/// 16-bit types, avg divides the sum once); every rank then copies the other ranks'
+/// final segments. All ranks end bitwise identical.
+/// Throws braid::Error naming both calls when a rank passed other arguments.
+void all_reduce(SharedAllocation& out, size_t out_off, const SharedAllocation& in, size_t in_off,
+                size_t count, DType dtype, ReduceOp op);
+
+/// Every rank's data at `off` holds size() blocks of count elements, block rank()
+/// already in place; afterwards every block is every rank's.
+void all_gather(SharedAllocation& a, size_t off, size_t count, DType dtype);
+
+/// Every rank's data at `off` holds size() blocks of count elements (the input);
+/// recv (count elements, private, or this rank's block rank() of the input) gets the
+/// reduction of block rank() over ranks.
+void reduce_scatter(SharedAllocation& a, size_t off, void* recv, size_t count, DType dtype,
+                    ReduceOp op);
+
+/// Every rank's data at `off` holds size() blocks of count elements (the input);
+/// block q of recv (private, not overlapping the input) gets block rank() of rank q's.
+void all_to_all(SharedAllocation& a, size_t off, void* recv, size_t count, DType dtype);
+
+}  // namespace zero_copy
+}  // namespace braid::comm
