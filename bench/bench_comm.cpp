@@ -12,8 +12,7 @@
 //
 // Columns: "ours" runs our algorithms on private buffers (point-to-point messages);
 // "zero-copy" runs them on buffers from Communicator::alloc_shared, where ranks on one
-// node read each other's blocks directly (broadcast has no zero-copy path and is
-// skipped there); "native" is the transport's own collective on private buffers.
+// node read each other's blocks directly; "native" is the transport's own collective on private buffers.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -181,10 +180,6 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
 
       std::vector<Timing> res;
       for (const Variant& v : variants) {
-        if (v.shared && op == "broadcast") {
-          res.push_back({});
-          continue;
-        }
         for (int i = 0; i < a.warmup; ++i) run_once(v);
         std::vector<float> t(static_cast<size_t>(a.iters));
         for (int i = 0; i < a.iters; ++i) {

@@ -58,18 +58,28 @@ def comm_table(d):
     cols = {}
     for f in files:
         for r in json.load(open(f)):
-            c = cols.setdefault((r["collective"], r["bytes"]), {"ours": [], "mpi": [], "ratio": [], "memcpy": []})
-            c["ours"].append(r["ours"]["busbw_GBps"])
-            c["mpi"].append(r["native"]["busbw_GBps"])
-            c["ratio"].append(r["ours"]["busbw_GBps"] / r["native"]["busbw_GBps"])
-            c["memcpy"].append(r["ours"]["busbw_GBps"] / r["memcpy_GBps"])
-    print(f"\n2 ranks, medians of {len(files)} runs (each alternating ours and MPI's per size):\n")
-    print("| collective | bytes | ours busbw GB/s | MPI busbw GB/s | ours / MPI (min-max) | ours / memcpy |")
-    print("| --- | --- | --- | --- | --- | --- |")
+            c = cols.setdefault((r["collective"], r["bytes"]), {})
+            for k in ("ours", "zero_copy"):
+                if k not in r:
+                    continue
+                c.setdefault(k, []).append(r[k]["busbw_GBps"])
+                c.setdefault(k + "/mpi", []).append(r[k]["busbw_GBps"] / r["native"]["busbw_GBps"])
+                c.setdefault(k + "/memcpy", []).append(r[k]["busbw_GBps"] / r["memcpy_GBps"])
+            c.setdefault("mpi", []).append(r["native"]["busbw_GBps"])
+    zc = any("zero_copy" in c for c in cols.values())
+    print(f"\n2 ranks, medians of {len(files)} runs (each alternating ours, zero-copy and MPI's per size):\n")
+    head = ["collective", "bytes", "ours busbw GB/s"] + (["zero-copy busbw GB/s"] if zc else []) + \
+           ["MPI busbw GB/s", "ours / MPI (min-max)"] + (["zero-copy / MPI (min-max)"] if zc else []) + \
+           ["ours / memcpy"] + (["zero-copy / memcpy"] if zc else [])
+    print("| " + " | ".join(head) + " |")
+    print("|" + " --- |" * len(head))
     order = {"all_reduce": 0, "all_gather": 1, "reduce_scatter": 2, "all_to_all": 3, "broadcast": 4}
+    span = lambda v: f"{med(v):.2f}x ({min(v):.2f}-{max(v):.2f})"
     for (op, b), c in sorted(cols.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1])):
-        print(f"| {op} | {b} | {med(c['ours']):.2f} | {med(c['mpi']):.2f} | {med(c['ratio']):.2f}x "
-              f"({min(c['ratio']):.2f}-{max(c['ratio']):.2f}) | {med(c['memcpy']):.2f} |")
+        row = [op, str(b), f"{med(c['ours']):.2f}"] + ([f"{med(c['zero_copy']):.2f}"] if zc else []) + \
+              [f"{med(c['mpi']):.2f}", span(c["ours/mpi"])] + ([span(c["zero_copy/mpi"])] if zc else []) + \
+              [f"{med(c['ours/memcpy']):.2f}"] + ([f"{med(c['zero_copy/memcpy']):.2f}"] if zc else [])
+        print("| " + " | ".join(row) + " |")
     ceil = [json.load(open(f))[0]["memcpy_GBps"] for f in files]
     print(f"\nmemcpy ceiling (both ranks copying at once): median {med(ceil):.2f} GB/s per rank "
           f"({min(ceil):.2f}-{max(ceil):.2f})")
@@ -82,12 +92,17 @@ def comm4_table(d):
     ratios = {}
     for f in files:
         for r in json.load(open(f)):
-            ratios.setdefault((r["collective"], r["bytes"]), []).append(r["ours_over_native"])
-    print(f"\n4 ranks (oversubscribed), ours / MPI busbw, median of {len(files)} runs:\n")
-    print("| collective | bytes | ours / MPI (median) | min | max |")
-    print("| --- | --- | --- | --- | --- |")
-    for (op, b), rs in sorted(ratios.items()):
-        print(f"| {op} | {b} | {med(rs):.2f}x | {min(rs):.2f}x | {max(rs):.2f}x |")
+            c = ratios.setdefault((r["collective"], r["bytes"]), {})
+            for k in ("ours", "zero_copy"):
+                if k + "_over_native" in r:
+                    c.setdefault(k, []).append(r[k + "_over_native"])
+    zc = any("zero_copy" in c for c in ratios.values())
+    print(f"\n4 ranks (oversubscribed), busbw over MPI's, median of {len(files)} runs:\n")
+    print("| collective | bytes | ours / MPI (min-max) |" + (" zero-copy / MPI (min-max) |" if zc else ""))
+    print("| --- | --- | --- |" + (" --- |" if zc else ""))
+    span = lambda v: f"{med(v):.2f}x ({min(v):.2f}-{max(v):.2f})"
+    for (op, b), c in sorted(ratios.items()):
+        print(f"| {op} | {b} | {span(c['ours'])} |" + (f" {span(c['zero_copy'])} |" if zc else ""))
 
 
 def dp_table(d):

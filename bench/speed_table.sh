@@ -11,8 +11,9 @@
 #   optimizer the optimizer's streaming passes (gradient norm, AdamW, zero fill)
 #           beside a memcpy of the same buffers
 #   layouts the backward matmuls with and without their transposed copies
-#   comm    bench-comm on 2 ranks (ours vs MPI's own, 64 MiB all-reduce vs memcpy): median of 7 runs
-#   comm4   all-gather, reduce-scatter, all-to-all on 4 ranks: median of 7 runs
+#   comm    bench-comm on 2 ranks (ours on private buffers, ours zero-copy on shared buffers, MPI's
+#           own; 64 MiB all-reduce vs memcpy): median of 7 runs
+#   comm4   all-gather, reduce-scatter, all-to-all on 4 ranks, the same three: median of 7 runs
 #   dp      `small`: 2 ranks x 1 thread (DDP, and ZeRO-1) vs 1 rank x 2 threads
 #   reduce  `small` in bf16 on 2 ranks (DDP, ZeRO-2): fp32 gradients (the default)
 #           vs --reduce-dtype bf16, bytes sent and step time
@@ -82,12 +83,12 @@ if want layouts; then
     --gtest_filter='Gemm.DISABLED_BackwardLayouts' | grep -v '^\['
 fi
 
-# 2 ranks: 7 runs, each alternating ours and MPI's per size (single runs vary by ±20 %).
+# 2 ranks: 7 runs, each alternating ours, zero-copy and MPI's per size (single runs vary by ±20 %).
 want comm && echo "== collectives, 2 ranks, 7 runs" && for i in 1 2 3 4 5 6 7; do
   mpirun --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 "$braid" bench-comm --min-bytes 262144 \
     --ops all_reduce,all_gather,reduce_scatter,all_to_all --json "$out/comm_np2_r$i.json" >/dev/null
 done
-# 4 ranks on 2 cores (oversubscribed): 7 runs, each alternating ours and MPI's per size.
+# 4 ranks on 2 cores (oversubscribed): 7 runs, each alternating ours, zero-copy and MPI's per size.
 want comm4 && echo "== collectives, 4 ranks, 7 runs" && for i in 1 2 3 4 5 6 7; do
   mpirun --oversubscribe --bind-to none -np 4 -x OMP_NUM_THREADS=1 "$braid" bench-comm --min-bytes 262144 \
     --ops all_gather,reduce_scatter,all_to_all --json "$out/comm_np4_r$i.json" >/dev/null

@@ -593,6 +593,16 @@ inline void shared_case(Communicator& c, comm::SharedBuffer& A, comm::SharedBuff
   Buf out(dt, N);
   c.all_to_all(a.at(0), out.data(), count, dt);
   expect_elems(out, swapped, 0, "all_to_all" + tag);
+
+  for (int root : {0, n - 1}) {
+    std::vector<float> bcast(count);
+    for (size_t i = 0; i < count; ++i) {
+      bcast[i] = value(5, root, i);
+      a.set(i, r == root ? bcast[i] : 99.f);
+    }
+    c.broadcast(a.at(0), count, dt, root);
+    expect_elems(a.copy(count), bcast, 0, "broadcast from " + std::to_string(root) + tag);
+  }
 }
 
 /// Collectives on memory from alloc_shared: zero-copy on both backends (the ranks of

@@ -581,9 +581,7 @@ void CommBase::do_all_gather(const void* send, void* recv, size_t count, DType d
   const size_t blk = count * dtype_size(dtype);
   size_t off = 0;
   if (SharedAllocation* a = find_shared(recv, blk * static_cast<size_t>(size()), algo, off)) {
-    std::byte* own = static_cast<std::byte*>(recv) + static_cast<size_t>(rank()) * blk;
-    if (send != own) std::memcpy(own, send, blk);
-    zero_copy::all_gather(*a, off, count, dtype);
+    zero_copy::all_gather(*a, off, send, count, dtype);
     return count_zero_copy(blk * static_cast<size_t>(size() - 1));
   }
   if (algo == Algorithm::native)
@@ -658,6 +656,13 @@ void CommBase::do_all_to_all(const void* send, void* recv, size_t count, DType d
 
 void CommBase::broadcast(void* buf, size_t count, DType dtype, int root, Algorithm algo) {
   run_collective(describe_collective("broadcast", count, dtype, "", root), [&] {
+    size_t off = 0;
+    if (SharedAllocation* a = find_shared(buf, count * dtype_size(dtype), algo, off)) {
+      zero_copy::broadcast(*a, off, count, dtype, root);
+      if (rank() == root) count_sent(count * dtype_size(dtype) * static_cast<size_t>(size() - 1));
+      else count_received(count * dtype_size(dtype));
+      return;
+    }
     if (algo == Algorithm::native)
       native_broadcast(buf, count, dtype, root);
     else

@@ -22,7 +22,7 @@ bool SharedBuffer::zero_copy() const { return a_ && a_->zero_copy(); }
 namespace zero_copy {
 namespace {
 
-enum class Kind : uint64_t { all_reduce = 1, all_gather, reduce_scatter, all_to_all };
+enum class Kind : uint64_t { all_reduce = 1, all_gather, reduce_scatter, all_to_all, broadcast };
 
 const char* kind_name(uint64_t k) {
   switch (static_cast<Kind>(k)) {
@@ -30,6 +30,7 @@ const char* kind_name(uint64_t k) {
     case Kind::all_gather: return "all_gather";
     case Kind::reduce_scatter: return "reduce_scatter";
     case Kind::all_to_all: return "all_to_all";
+    case Kind::broadcast: return "broadcast";
   }
   return "?";
 }
@@ -137,34 +138,25 @@ void all_reduce(SharedAllocation& out, size_t out_off, const SharedAllocation& i
   const Segments seg(count, n);
   auto src = [&](int q, size_t e) { return in.data(q) + in_off + e * esz; };
   auto dst = [&](int q, size_t e) { return out.data(q) + out_off + e * esz; };
-  const uint64_t stamp = call.k() << 32;
-
-  // Reduce-scatter: this rank's segment, chunk by chunk, each published when final.
-  uint64_t c = 0;
+  // Only this rank reads or writes segment r of any rank's input and output during
+  // the call, so each chunk is pushed to every rank as soon as it is reduced, from
+  // this rank's cache, and nobody waits on anybody until the end.
   for (size_t e = seg.lo(r); e < seg.hi(r); e += C) {
     const size_t len = std::min(C, seg.hi(r) - e);
     reduce_over_ranks(dst(r, e), [&](int q) { return src(q, e); }, r, n, len, dtype, op);
-    out.control(r).progress.v.store(stamp | ++c, std::memory_order_release);
-  }
-  // All-gather: every other rank's final segment, each chunk once its owner published it.
-  for (int s = 1; s < n; ++s) {
-    const int q = (r + s) % n;
-    c = 0;
-    for (size_t e = seg.lo(q); e < seg.hi(q); e += C) {
-      const size_t len = std::min(C, seg.hi(q) - e);
-      wait_at_least(out, out.control(q).progress, stamp | ++c);
-      std::memcpy(dst(r, e), dst(q, e), len * esz);
-    }
+    for (int s = 1; s < n; ++s) std::memcpy(dst((r + s) % n, e), dst(r, e), len * esz);
   }
   call.finish();
 }
 
-void all_gather(SharedAllocation& a, size_t off, size_t count, DType dtype) {
-  Call call(a, Kind::all_gather, off, count, dtype, ReduceOp::sum);
+void all_gather(SharedAllocation& out, size_t out_off, const void* own, size_t count, DType dtype) {
+  Call call(out, Kind::all_gather, out_off, count, dtype, ReduceOp::sum);
   const size_t blk = count * dtype_size(dtype);
-  for (int s = 1; s < a.size; ++s) {
-    const int q = (a.rank + s) % a.size;
-    std::memcpy(a.data(a.rank) + off + q * blk, a.data(q) + off + q * blk, blk);
+  const int r = out.rank;
+  // Block r of every rank's output is written by rank r only: push it everywhere.
+  for (int s = 0; s < out.size; ++s) {
+    std::byte* to = out.data((r + s) % out.size) + out_off + r * blk;
+    if (to != own) std::memcpy(to, own, blk);
   }
   call.finish();
 }
@@ -186,6 +178,13 @@ void all_to_all(SharedAllocation& a, size_t off, void* recv, size_t count, DType
     const int q = (a.rank + s) % a.size;
     std::memcpy(out + q * blk, a.data(q) + off + static_cast<size_t>(a.rank) * blk, blk);
   }
+  call.finish();
+}
+
+void broadcast(SharedAllocation& a, size_t off, size_t count, DType dtype, int root) {
+  // The root goes in the input-offset slot, so ranks naming different roots fail.
+  Call call(a, Kind::broadcast, off, count, dtype, ReduceOp::sum, static_cast<size_t>(root));
+  if (a.rank != root) std::memcpy(a.data(a.rank) + off, a.data(root) + off, count * dtype_size(dtype));
   call.finish();
 }
 

@@ -3,18 +3,24 @@
 // data where it lies instead of receiving a copy.
 //
 // Each rank's block starts with control lines that only that rank writes (arrive,
-// progress, leave, and what the call is), each on its own cache line; the data
-// follows, page-aligned. A call k on a buffer (k counts the zero-copy calls on it, the
-// same on every rank since collectives are called in the same order) runs:
+// leave, and what the call is), each on its own cache line; the data follows,
+// page-aligned. A call k on a buffer (k counts the zero-copy calls on it, the same on
+// every rank since collectives are called in the same order) runs:
 //   1. publish the call's arguments, then arrive = k; wait until every rank arrived
 //      and check that all called the same thing at the same offset;
-//   2. the collective's reads and writes, each rank writing only its own block or its
-//      private output, and reading a peer's result chunk only after that peer's
-//      progress line says the chunk is final;
+//   2. the collective's reads and writes, arranged so that during the call each byte
+//      is written by one rank and never read by another: all-reduce and all-gather
+//      push each result to every rank (a rank writes where only it writes, from data
+//      in its own cache), reduce-scatter, all-to-all and broadcast pull inputs no
+//      rank writes;
 //   3. leave = k; wait until every rank left, so no rank changes its block while a
-//      peer may still read it.
+//      peer may still read or write it.
+// Pushing rather than pulling results matters: reading data a peer has just written
+// costs a cache-to-cache transfer, which on some hosts runs at a third of memory speed
+// (docs/BENCHMARKS.md, part 9).
 // Waits spin, yield the core every few polls (ranks may outnumber cores) and poll
-// poll_signals(), so a deadline or a failed peer ends them (watchdog.h).
+// poll_signals() and the group's health, so a deadline or a failed peer ends them
+// (watchdog.h).
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -36,8 +42,7 @@ struct alignas(64) SyncLine {
 /// The control lines at the head of a rank's block, written by that rank only.
 struct SharedControl {
   SyncLine arrive;    // k: entered call k; its arguments and input are in place
-  SyncLine progress;  // (k << 32) | c: chunks [0, c) of its result of call k are final
-  SyncLine leave;     // k: no longer reads its peers' blocks for call k
+  SyncLine leave;     // k: no longer reads or writes its peers' blocks for call k
   SyncLine args[4];   // call k's collective and dtype/op, byte offset, count, input's offset
 };
 
@@ -80,24 +85,25 @@ class SharedAllocation {
 
 namespace zero_copy {
 
-/// Bytes of the chunks whose completion the all-reduce publishes, so a rank copies a
-/// peer's result while the peer still reduces the rest.
+/// The all-reduce reduces its segment in chunks of this many bytes and pushes each
+/// to every rank while it is still in cache.
 constexpr size_t kChunkBytes = size_t{256} << 10;
 
 /// Every rank's `in` data at byte offset in_off (count elements) reduced into every
 /// rank's `out` data at out_off; in place when they are the same bytes, otherwise they
-/// must not overlap (`in` may be another shared buffer, or the same one). The segments
-/// (count split into size() near-equal parts) are reduced by their rank, which reads
-/// every peer's input segment where it lies (f32 arithmetic, one rounding per pair in
-/// 16-bit types, avg divides the sum once); every rank then copies the other ranks'
-/// final segments. All ranks end bitwise identical.
+/// must not overlap (`in` may be another shared buffer, or the same one). Segment j
+/// (count split into size() near-equal parts) is reduced by rank j, which reads every
+/// rank's input segment where it lies (f32 arithmetic, one rounding per pair in 16-bit
+/// types, avg divides the sum once) and writes the result into every rank's output.
+/// All ranks end bitwise identical.
 /// Throws braid::Error naming both calls when a rank passed other arguments.
 void all_reduce(SharedAllocation& out, size_t out_off, const SharedAllocation& in, size_t in_off,
                 size_t count, DType dtype, ReduceOp op);
 
-/// Every rank's data at `off` holds size() blocks of count elements, block rank()
-/// already in place; afterwards every block is every rank's.
-void all_gather(SharedAllocation& a, size_t off, size_t count, DType dtype);
+/// Every rank's `out` data at out_off gets size() blocks of count elements, block q
+/// from rank q, which writes its `own` block (count elements, anywhere; it may be its
+/// block of `out`) into every rank's output.
+void all_gather(SharedAllocation& out, size_t out_off, const void* own, size_t count, DType dtype);
 
 /// Every rank's data at `off` holds size() blocks of count elements (the input);
 /// recv (count elements, private, or this rank's block rank() of the input) gets the
@@ -108,6 +114,9 @@ void reduce_scatter(SharedAllocation& a, size_t off, void* recv, size_t count, D
 /// Every rank's data at `off` holds size() blocks of count elements (the input);
 /// block q of recv (private, not overlapping the input) gets block rank() of rank q's.
 void all_to_all(SharedAllocation& a, size_t off, void* recv, size_t count, DType dtype);
+
+/// Every rank's data at `off` (count elements) gets root's.
+void broadcast(SharedAllocation& a, size_t off, size_t count, DType dtype, int root);
 
 }  // namespace zero_copy
 }  // namespace braid::comm
