@@ -589,10 +589,18 @@ inline void shared_case(Communicator& c, comm::SharedBuffer& A, comm::SharedBuff
                                  count * dtype_size(dt)))
             << "reduce_scatter modified block " << q << " of its input" << tag;
   }
+  // all-to-all pulls from a shared input into private memory, and pushes into a
+  // shared output (from private or shared memory).
   for (size_t i = 0; i < N; ++i) a.set(i, value(4, r, i));
-  Buf out(dt, N);
+  Buf out(dt, N), in(dt, N);
   c.all_to_all(a.at(0), out.data(), count, dt);
-  expect_elems(out, swapped, 0, "all_to_all" + tag);
+  expect_elems(out, swapped, 0, "all_to_all from shared memory" + tag);
+  for (size_t i = 0; i < N; ++i) in.set(i, value(4, r, i));
+  c.all_to_all(in.data(), b.at(0), count, dt);
+  expect_elems(b.copy(N), swapped, 0, "all_to_all into shared memory" + tag);
+  for (size_t i = 0; i < N; ++i) b.set(i, 99.f);
+  c.all_to_all(a.at(0), b.at(0), count, dt);
+  expect_elems(b.copy(N), swapped, 0, "all_to_all between shared buffers" + tag);
 
   for (int root : {0, n - 1}) {
     std::vector<float> bcast(count);

@@ -637,15 +637,21 @@ void CommBase::all_to_all(const void* send, void* recv, size_t count, DType dtyp
 }
 
 void CommBase::do_all_to_all(const void* send, void* recv, size_t count, DType dtype, Algorithm algo) {
-  const size_t blk = count * dtype_size(dtype);
+  const size_t blk = count * dtype_size(dtype), all = blk * static_cast<size_t>(size());
   size_t off = 0;
-  if (SharedAllocation* a = find_shared(send, blk * static_cast<size_t>(size()), algo, off)) {
-    const auto* in = static_cast<const std::byte*>(send);
-    const auto* out = static_cast<const std::byte*>(recv);
-    const size_t all = blk * static_cast<size_t>(size());
-    BRAID_CHECK(out + all <= in || in + all <= out, "all_to_all: send and recv overlap (", all,
+  SharedAllocation* out = find_shared(recv, all, algo, off);
+  SharedAllocation* in = out ? nullptr : find_shared(send, all, algo, off);
+  if (out || in) {
+    const auto* i = static_cast<const std::byte*>(send);
+    const auto* o = static_cast<const std::byte*>(recv);
+    BRAID_CHECK(o + all <= i || i + all <= o, "all_to_all: send and recv overlap (", all,
                 " bytes each); it is out-of-place only");
-    zero_copy::all_to_all(*a, off, recv, count, dtype);
+    // With a shared output each rank pushes its blocks (what it writes no one else
+    // touches); with only a shared input each pulls its block from every rank's.
+    if (out)
+      zero_copy::all_to_all(*out, off, send, count, dtype);
+    else
+      zero_copy::all_to_all(*in, off, recv, count, dtype);
     return count_zero_copy(blk * static_cast<size_t>(size() - 1));
   }
   if (algo == Algorithm::native)

@@ -181,6 +181,19 @@ void all_to_all(SharedAllocation& a, size_t off, void* recv, size_t count, DType
   call.finish();
 }
 
+void all_to_all(SharedAllocation& out, size_t out_off, const void* send, size_t count, DType dtype) {
+  Call call(out, Kind::all_to_all, out_off, count, dtype, ReduceOp::sum, ~size_t{0});
+  const size_t blk = count * dtype_size(dtype);
+  const auto* in = static_cast<const std::byte*>(send);
+  const size_t r = static_cast<size_t>(out.rank);
+  // Block r of every rank's output is written by rank r only: push it.
+  for (int s = 0; s < out.size; ++s) {
+    const int q = (out.rank + s) % out.size;
+    std::memcpy(out.data(q) + out_off + r * blk, in + static_cast<size_t>(q) * blk, blk);
+  }
+  call.finish();
+}
+
 void broadcast(SharedAllocation& a, size_t off, size_t count, DType dtype, int root) {
   // The root goes in the input-offset slot, so ranks naming different roots fail.
   Call call(a, Kind::broadcast, off, count, dtype, ReduceOp::sum, static_cast<size_t>(root));

@@ -115,6 +115,11 @@ void reduce_scatter(SharedAllocation& a, size_t off, void* recv, size_t count, D
 /// block q of recv (private, not overlapping the input) gets block rank() of rank q's.
 void all_to_all(SharedAllocation& a, size_t off, void* recv, size_t count, DType dtype);
 
+/// The same with the output shared instead (every rank's `out` data at out_off gets
+/// size() blocks): rank r writes block q of its `send` (anywhere, not overlapping
+/// the output) into block r of rank q's output.
+void all_to_all(SharedAllocation& out, size_t out_off, const void* send, size_t count, DType dtype);
+
 /// Every rank's data at `off` (count elements) gets root's.
 void broadcast(SharedAllocation& a, size_t off, size_t count, DType dtype, int root);
 
