@@ -146,7 +146,8 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
                 a.max_bytes);
     if (a.zero_copy)
       std::printf("# zero-copy: buffers from alloc_shared, %s\n",
-                  ssh.zero_copy() ? "mapped by every rank" : "private (the ranks share no memory)");
+                  ssh.zero_copy() ? "mapped by every rank"
+                                  : "private (the ranks span nodes, or the shared-memory file system lacks room)");
     std::printf("%-15s %12s %11s", "collective", "bytes", "count");
     for (const Variant& v : variants) std::printf(" | %9s us %8s %8s", v.key, "algbw", "busbw");
     for (const Variant& v : variants)

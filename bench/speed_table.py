@@ -111,7 +111,7 @@ def dp_table(d):
         return med(ms)
     runs = lambda name: [step_ms(f) for f in sorted(glob.glob(os.path.join(d, f"dp_{name}_r*.jsonl")))]
     one = runs("1x2")
-    for name, label in (("2x1", "DDP"), ("2x1zero1", "ZeRO-1")):
+    for name, label in (("2x1", "DDP"), ("2x1zero1", "ZeRO-1"), ("2x1msg", "DDP, --no-zero-copy")):
         two = runs(name)
         if one and two:
             ratios = [a / b for a, b in zip(one, two)]

@@ -14,7 +14,8 @@
 #   comm    bench-comm on 2 ranks (ours on private buffers, ours zero-copy on shared buffers, MPI's
 #           own; 64 MiB all-reduce vs memcpy): median of 7 runs
 #   comm4   all-gather, reduce-scatter, all-to-all on 4 ranks, the same three: median of 7 runs
-#   dp      `small`: 2 ranks x 1 thread (DDP, and ZeRO-1) vs 1 rank x 2 threads
+#   dp      `small`: 2 ranks x 1 thread (DDP, ZeRO-1, and DDP reducing by messages:
+#           --no-zero-copy) vs 1 rank x 2 threads
 #   reduce  `small` in bf16 on 2 ranks (DDP, ZeRO-2): fp32 gradients (the default)
 #           vs --reduce-dtype bf16, bytes sent and step time
 # Usage: bench/speed_table.sh [rounds]   (env: BRAID, BASELINE, THREADS, OUT, and
@@ -106,6 +107,7 @@ want dp && for r in $(seq 1 "$rounds"); do
   dp_run "1x2_r$r" 1 2
   dp_run "2x1_r$r" 2 1
   dp_run "2x1zero1_r$r" 2 1 --zero 1
+  dp_run "2x1msg_r$r" 2 1 --no-zero-copy
 done
 
 want reduce && echo "== gradient reduce dtype, small, bf16, 2 ranks"

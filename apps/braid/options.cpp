@@ -97,6 +97,10 @@ void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
   c->add_option("--bucket-mb", o.bucket_mb, "DDP gradient bucket size in MiB")->capture_default_str()->group(layout);
   c->add_flag("--no-overlap", [&o](int64_t) { o.overlap = false; }, "All-reduce after backward instead of during it")
       ->group(layout);
+  c->add_flag("--no-zero-copy", [&o](int64_t) { o.zero_copy = false; },
+              "DDP and ZeRO-1/2: keep gradients in private memory and reduce them by messages, instead of in "
+              "memory the data-parallel ranks of a node share, where each reads and writes its peers' directly")
+      ->group(layout);
 
   c->add_option("--precision", o.precision, "Compute copies of parameters and matmul operands (master weights and AdamW moments stay fp32)")
       ->transform(one_of({"fp32", "bf16", "fp16"}))->capture_default_str()->group(precision);

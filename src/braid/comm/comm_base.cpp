@@ -493,13 +493,13 @@ SharedBuffer CommBase::alloc_shared(size_t bytes) {
     }
     new (&a->control(rank())) SharedControl();
     algo::dissemination_barrier(*this);  // no rank reads control lines not yet made
-    a->check_peers = [this] { check_peers(); };
-    a->on_free = [this](SharedAllocation* p) {
-      std::lock_guard<std::mutex> g(shared_mu_);
-      shared_.erase(std::remove(shared_.begin(), shared_.end(), p), shared_.end());
+    a->check_peers = [this] { check_peers(); };  // only called inside this communicator's collectives
+    a->on_free = [reg = shared_](SharedAllocation* p) {
+      std::lock_guard<std::mutex> g(reg->mu);
+      reg->live.erase(std::remove(reg->live.begin(), reg->live.end(), p), reg->live.end());
     };
-    std::lock_guard<std::mutex> g(shared_mu_);
-    shared_.push_back(a.get());
+    std::lock_guard<std::mutex> g(shared_->mu);
+    shared_->live.push_back(a.get());
   });
   return SharedBuffer(std::move(a));
 }
@@ -538,8 +538,8 @@ std::unique_ptr<SharedMapping> CommBase::map_in_process(size_t block_bytes) {
 SharedAllocation* CommBase::find_shared(const void* p, size_t bytes, Algorithm algo, size_t& off) const {
   if (algo != Algorithm::ring || bytes == 0) return nullptr;
   const auto* b = static_cast<const std::byte*>(p);
-  std::lock_guard<std::mutex> g(shared_mu_);
-  for (SharedAllocation* a : shared_) {
+  std::lock_guard<std::mutex> g(shared_->mu);
+  for (SharedAllocation* a : shared_->live) {
     const std::byte* lo = a->data(a->rank);
     if (b >= lo && b + bytes <= lo + a->bytes) {
       off = static_cast<size_t>(b - lo);

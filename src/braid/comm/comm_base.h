@@ -167,8 +167,13 @@ class CommBase : public Communicator {
   std::string next_label_;
   std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0};
 
-  mutable std::mutex shared_mu_;
-  std::vector<SharedAllocation*> shared_;  // this communicator's zero-copy buffers
+  // This communicator's zero-copy buffers; shared with them, since a buffer may
+  // outlive its communicator.
+  struct SharedRegistry {
+    std::mutex mu;
+    std::vector<SharedAllocation*> live;
+  };
+  std::shared_ptr<SharedRegistry> shared_ = std::make_shared<SharedRegistry>();
 
   std::mutex qmu_;
   std::condition_variable qcv_;

@@ -83,9 +83,10 @@ class SharedAllocation;
 /// offset on every rank, run zero-copy: each rank reads its peers' blocks where they
 /// are instead of receiving copies (NCCL's registered user buffers, in spirit), so an
 /// all-reduce moves each byte through memory about as often as one memcpy does.
-/// zero_copy() is false when the group spans nodes: the memory is then private and
-/// collectives on it take their usual path. Move-only; must be destroyed before its
-/// communicator, on every rank in the same order (freeing a window is collective).
+/// zero_copy() is false when the group spans nodes or the file system behind the
+/// shared memory lacks room for it: the memory is then private and collectives on it
+/// take their usual path. Move-only; destroyed on every rank in the
+/// same order (freeing an MPI window is collective), before or after its communicator.
 class SharedBuffer {
  public:
   SharedBuffer();

@@ -69,21 +69,38 @@ Buffer::Buffer(size_t bytes, MemCategory cat, MemoryLedger* ledger)
   if (ledger_) ledger_->add(cat_, bytes_);
 }
 
+Buffer Buffer::adopt(void* p, size_t bytes, MemCategory cat, MemoryLedger* ledger,
+                     std::function<void()> release) {
+  Buffer b;
+  b.ptr_ = p;
+  b.bytes_ = bytes;
+  b.cat_ = cat;
+  b.ledger_ = ledger;
+  b.external_ = std::move(release);
+  if (ledger && p) ledger->add(cat, bytes);
+  return b;
+}
+
 Buffer::~Buffer() { release(); }
 
 void Buffer::release() {
   if (ptr_) {
-    std::free(ptr_);
+    if (external_)
+      external_();
+    else
+      std::free(ptr_);
     if (ledger_) ledger_->sub(cat_, bytes_);
   }
+  external_ = nullptr;
   ptr_ = nullptr;
   bytes_ = 0;
 }
 
 Buffer::Buffer(Buffer&& o) noexcept
-    : ptr_(o.ptr_), bytes_(o.bytes_), cat_(o.cat_), ledger_(o.ledger_) {
+    : ptr_(o.ptr_), bytes_(o.bytes_), cat_(o.cat_), ledger_(o.ledger_), external_(std::move(o.external_)) {
   o.ptr_ = nullptr;
   o.bytes_ = 0;
+  o.external_ = nullptr;
 }
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
@@ -93,8 +110,10 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     bytes_ = o.bytes_;
     cat_ = o.cat_;
     ledger_ = o.ledger_;
+    external_ = std::move(o.external_);
     o.ptr_ = nullptr;
     o.bytes_ = 0;
+    o.external_ = nullptr;
   }
   return *this;
 }

@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <cstdint>
 #include <string>
 
@@ -50,6 +51,11 @@ class Buffer {
  public:
   Buffer() = default;
   Buffer(size_t bytes, MemCategory cat, MemoryLedger* ledger = nullptr);
+  /// Memory owned elsewhere (a communicator's shared buffer, say), counted in
+  /// `ledger` under `cat` like an allocation of `bytes`; `release` runs when the
+  /// Buffer lets go of it instead of a free.
+  static Buffer adopt(void* p, size_t bytes, MemCategory cat, MemoryLedger* ledger,
+                      std::function<void()> release);
   ~Buffer();
   Buffer(Buffer&& o) noexcept;
   Buffer& operator=(Buffer&& o) noexcept;
@@ -69,6 +75,7 @@ class Buffer {
   size_t bytes_ = 0;
   MemCategory cat_ = MemCategory::workspace;
   MemoryLedger* ledger_ = nullptr;
+  std::function<void()> external_;  // set: adopted memory, released by this
 };
 
 /// Peak resident set size of this process in bytes (from getrusage).

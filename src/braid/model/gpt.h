@@ -69,6 +69,9 @@ class GPT {
   float* params() { return params_.as<float>(); }
   const float* params() const { return params_.as<float>(); }
   float* grads() { return grads_.as<float>(); }
+  /// The flat gradient buffer itself (empty with external storage), for a data-
+  /// parallel engine that moves it into shared memory before the first step.
+  Buffer& grad_buffer() { return grads_; }
   const float* grads() const { return grads_.as<float>(); }
   /// Looks up a parameter by HF name; throws braid::Error if absent.
   const ParamInfo& param(const std::string& name) const;

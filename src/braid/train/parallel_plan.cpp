@@ -386,6 +386,7 @@ parallel::BucketedConfig bucketed_config(const ParallelPlan& p, const model::GPT
   bc.bucket_bytes = static_cast<size_t>(opt.bucket_mb * 1024 * 1024);
   bc.overlap = opt.overlap;
   bc.algo = opt.algo;
+  bc.zero_copy = opt.zero_copy;
   bc.compute = p.compute;
   bc.reduce = p.reduce;
   bc.model = cfg;

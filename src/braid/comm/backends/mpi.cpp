@@ -2,9 +2,12 @@
 
 #include <mpi.h>
 
+#include <sys/statvfs.h>
+
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <vector>
@@ -188,6 +191,16 @@ class MpiWork final : public Work {
   bool done_ = false;
   std::string err_;
 };
+
+// Whether the file system behind OpenMPI's shared-memory windows (its MCA parameter
+// osc_sm_backing_directory, /dev/shm by default) has `bytes` free. A tmpfs too
+// small for a window would fail its pages with SIGBUS when first touched.
+bool backing_room(size_t bytes) {
+  const char* dir = std::getenv("OMPI_MCA_osc_sm_backing_directory");
+  struct statvfs st;
+  if (statvfs(dir && *dir ? dir : "/dev/shm", &st) != 0) return false;
+  return static_cast<size_t>(st.f_bavail) * st.f_frsize >= bytes;
+}
 
 // Every rank's block of one MPI-3 shared-memory window, mapped in this process.
 class MpiMapping final : public SharedMapping {
@@ -377,9 +390,14 @@ class MpiComm final : public CommBase {
 
   void native_barrier() override { BRAID_MPI_CHECK(MPI_Barrier(comm_)); }
 
-  // A window when every rank of the group runs on this node; otherwise none.
+  // A window when every rank of the group runs on this node and the window's
+  // backing file system has room for every rank's block; otherwise none.
   std::unique_ptr<SharedMapping> map_shared(size_t block_bytes) override {
     if (!one_node()) return nullptr;
+    // Every rank decides alike: one short of room makes all keep private memory.
+    int room = backing_room(block_bytes * static_cast<size_t>(size_) + (size_t{1} << 20)) ? 1 : 0;
+    BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &room, 1, MPI_INT, MPI_MIN, comm_));
+    if (!room) return nullptr;
     return std::make_unique<MpiMapping>(comm_, size_, block_bytes);
   }
 

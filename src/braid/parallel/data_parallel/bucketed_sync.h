@@ -21,6 +21,9 @@ struct BucketedConfig {
   size_t bucket_bytes = 4u << 20;
   bool overlap = true;  // launch buckets while backward runs
   comm::Algorithm algo = comm::Algorithm::ring;
+  // Gradients in memory every DP rank maps (Communicator::alloc_shared), so their
+  // reduction runs zero-copy when the DP group shares a node.
+  bool zero_copy = true;
   DType compute = DType::f32;  // bf16 / fp16: mixed precision
   DType reduce = DType::f32;   // gradients' accumulation and reduction: f32 or `compute`
   // The layout (half precision: the storage's units).

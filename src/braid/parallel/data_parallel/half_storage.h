@@ -72,6 +72,9 @@ class HalfPrecisionStorage final : public model::UnitStorage {
   size_t unit_begin(int u) const { return bounds_[static_cast<size_t>(u)]; }
   void* compute() { return compute_.data(); }
   void* grads() { return grads_.data(); }
+  /// The gradient buffer itself, for an engine that moves it into shared memory
+  /// before the first step.
+  Buffer& grad_buffer() { return grads_; }
   const void* grads() const { return grads_.data(); }
   /// f32 master weights, indexed by the optimizer-state offset.
   float* master() { return master_.as<float>(); }
