@@ -98,6 +98,26 @@ TEST(DDP, OverlapAndBucketSizeDoNotChangeTheArithmetic) {
   }
 }
 
+TEST(DDP, ZeroCopyGradientsChangeNoBitOnTwoRanks) {
+  // The ranks' threads share memory, so the gradients live in a shared buffer and
+  // every bucket is reduced zero-copy; with 2 ranks each element is still (a+b)/2.
+  const auto data = synthetic_tokens(20000, 6);
+  auto o = tiny_opts();
+  o.steps = 6;
+  o.bucket_mb = 0.01;
+  const RunResult shared = run_dp(o, 2, data);
+  o.zero_copy = false;
+  const RunResult messages = run_dp(o, 2, data);
+  EXPECT_EQ(shared.hash, messages.hash);
+  for (size_t i = 0; i < shared.steps.size(); ++i) EXPECT_EQ(shared.steps[i].loss, messages.steps[i].loss);
+  // ZeRO-1 reduces the same shared buffer.
+  o.zero = 1;
+  const RunResult z1_messages = run_dp(o, 2, data);
+  o.zero_copy = true;
+  const RunResult z1_shared = run_dp(o, 2, data);
+  EXPECT_EQ(z1_shared.hash, z1_messages.hash);
+}
+
 TEST(DDP, GradientAccumulationMatchesOneBigMicroBatch) {
   const auto data = synthetic_tokens(20000, 9);
   auto o = tiny_opts();
