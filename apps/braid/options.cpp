@@ -98,8 +98,9 @@ void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
   c->add_flag("--no-overlap", [&o](int64_t) { o.overlap = false; }, "All-reduce after backward instead of during it")
       ->group(layout);
   c->add_flag("--no-zero-copy", [&o](int64_t) { o.zero_copy = false; },
-              "DDP and ZeRO-1: keep gradients in private memory and reduce them by messages, instead of in "
-              "memory the data-parallel ranks of a node share, where each reads and writes its peers' directly")
+              "Data parallelism reduces gradients (and ZeRO-3/FSDP gathers parameters) by messages through "
+              "private memory, instead of through memory the data-parallel ranks of a node share, where each "
+              "reads and writes its peers' directly")
       ->group(layout);
 
   c->add_option("--precision", o.precision, "Compute copies of parameters and matmul operands (master weights and AdamW moments stay fp32)")

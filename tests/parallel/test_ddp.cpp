@@ -110,12 +110,18 @@ TEST(DDP, ZeroCopyGradientsChangeNoBitOnTwoRanks) {
   const RunResult messages = run_dp(o, 2, data);
   EXPECT_EQ(shared.hash, messages.hash);
   for (size_t i = 0; i < shared.steps.size(); ++i) EXPECT_EQ(shared.steps[i].loss, messages.steps[i].loss);
-  // ZeRO-1 reduces the same shared buffer.
-  o.zero = 1;
-  const RunResult z1_messages = run_dp(o, 2, data);
-  o.zero_copy = true;
-  const RunResult z1_shared = run_dp(o, 2, data);
-  EXPECT_EQ(z1_shared.hash, z1_messages.hash);
+  // ZeRO-1 reduces the same shared buffer; ZeRO-3 and FSDP gather parameters into
+  // and reduce-scatter gradients from shared unit buffers.
+  for (auto [zero, fsdp] : {std::pair{1, false}, std::pair{3, false}, std::pair{3, true}}) {
+    o.zero = zero;
+    o.fsdp = fsdp;
+    o.zero_copy = false;
+    const RunResult by_messages = run_dp(o, 2, data);
+    o.zero_copy = true;
+    const RunResult zero_copy = run_dp(o, 2, data);
+    EXPECT_EQ(zero_copy.hash, by_messages.hash) << "zero " << zero << (fsdp ? " fsdp" : "");
+    for (size_t i = 0; i < zero_copy.steps.size(); ++i) EXPECT_EQ(zero_copy.steps[i].loss, by_messages.steps[i].loss);
+  }
 }
 
 TEST(DDP, GradientAccumulationMatchesOneBigMicroBatch) {

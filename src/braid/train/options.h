@@ -45,7 +45,7 @@ struct TrainOptions {
   std::string recompute = "none";  // activation checkpointing: none | selective | full
   double bucket_mb = 4.0;
   bool overlap = true;
-  bool zero_copy = true;  // DDP / ZeRO-1 gradients in memory the DP ranks share (one node)
+  bool zero_copy = true;  // DP reductions / gathers through memory the DP ranks of a node share
   int zero = 0;  // ZeRO stage 0 (DDP), 1 (moments sharded), 2 (+ gradients), 3 (+ parameters)
   bool fsdp = false;            // FSDP: stage 3 with one flat parameter per unit (block)
   int fsdp_shard_size = 0;      // HSDP: shard within groups of this many ranks (0: all DP ranks)

@@ -400,13 +400,14 @@ parallel::BucketedConfig bucketed_config(const ParallelPlan& p, const model::GPT
 }
 
 parallel::ShardedConfig sharded_config(const ParallelPlan& p, const model::PipelineStage& stage,
-                                       comm::Algorithm algo) {
+                                       comm::Algorithm algo, bool zero_copy) {
   parallel::ShardedConfig sc;
   sc.stage = p.dp.zero_stage;
   sc.fsdp = p.dp.mode == DataParallelMode::fsdp || p.dp.mode == DataParallelMode::hsdp;
   sc.compute = p.compute;
   sc.reduce = p.reduce;
   sc.algo = algo;
+  sc.zero_copy = zero_copy;
   sc.tp = p.tp.degree;
   sc.pipeline = stage;
   return sc;
@@ -417,7 +418,7 @@ std::unique_ptr<parallel::GradSync> make_grad_sync(const ParallelPlan& plan, Par
                                                    const TrainOptions& opt, MemoryLedger* ledger) {
   if (plan.dp.parameter_server()) return std::make_unique<parallel::ParameterServerSync>(ctx.world(), ledger);
   if (plan.sharded_engine()) {
-    return std::make_unique<parallel::ShardedSync>(cfg, sharded_config(plan, stage, opt.algo), ctx.shard(),
+    return std::make_unique<parallel::ShardedSync>(cfg, sharded_config(plan, stage, opt.algo, opt.zero_copy), ctx.shard(),
                                                    ctx.replicate(), ctx.dp(), ctx.world(), ledger);
   }
   return std::make_unique<parallel::BucketedSync>(bucketed_config(plan, cfg, stage, opt), ctx.dp(), ctx.world(),

@@ -123,9 +123,10 @@ size_t boundary_bytes(const ParallelPlan& plan, const model::GPTConfig& cfg);
 /// The gradient buckets' settings (DDP, ZeRO-1) for this plan on a rank holding `stage`.
 parallel::BucketedConfig bucketed_config(const ParallelPlan& plan, const model::GPTConfig& cfg,
                                          const model::PipelineStage& stage, const TrainOptions& opt);
-/// The sharding engine's settings for this plan on a rank holding `stage`.
+/// The sharding engine's settings for this plan on a rank holding `stage`
+/// (zero_copy: gather and reduce through memory the shard group shares).
 parallel::ShardedConfig sharded_config(const ParallelPlan& plan, const model::PipelineStage& stage,
-                                       comm::Algorithm algo = comm::Algorithm::ring);
+                                       comm::Algorithm algo = comm::Algorithm::ring, bool zero_copy = true);
 
 class ParallelContext;
 

@@ -7,6 +7,7 @@
 #include "braid/core/hash.h"
 #include "braid/kernels/cpu/convert.h"
 #include "braid/model/gpt.h"
+#include "braid/parallel/data_parallel/group_buffer.h"
 
 namespace braid::parallel {
 
@@ -52,27 +53,15 @@ BucketedSync::~BucketedSync() = default;
 
 size_t BucketedSync::num_params() const { return half_ ? half_->num_params() : model_->num_params(); }
 
-namespace {
-// Moves `grads` (zeroed) into memory every rank of `dp` maps, so that their
-// reductions run zero-copy. Releases the old buffer first, so the peak stays as
-// planned. Keeps private memory when the group shares none.
-void share_grads(comm::Communicator& dp, Buffer& grads, MemoryLedger* ledger) {
-  const size_t bytes = grads.bytes();
-  grads = Buffer();
-  auto sb = std::make_shared<comm::SharedBuffer>(dp.alloc_shared(bytes));
-  if (!sb->zero_copy()) {
-    grads = Buffer(bytes, MemCategory::grads, ledger);
-    return;
-  }
-  std::memset(sb->data(), 0, bytes);
-  grads = Buffer::adopt(sb->data(), bytes, MemCategory::grads, ledger, [sb] {});
-}
-}  // namespace
-
 void BucketedSync::attach(model::GPT& model) {
   FlatBufferSync::attach(model);
-  if (c_.zero_copy && c_.algo == comm::Algorithm::ring && dp_.size() > 1)
-    share_grads(dp_, half_ ? half_->grad_buffer() : model.grad_buffer(), ledger_);
+  if (c_.zero_copy && c_.algo == comm::Algorithm::ring && dp_.size() > 1) {
+    // Into memory the DP ranks share: released first, so the peak stays as planned.
+    Buffer& g = half_ ? half_->grad_buffer() : model.grad_buffer();
+    const size_t bytes = g.bytes();
+    g = Buffer();
+    g = group_buffer(dp_, bytes, MemCategory::grads, ledger_, true);
+  }
   void* params = half_ ? half_->compute() : static_cast<void*>(model.params());
   void* grads = half_ ? half_->grads() : static_cast<void*>(model.grads());
   buckets_ = std::make_unique<GradBuckets>(dp_, params, grads, num_params(), c_.bucket_bytes, c_.overlap, c_.algo,

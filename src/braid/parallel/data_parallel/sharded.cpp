@@ -8,6 +8,7 @@
 #include "braid/core/hash.h"
 #include "braid/kernels/cpu/convert.h"
 #include "braid/kernels/cpu/elementwise.h"
+#include "braid/parallel/data_parallel/group_buffer.h"
 
 namespace braid::parallel {
 
@@ -155,24 +156,27 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& cfg, const ShardedConfig& s
   }
   const size_t u0_len = units_[0].end - units_[0].begin, u0_pad = N_ * units_[0].block;
   const bool gather = sc.stage == 3, direct_p = sc.fsdp && !half, direct_g = sc.fsdp && sc.reduce == DType::f32;
+  // What the shard group all-gathers into and reduce-scatters from, shared when it can be.
+  const bool share = sc.zero_copy && sc.algo == comm::Algorithm::ring && N_ > 1;
+  auto comm_buffer = [&](size_t bytes) { return group_buffer(shard, bytes, MemCategory::comm, ledger, share); };
   for (int i = 0; i < 3; ++i) {
     auto s = std::make_unique<Slot>();
     const size_t block = i == 0 ? units_[0].block : max_block;
     if (gather || half) {
       const size_t elems = gather && direct_p ? (i == 0 ? u0_pad : max_pad) : (i == 0 ? u0_len : max_len);
-      s->data = Buffer(elems * sizeof(float), MemCategory::comm, ledger);
-      if (gather && !direct_p) s->staging = Buffer(N_ * block * b_, MemCategory::comm, ledger);
+      s->data = gather && direct_p ? comm_buffer(elems * sizeof(float)) : Buffer(elems * sizeof(float), MemCategory::comm, ledger);
+      if (gather && !direct_p) s->staging = comm_buffer(N_ * block * b_);
       if (gather && half) s->half = Buffer((i == 0 ? u0_len : max_len) * b_, MemCategory::comm, ledger);
     }
     slots_.push_back(std::move(s));
     auto g = std::make_unique<GSlot>();
     const size_t gelems = direct_g ? (i == 0 ? u0_pad : max_pad) : (i == 0 ? u0_len : max_len);
-    g->data = Buffer(gelems * sizeof(float), MemCategory::comm, ledger);
-    if (!direct_g) g->staging = Buffer(N_ * block * gb_, MemCategory::comm, ledger);
+    g->data = direct_g ? comm_buffer(gelems * sizeof(float)) : Buffer(gelems * sizeof(float), MemCategory::comm, ledger);
+    if (!direct_g) g->staging = comm_buffer(N_ * block * gb_);
     gslots_.push_back(std::move(g));
   }
   if (sc.stage == 2 && N_ > 1)
-    block_staging_ = Buffer(N_ * std::max(units_[0].block, max_block) * b_, MemCategory::comm, ledger);
+    block_staging_ = comm_buffer(N_ * std::max(units_[0].block, max_block) * b_);
   // The constructor allocated what plan() predicts (checked by tests against the ledger).
 }
 

@@ -43,6 +43,7 @@ struct ShardedConfig {
   DType compute = DType::f32;    // dtype of compute parameters and their all-gathers
   DType reduce = DType::f32;     // gradients' accumulation and reduce-scatter: f32 or `compute`
   comm::Algorithm algo = comm::Algorithm::ring;
+  bool zero_copy = true;         // gather and reduce through memory the shard group shares (one node)
   int tp = 1;                    // TP degree: the layout is that of a TP rank's local tensors
   model::PipelineStage pipeline; // pipeline stage: its units, in its own flat layout
 };
