@@ -102,6 +102,9 @@ void add_common(CLI::App* c, UseArgs& a) {
       ->required()
       ->check(CLI::ExistingFile);
   add_model_and_layout_options(c, a.opt);
+  // Still parsed (take_model_from_checkpoint refuses them by name), but not offered.
+  for (const char* f : {"--model", "--n-layer", "--n-head", "--n-embd", "--vocab-size", "--dropout"})
+    if (CLI::Option* o = c->get_option_no_throw(f)) o->group("");
   c->add_option("--backend", a.backend, "mpi (one process per rank) or local (ranks as threads)")
       ->transform(one_of({"mpi", "local"}))
       ->capture_default_str();
