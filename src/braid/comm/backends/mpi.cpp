@@ -2,8 +2,10 @@
 
 #include <mpi.h>
 
+#include <sys/mman.h>
 #include <sys/statvfs.h>
 
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -230,6 +232,12 @@ class MpiMapping final : public SharedMapping {
       block.push_back(reinterpret_cast<std::byte*>(at));
     }
   }
+  // Faults in rank `me`'s block writable (MADV_POPULATE_WRITE, Linux 5.14). False
+  // when the file system behind it is full; true when the kernel cannot tell.
+  bool populate(int me, size_t block_bytes) const {
+    if (madvise(block[static_cast<size_t>(me)], block_bytes, MADV_POPULATE_WRITE) == 0) return true;
+    return errno == EINVAL;  // an older kernel: statvfs's answer stands
+  }
   // Freeing a window is collective; a failing process leaves it to the job's abort.
   ~MpiMapping() override {
     int fin = 0;
@@ -398,7 +406,13 @@ class MpiComm final : public CommBase {
     int room = backing_room(block_bytes * static_cast<size_t>(size_) + (size_t{1} << 20)) ? 1 : 0;
     BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &room, 1, MPI_INT, MPI_MIN, comm_));
     if (!room) return nullptr;
-    return std::make_unique<MpiMapping>(comm_, size_, block_bytes);
+    auto m = std::make_unique<MpiMapping>(comm_, size_, block_bytes);
+    // The room may have gone to another job since: each rank faults its block in
+    // now, where a full file system is an error rather than a SIGBUS later.
+    int placed = m->populate(rank_, block_bytes) ? 1 : 0;
+    BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &placed, 1, MPI_INT, MPI_MIN, comm_));
+    if (!placed) return nullptr;  // freeing the window is collective: every rank is here
+    return m;
   }
 
  private:
