@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "braid/comm/communicator.h"
 #include "braid/comm/shared_memory.h"
 #include "braid/core/error.h"
+#include "braid/core/span_sink.h"
 #include "braid/core/dtype.h"
 
 namespace braid::test_cases {
@@ -656,6 +658,27 @@ inline void shared_mismatch_suite(Communicator& c) {
     EXPECT_NE(m.find("zero-copy collective mismatch"), std::string::npos) << m;
     EXPECT_NE(m.find(c.rank() == 0 ? "at byte offset 0" : "at byte offset 64"), std::string::npos) << m;
   }
+  // The same offsets, but rank 0 reads its input from another shared buffer while
+  // the others copy theirs in: the ranks would read different buffers.
+  comm::SharedBuffer out = c.alloc_shared(4096), in = c.alloc_shared(4096);
+  std::vector<float> priv(8, 1.f);
+  const float* src = c.rank() == 0 ? in.as<float>() : priv.data();
+  EXPECT_THROW(c.all_reduce(src, out.data(), 8, DType::f32, ReduceOp::sum), Error) << "rank " << c.rank();
+}
+
+/// A span sink on the communicator does not get in the way of alloc_shared (it is
+/// traced like a collective of bytes).
+inline void shared_alloc_traced(Communicator& c) {
+  struct Count final : SpanSink {
+    std::atomic<int> spans{0};
+    void span(std::string, const char*, const std::string&, double, double, std::string) override { ++spans; }
+  };
+  auto sink = std::make_shared<Count>();
+  c.set_span_sink(sink);
+  comm::SharedBuffer b = c.alloc_shared(4096);
+  EXPECT_EQ(b.bytes(), 4096u);
+  EXPECT_GE(sink->spans.load(), 1);
+  c.set_span_sink(nullptr);
 }
 
 }  // namespace braid::test_cases

@@ -29,6 +29,7 @@ TEST_P(CollectiveLocal, Split) { run(tc::split_suite); }
 TEST_P(CollectiveLocal, BytesAccounting) { run(tc::bytes_suite); }
 TEST_P(CollectiveLocal, SharedBuffers) { run(tc::shared_buffer_suite); }
 TEST_P(CollectiveLocal, SharedBufferMismatch) { run(tc::shared_mismatch_suite); }
+TEST_P(CollectiveLocal, SharedAllocTraced) { run(tc::shared_alloc_traced); }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectiveLocal, ::testing::Range(1, 9),
                          [](const ::testing::TestParamInfo<int>& i) {

@@ -473,8 +473,7 @@ WorkPtr CommBase::irecv(void* buf, size_t bytes, int peer, int tag) {
 SharedBuffer CommBase::alloc_shared(size_t bytes) {
   OpRecord rec;
   rec.op = "alloc_shared";
-  rec.count = bytes;
-  rec.dtype = "u8";
+  rec.count = bytes;  // no dtype: a count of bytes
   auto a = std::make_unique<SharedAllocation>(rank(), size(), bytes);
   run_collective(rec, [&] {
     // Every rank must ask for the same size: the blocks are laid out alike.
@@ -493,6 +492,7 @@ SharedBuffer CommBase::alloc_shared(size_t bytes) {
     }
     new (&a->control(rank())) SharedControl();
     algo::dissemination_barrier(*this);  // no rank reads control lines not yet made
+    a->id = shared_->made++;  // the same on every rank: allocations are collective
     a->check_peers = [this] { check_peers(); };  // only called inside this communicator's collectives
     a->on_free = [reg = shared_](SharedAllocation* p) {
       std::lock_guard<std::mutex> g(reg->mu);

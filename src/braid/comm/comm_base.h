@@ -172,6 +172,7 @@ class CommBase : public Communicator {
   struct SharedRegistry {
     std::mutex mu;
     std::vector<SharedAllocation*> live;
+    uint64_t made = 0;  // buffers allocated so far (their ids)
   };
   std::shared_ptr<SharedRegistry> shared_ = std::make_shared<SharedRegistry>();
 

@@ -60,12 +60,15 @@ void wait_at_least(const SharedAllocation& a, const SyncLine& line, uint64_t tar
 /// arrived with the same ones; finish() waits until every rank is done reading.
 class Call {
  public:
+  // in_id: the shared buffer the input is read from (a's own id when in place or
+  // copied in), so ranks reading different buffers fail instead of mixing them.
   Call(SharedAllocation& a, Kind kind, size_t off, size_t count, DType dtype, ReduceOp op,
-       size_t in_off = 0)
+       size_t in_off = 0, uint64_t in_id = ~uint64_t{0})
       : a_(a), k_(++a.calls) {
     SharedControl& me = a.control(a.rank);
-    const uint64_t what = static_cast<uint64_t>(kind) << 16 | static_cast<uint64_t>(dtype) << 8 |
-                          static_cast<uint64_t>(op);
+    const uint64_t src = in_id == ~uint64_t{0} ? a.id : in_id;
+    const uint64_t what = (src + 1) << 32 | static_cast<uint64_t>(kind) << 16 |
+                          static_cast<uint64_t>(dtype) << 8 | static_cast<uint64_t>(op);
     me.args[0].v.store(what, std::memory_order_relaxed);
     me.args[1].v.store(off, std::memory_order_relaxed);
     me.args[2].v.store(count, std::memory_order_relaxed);
@@ -74,6 +77,13 @@ class Call {
     for (int q = 0; q < a.size; ++q) {
       if (q == a.rank) continue;
       wait_at_least(a, a.control(q).arrive, k_);
+      // A peer can start call k+1 only after every rank left call k: one that is
+      // further on abandoned a call (its rank failed) and queued more.
+      const uint64_t at = a.control(q).arrive.v.load(std::memory_order_acquire);
+      if (at > k_)
+        throw Error(detail::concat("zero-copy collective on a shared buffer: rank ", q, " is at call ", at,
+                                   " while rank ", a.rank, " is at call ", k_,
+                                   "; rank ", q, " abandoned a call (see its own error)"));
       check_same(q);
     }
   }
@@ -96,10 +106,11 @@ class Call {
     if (std::equal(mine, mine + 4, theirs)) return;
     throw Error(detail::concat(
         "zero-copy collective mismatch on a shared buffer (call ", k_, "): rank ", a_.rank, " called ",
-        kind_name(mine[0] >> 16), " at byte offset ", mine[1], " (input ", mine[3], ") with count ", mine[2], ", rank ", q,
-        " called ", kind_name(theirs[0] >> 16), " at byte offset ", theirs[1], " (input ", theirs[3],
+        kind_name(mine[0] >> 16 & 0xffff), " at byte offset ", mine[1], " (input ", mine[3], ") with count ", mine[2],
+        ", rank ", q, " called ", kind_name(theirs[0] >> 16 & 0xffff), " at byte offset ", theirs[1], " (input ", theirs[3],
         ") with count ", theirs[2],
-        " (or another dtype or op); every rank must pass the same place in the buffer and the same arguments"));
+        " (or another dtype, op or input buffer); every rank must pass the same places in the same buffers and "
+        "the same arguments"));
   }
   SharedAllocation& a_;
   uint64_t k_;
@@ -132,7 +143,7 @@ void reduce_over_ranks(void* dst, const std::function<const std::byte*(int)>& in
 
 void all_reduce(SharedAllocation& out, size_t out_off, const SharedAllocation& in, size_t in_off,
                 size_t count, DType dtype, ReduceOp op) {
-  Call call(out, Kind::all_reduce, out_off, count, dtype, op, in_off);
+  Call call(out, Kind::all_reduce, out_off, count, dtype, op, in_off, in.id);
   const int n = out.size, r = out.rank;
   const size_t esz = dtype_size(dtype), C = std::max<size_t>(1, kChunkBytes / esz);
   const Segments seg(count, n);

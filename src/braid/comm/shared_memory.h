@@ -43,7 +43,7 @@ struct alignas(64) SyncLine {
 struct SharedControl {
   SyncLine arrive;    // k: entered call k; its arguments and input are in place
   SyncLine leave;     // k: no longer reads or writes its peers' blocks for call k
-  SyncLine args[4];   // call k's collective and dtype/op, byte offset, count, input's offset
+  SyncLine args[4];   // call k's collective, dtype, op and input buffer; byte offset; count; input's offset
 };
 
 /// Bytes before the data in every rank's block (the control lines, then padding to a page).
@@ -81,6 +81,7 @@ class SharedAllocation {
   std::function<void(SharedAllocation*)> on_free;   // forgets it in its communicator
   std::function<void()> check_peers;                // throws when the group is going down
   uint64_t calls = 0;                               // zero-copy calls made on it
+  uint64_t id = 0;                                  // its place among its communicator's buffers
 };
 
 namespace zero_copy {

@@ -220,7 +220,10 @@ class MpiMapping final : public SharedMapping {
     const int rc =
         MPI_Win_allocate_shared(static_cast<MPI_Aint>(block_bytes + kPage), 1, info, comm, &base, &win_);
     MPI_Info_free(&info);
-    if (rc != MPI_SUCCESS) throw Error(mpi_error(rc, "MPI_Win_allocate_shared"));
+    if (rc != MPI_SUCCESS)
+      throw Error(mpi_error(rc, "MPI_Win_allocate_shared") +
+                  " (a shared-memory buffer for zero-copy collectives: is its file system, OpenMPI's "
+                  "osc_sm_backing_directory, full? `braid train --no-zero-copy` reduces by messages)");
     for (int q = 0; q < size; ++q) {
       MPI_Aint got = 0;
       int unit = 0;
