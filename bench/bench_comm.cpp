@@ -145,7 +145,7 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
     std::printf("# memcpy ceiling: %.3f GB/s per rank (%zu bytes, all ranks copying at once)\n", copy_gbps,
                 a.max_bytes);
     if (a.zero_copy)
-      std::printf("# zero-copy: buffers from alloc_shared, %s\n",
+      std::printf("# zero-copy: shared buffers, %s\n",
                   ssh.zero_copy() ? "mapped by every rank"
                                   : "private (the ranks span nodes, or the shared-memory file system lacks room)");
     std::printf("%-15s %12s %11s", "collective", "bytes", "count");
@@ -252,7 +252,8 @@ void add_bench_comm(CLI::App& app) {
   c->add_option("--algos", a->algos, "Comma-separated: ring (ours), native (MPI)")->capture_default_str();
   c->add_option("--dtype", a->dtype, "f32, bf16 or f16")->capture_default_str();
   c->add_option("--zero-copy", a->zero_copy,
-                "Also time ours on shared buffers (alloc_shared), where ranks read each other's blocks")
+                "Also time ours on shared buffers (memory every rank of the node maps), where ranks read and "
+                "write each other's blocks instead of sending messages")
       ->capture_default_str();
   c->add_option("--json", a->json, "Write the rows to this JSON file");
   c->add_option("--local", a->local_ranks, "Run N ranks as threads (local backend) instead of MPI");

@@ -587,10 +587,11 @@ inline void shared_case(Communicator& c, comm::SharedBuffer& A, comm::SharedBuff
     expect_elems(inplace ? after : out, block, inplace ? r * count : 0,
                  std::string("reduce_scatter") + (inplace ? " in place" : "") + tag);
     for (int q = 0; q < n; ++q)
-      if (q != r || !inplace)
+      if (q != r || !inplace) {
         EXPECT_EQ(0, std::memcmp(after.b.data() + q * count * dtype_size(dt), before.b.data() + q * count * dtype_size(dt),
                                  count * dtype_size(dt)))
             << "reduce_scatter modified block " << q << " of its input" << tag;
+      }
   }
   // all-to-all pulls from a shared input into private memory, and pushes into a
   // shared output (from private or shared memory).
