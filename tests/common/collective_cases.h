@@ -627,10 +627,13 @@ inline void shared_buffer_suite(Communicator& c) {
   const size_t bytes = (big * std::max(n, 2) + 64) * 4;  // n blocks, or 2 all-reduce buffers
   comm::SharedBuffer A = c.alloc_shared(bytes), B = c.alloc_shared(bytes);
   ASSERT_EQ(A.zero_copy(), B.zero_copy());
-  if (c.backend() == "local") ASSERT_TRUE(A.zero_copy()) << "threads always share memory";
-  if (!A.zero_copy())  // every rank decides alike, so every rank skips
+  if (c.backend() == "local") {
+    ASSERT_TRUE(A.zero_copy()) << "threads always share memory";
+  }
+  if (!A.zero_copy()) {  // every rank decides alike, so every rank skips
     GTEST_SKIP() << "alloc_shared gave private memory: /dev/shm lacks room for 2 x " << bytes << " bytes on "
                  << n << " ranks";
+  }
   ASSERT_EQ(A.bytes(), bytes);
   ASSERT_EQ(reinterpret_cast<uintptr_t>(A.data()) % 4096, 0u);
   for (DType dt : kDtypes)
@@ -649,7 +652,9 @@ inline void shared_buffer_suite(Communicator& c) {
 inline void shared_mismatch_suite(Communicator& c) {
   if (c.size() < 2) return;
   comm::SharedBuffer A = c.alloc_shared(4096);
-  if (!A.zero_copy()) GTEST_SKIP() << "alloc_shared gave private memory: /dev/shm lacks room";
+  if (!A.zero_copy()) {
+    GTEST_SKIP() << "alloc_shared gave private memory: /dev/shm lacks room";
+  }
   float* x = A.as<float>() + (c.rank() == 0 ? 0 : 16);
   try {
     c.all_reduce(x, x, 8, DType::f32, ReduceOp::sum);
