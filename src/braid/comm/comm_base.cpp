@@ -484,7 +484,7 @@ SharedBuffer CommBase::alloc_shared(size_t bytes) {
       BRAID_CHECK(all[static_cast<size_t>(q)] == bytes, "alloc_shared: rank ", rank(), " asked for ", bytes,
                   " bytes, rank ", q, " for ", all[static_cast<size_t>(q)], "; every rank must pass the same size");
     if (bytes == 0) return;
-    const size_t block = kSharedHeaderBytes + (bytes + 4095) / 4096 * 4096;
+    const size_t block = kSharedHeaderBytes + (bytes + kSharedPage - 1) / kSharedPage * kSharedPage;
     a->map = map_shared(block);
     if (!a->map) {
       a->priv = Buffer(bytes, MemCategory::comm);
@@ -513,15 +513,10 @@ class InProcessMapping final : public SharedMapping {
  public:
   std::vector<std::shared_ptr<Buffer>> keep;
 };
-
-std::byte* page_aligned(void* p) {
-  constexpr uintptr_t kPage = 4096;
-  return reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(p) + kPage - 1) / kPage * kPage);
-}
 }  // namespace
 
 std::unique_ptr<SharedMapping> CommBase::map_in_process(size_t block_bytes) {
-  auto mem = std::make_shared<Buffer>(block_bytes + 4096, MemCategory::comm);
+  auto mem = std::make_shared<Buffer>(block_bytes + kSharedPage, MemCategory::comm);
   const std::shared_ptr<Buffer>* mine = &mem;
   std::vector<const std::shared_ptr<Buffer>*> all(static_cast<size_t>(size()));
   static_assert(sizeof(mine) == 8);

@@ -46,8 +46,15 @@ struct SharedControl {
   SyncLine args[4];   // call k's collective, dtype, op and input buffer; byte offset; count; input's offset
 };
 
+/// Blocks are page-aligned; a mapping asks for a page more and aligns up.
+constexpr size_t kSharedPage = 4096;
+inline std::byte* page_aligned(void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<std::byte*>((a + kSharedPage - 1) / kSharedPage * kSharedPage);
+}
+
 /// Bytes before the data in every rank's block (the control lines, then padding to a page).
-constexpr size_t kSharedHeaderBytes = 4096;
+constexpr size_t kSharedHeaderBytes = kSharedPage;
 static_assert(sizeof(SharedControl) <= kSharedHeaderBytes);
 
 /// Where each rank's block of one shared buffer is mapped in this process. The

@@ -215,7 +215,7 @@ class MpiMapping final : public SharedMapping {
     // OpenMPI aligns the blocks to 8 bytes only: ask for a page more and align each
     // block up to a page (the segment is mapped page-aligned in every process, so the
     // aligned addresses name the same bytes everywhere).
-    constexpr size_t kPage = 4096;
+    constexpr size_t kPage = kSharedPage;
     std::byte* base = nullptr;
     const int rc =
         MPI_Win_allocate_shared(static_cast<MPI_Aint>(block_bytes + kPage), 1, info, comm, &base, &win_);
@@ -231,8 +231,7 @@ class MpiMapping final : public SharedMapping {
       BRAID_MPI_CHECK(MPI_Win_shared_query(win_, q, &got, &unit, &p));
       BRAID_CHECK(static_cast<size_t>(got) == block_bytes + kPage, "MPI shared window: rank ", q,
                   "'s block is ", got, " bytes, want ", block_bytes + kPage);
-      const uintptr_t at = (reinterpret_cast<uintptr_t>(p) + kPage - 1) / kPage * kPage;
-      block.push_back(reinterpret_cast<std::byte*>(at));
+      block.push_back(page_aligned(p));
     }
   }
   // Faults in rank `me`'s block writable (MADV_POPULATE_WRITE, Linux 5.14). False
