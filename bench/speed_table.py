@@ -8,11 +8,20 @@ import sys
 
 
 def load_steps(d):
+    """{run name: [its JSON records in round order]}, each record with its round as "round"."""
     runs = {}
     for f in glob.glob(os.path.join(d, "step_*_r*.json")):
-        name = re.match(r"step_(.+)_r\d+\.json", os.path.basename(f)).group(1)
-        runs.setdefault(name, []).append(json.load(open(f)))
+        name, rnd = re.match(r"step_(.+)_r(\d+)\.json", os.path.basename(f)).groups()
+        runs.setdefault(name, []).append(dict(json.load(open(f)), round=int(rnd)))
+    for rs in runs.values():
+        rs.sort(key=lambda r: r["round"])
     return runs
+
+
+def paired(xs, ys):
+    """The (x, y) records of the rounds both runs have: a ratio compares runs of one round."""
+    by_round = {y["round"]: y for y in ys}
+    return [(x, by_round[x["round"]]) for x in xs if x["round"] in by_round]
 
 
 def med(xs):
@@ -43,7 +52,7 @@ def step_table(runs):
               ("fp16 stored in fp16 / on f32 buffers, B=4 T=64", "fp16_4x64", "fp16_f32buf_4x64")]
     for label, a, b in ratios:
         if a in runs and b in runs:
-            r = med([y["step_ms"] / x["step_ms"] for x, y in zip(runs[a], runs[b])])
+            r = med([y["step_ms"] / x["step_ms"] for x, y in paired(runs[a], runs[b])])
             print(f"\nstep speed {label}: {r:.2f}x (median over rounds of the step-time ratio)")
             if "activation_bytes" in runs[a][0] and "activation_bytes" in runs[b][0]:
                 mib = lambda n, k: runs[n][0][k] / 2**20

@@ -310,3 +310,53 @@ void backward_layouts(int64_t BT) {
 TEST(Gemm, DISABLED_BackwardLayouts) {
   for (const int64_t BT : {int64_t(1024), int64_t(512), int64_t(256)}) backward_layouts(BT);
 }
+
+// bf16 / fp16 products in every layout, with bias, alpha and beta, at the
+// shapes a small GPT runs (its layers' forward and both gradients, batched
+// attention) and two wide ones: the products of half values are exact in f32,
+// so each element differs from the exact product of the rounded values by f32
+// summation error alone, in any order of the sums: |err| <= c eps sum_k
+// |a_k b_k| (eps = 2^-24), c growing like sqrt(K) for sums of mixed signs
+// (measured c <= 2.2 with oneDNN's avx512_core_bf16 kernels, <= 1.9 with its
+// AMX ones, K <= 1024). A wrong operand, layout or tile errs by ~1/eps.
+TEST(Gemm, HalfOperandsAllLayoutsWithinF32SummationError) {
+  struct Case { int64_t M, N, K, batch; float alpha; };
+  const Case cases[] = {{32, 192, 64, 1, 1.f}, {16, 16, 16, 8, 0.25f}, {16, 16, 16, 8, 1.f}, {32, 64, 64, 1, 1.f},
+                        {32, 256, 64, 1, 1.f}, {32, 64, 256, 1, 1.f}, {32, 128, 64, 1, 1.f}, {64, 192, 32, 1, 1.f},
+                        {256, 64, 32, 1, 1.f}, {33, 40, 129, 1, 1.f}, {32, 768, 512, 1, 1.f}, {32, 512, 768, 1, 1.f}};
+  for (braid::DType t : {braid::DType::bf16, braid::DType::f16})
+    for (const Case c : cases)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (int variant = 0; variant < 3; ++variant) {  // plain, bias, beta = 1 (accumulate)
+            const bool with_bias = variant == 1;
+            if (with_bias && c.alpha != 1.f) continue;  // gemm takes a bias with alpha 1 only
+            const float beta = variant == 2 ? 1.f : 0.f;
+            const int64_t M = c.M, N = c.N, K = c.K, nb = c.batch;
+            auto A = normal_values(size_t(nb * M * K), 7, 51), B = normal_values(size_t(nb * K * N), 7, 52);
+            auto C = normal_values(size_t(nb * M * N), 7, 53), bias = normal_values(size_t(N), 7, 54);
+            const auto Ah = round_to_half(A, t), Bh = round_to_half(B, t);
+            const std::vector<float> C0 = C;
+            braid::kernels::gemm_typed(ta, tb, M, N, K, c.alpha, Ah.data(), Bh.data(), t, beta, C.data(),
+                                       with_bias ? bias.data() : nullptr, nb);
+            double worst = 0;
+            for (int64_t b = 0; b < nb; ++b)
+              for (int64_t i = 0; i < M; ++i)
+                for (int64_t j = 0; j < N; ++j) {
+                  double s = 0, mag = 0;
+                  for (int64_t k = 0; k < K; ++k) {
+                    const double a = ta ? A[size_t(b * M * K + k * M + i)] : A[size_t(b * M * K + i * K + k)];
+                    const double bb = tb ? B[size_t(b * K * N + j * K + k)] : B[size_t(b * K * N + k * N + j)];
+                    s += a * bb, mag += std::abs(a * bb);
+                  }
+                  const size_t o = size_t(b * M * N + i * N + j);
+                  const double extra = with_bias ? double(bias[size_t(j)]) : 0.0;
+                  const double ref = c.alpha * s + beta * double(C0[o]) + extra;
+                  const double scale = c.alpha * mag + std::abs(beta * C0[o]) + std::abs(extra);
+                  worst = std::max(worst, std::abs(C[o] - ref) / (scale * std::ldexp(1.0, -24)));
+                }
+            EXPECT_LT(worst, 4 + std::sqrt(double(K)) / 2)
+                << braid::dtype_name(t) << " M=" << M << " N=" << N << " K=" << K << " batch=" << nb << " ta=" << ta
+                << " tb=" << tb << " alpha=" << c.alpha << " beta=" << beta << " bias=" << with_bias;
+          }
+}
