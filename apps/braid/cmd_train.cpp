@@ -151,6 +151,8 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, std::span<const uin
                   trainer.model().num_params() / 1e6, world.size(), pl.describe().c_str(),
                   world.backend().c_str(), (long long)pl.global_batch, pl.dp.degree, (long long)pl.micro_batch,
                   (long long)pl.pp.micro_batches, (long long)pl.seq_len, ceiling.describe().c_str(), fma_peak / 1e9, path.c_str());
+      const std::string transport = trainer.data_parallel_transport();
+      if (!transport.empty()) std::printf("data-parallel collectives: %s\n", transport.c_str());
       if (opt.warmup_steps > opt.steps)
         std::printf("note: --warmup %lld is longer than the run (--steps %lld): the learning rate stays below --lr %g\n",
                     (long long)opt.warmup_steps, (long long)opt.steps, opt.lr);

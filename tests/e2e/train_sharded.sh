@@ -9,6 +9,9 @@ common=(--model tiny --train-data "$tmp/t_train.bin" --val-data "$tmp/t_val.bin"
         --micro-batch 1 --steps 4 --val-every 0 --check-replicas --grad-clip 0.5)
 
 run ddp 2
+# The start-up log says how the DP group moves gradients (messages only where /dev/shm lacks room).
+grep -Eq "^data-parallel collectives: (zero-copy through shared memory \(2 ranks on one node\)|messages \(no shared memory)" \
+  "$tmp/ddp.txt" || fail "no data-parallel collectives line: $(head -5 "$tmp/ddp.txt")"
 run zero2 2 --zero 2
 run zero3 2 --zero 3 --sample-tokens 4
 grep -q -- "--- sample" "$tmp/zero3.txt" || fail "no sample under ZeRO-3"

@@ -60,6 +60,7 @@ struct RankRuns {
   std::vector<std::vector<train::StepRecord>> steps;  // per rank
   std::vector<uint64_t> hash;                         // final parameter hash per rank
   std::vector<size_t> optimizer_bytes;                // peak optimizer bytes per rank
+  std::vector<std::string> transport;                 // Trainer::data_parallel_transport per rank
 };
 
 /// Trains with `o` on `ranks` threads (local backend); rethrows a rank's failure.
@@ -72,6 +73,7 @@ inline RankRuns run_ranks(const train::TrainOptions& o, int ranks, const std::ve
   res.steps.resize(static_cast<size_t>(ranks));
   res.hash.resize(static_cast<size_t>(ranks));
   res.optimizer_bytes.resize(static_cast<size_t>(ranks));
+  res.transport.resize(static_cast<size_t>(ranks));
   std::mutex mu;
   comm::run_local(ranks, [&](comm::Communicator& w) {
     train::Trainer t(o, w, data, val);
@@ -83,6 +85,7 @@ inline RankRuns run_ranks(const train::TrainOptions& o, int ranks, const std::ve
       res.hash[r] = h;
       res.steps[r] = std::move(recs);
       res.optimizer_bytes[r] = t.ledger().peak(MemCategory::optimizer);
+      res.transport[r] = t.data_parallel_transport();
     }
     if (after) after(t, w.rank());
   });
@@ -105,11 +108,12 @@ inline void expect_plan_is_ledger(const train::TrainOptions& o, int ranks, int r
 struct Rank0Run {
   std::vector<train::StepRecord> steps;
   std::vector<uint64_t> hash;
+  std::string transport;  // rank 0's Trainer::data_parallel_transport
 };
 
 inline Rank0Run run_rank0(const train::TrainOptions& o, int ranks, const std::vector<uint16_t>& data) {
   auto r = run_ranks(o, ranks, data);
-  return {r.steps[0], r.hash};
+  return {r.steps[0], r.hash, r.transport[0]};
 }
 
 /// Per-step loss and global gradient norm of a layout against a reference run

@@ -108,6 +108,9 @@ TEST(DDP, ZeroCopyGradientsChangeNoBitOnTwoRanks) {
   const RunResult shared = run_dp(o, 2, data);
   o.zero_copy = false;
   const RunResult messages = run_dp(o, 2, data);
+  const std::string zero_copy_line = "zero-copy through shared memory (2 ranks on one node)";
+  EXPECT_EQ(shared.transport, zero_copy_line);  // the buffers really are shared
+  EXPECT_EQ(messages.transport, "messages (--no-zero-copy)");
   EXPECT_EQ(shared.hash, messages.hash);
   for (size_t i = 0; i < shared.steps.size(); ++i) EXPECT_EQ(shared.steps[i].loss, messages.steps[i].loss);
   // ZeRO-1 reduces the same shared buffer; ZeRO-3 and FSDP gather parameters into
@@ -119,6 +122,8 @@ TEST(DDP, ZeroCopyGradientsChangeNoBitOnTwoRanks) {
     const RunResult by_messages = run_dp(o, 2, data);
     o.zero_copy = true;
     const RunResult zero_copy = run_dp(o, 2, data);
+    EXPECT_EQ(zero_copy.transport, zero_copy_line) << "zero " << zero << (fsdp ? " fsdp" : "");
+    EXPECT_EQ(by_messages.transport, "messages (--no-zero-copy)") << "zero " << zero << (fsdp ? " fsdp" : "");
     EXPECT_EQ(zero_copy.hash, by_messages.hash) << "zero " << zero << (fsdp ? " fsdp" : "");
     for (size_t i = 0; i < zero_copy.steps.size(); ++i) EXPECT_EQ(zero_copy.steps[i].loss, by_messages.steps[i].loss);
   }

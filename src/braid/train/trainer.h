@@ -82,6 +82,9 @@ class Trainer {
   const MemoryLedger& ledger() const { return ledger_; }
   /// The resolved parallel layout.
   const ParallelPlan& plan() const { return plan_; }
+  /// How this rank's data-parallel collectives move bytes, for the start-up
+  /// log ("zero-copy ..." or "messages (why)"); empty without data parallelism.
+  std::string data_parallel_transport() const { return sync_->transport(); }
   int64_t start_step() const { return start_step_; }
   /// After run(): the step a stop signal ended the run at (the same on every
   /// rank; see preemption.h), or -1 when it ran to the end.

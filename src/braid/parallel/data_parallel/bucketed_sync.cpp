@@ -60,13 +60,17 @@ void BucketedSync::attach(model::GPT& model) {
     Buffer& g = half_ ? half_->grad_buffer() : model.grad_buffer();
     const size_t bytes = g.bytes();
     g = Buffer();
-    g = group_buffer(dp_, bytes, MemCategory::grads, ledger_, true);
+    g = group_buffer(dp_, bytes, MemCategory::grads, ledger_, true, &shared_grads_);
   }
   void* params = half_ ? half_->compute() : static_cast<void*>(model.params());
   void* grads = half_ ? half_->grads() : static_cast<void*>(model.grads());
   buckets_ = std::make_unique<GradBuckets>(dp_, params, grads, num_params(), c_.bucket_bytes, c_.overlap, c_.algo,
                                            reduce_mode(c_), dtypes(c_), ledger_, cut_);
   for (const auto& s : buckets_->owned()) owned_.push_back({s.offset, s.len, s.shard});
+}
+
+std::string BucketedSync::transport() const {
+  return transport_line(c_.zero_copy, c_.algo, dp_.size(), shared_grads_);
 }
 
 void BucketedSync::init_params(model::GPT& model, uint64_t seed) {

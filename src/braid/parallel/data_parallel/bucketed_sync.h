@@ -66,6 +66,7 @@ class BucketedSync final : public FlatBufferSync {
   const std::vector<OwnedRange>& owned() const override { return owned_; }
   size_t state_elems() const override;
   bool counts_in_norm() const override;
+  std::string transport() const override;
   comm::Communicator* norm_group() override { return &world_; }
   const void* grad(const OwnedRange& r) const override;
   DType grad_dtype() const override { return c_.reduce; }
@@ -96,6 +97,7 @@ class BucketedSync final : public FlatBufferSync {
   std::unique_ptr<GradBuckets> buckets_;
   size_t cut_ = 0;  // bucket_cut of the layout
   std::vector<OwnedRange> owned_;
+  bool shared_grads_ = false;  // the gradients lie in memory the DP group shares
   bool reduced_ = false;  // reduce_accumulated already waited for this step's reductions
 };
 

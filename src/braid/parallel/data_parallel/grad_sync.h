@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "braid/comm/communicator.h"
@@ -76,6 +77,9 @@ class GradSync {
 
   /// True when this rank runs forward and backward (not a parameter server).
   virtual bool computes() const { return true; }
+  /// For the start-up log: how the data-parallel collectives move bytes
+  /// (transport_line, group_buffer.h); empty when there are none to describe.
+  virtual std::string transport() const { return {}; }
   /// The pieces this rank updates (increasing offsets) and the elements of its
   /// optimizer state.
   virtual const std::vector<OwnedRange>& owned() const = 0;

@@ -6,13 +6,23 @@
 namespace braid::parallel {
 
 Buffer group_buffer(comm::Communicator& group, size_t bytes, MemCategory cat, MemoryLedger* ledger,
-                    bool share) {
+                    bool share, bool* shared) {
+  if (shared) *shared = false;
   if (!share || group.size() < 2 || bytes == 0) return Buffer(bytes, cat, ledger);
   auto sb = std::make_shared<comm::SharedBuffer>(group.alloc_shared(bytes));
   if (!sb->zero_copy()) return Buffer(bytes, cat, ledger);
   std::memset(sb->data(), 0, bytes);  // first touch now, as Buffer does
   void* p = sb->data();
+  if (shared) *shared = true;
   return Buffer::adopt(p, bytes, cat, ledger, [sb] {});
+}
+
+std::string transport_line(bool zero_copy, comm::Algorithm algo, int ranks, bool shared) {
+  if (ranks < 2) return {};
+  if (shared) return "zero-copy through shared memory (" + std::to_string(ranks) + " ranks on one node)";
+  if (!zero_copy) return "messages (--no-zero-copy)";
+  if (algo != comm::Algorithm::ring) return "messages (zero-copy runs with --comm-algo ring only)";
+  return "messages (no shared memory: the ranks span nodes, or the shared-memory file system lacks room)";
 }
 
 }  // namespace braid::parallel

@@ -3,6 +3,7 @@
 // (Communicator::alloc_shared, docs/ARCHITECTURE.md "Zero-copy collectives").
 #pragma once
 #include <cstddef>
+#include <string>
 
 #include "braid/comm/communicator.h"
 #include "braid/core/memory.h"
@@ -13,7 +14,14 @@ namespace braid::parallel {
 /// group of more than one rank: from group.alloc_shared (collective over the group:
 /// every rank calls it with the same bytes), which is private memory when the ranks
 /// share no node or the shared-memory file system lacks room. Otherwise a Buffer.
+/// `shared`, when given, is set to whether the memory is the group's shared memory.
 Buffer group_buffer(comm::Communicator& group, size_t bytes, MemCategory cat, MemoryLedger* ledger,
-                    bool share);
+                    bool share, bool* shared = nullptr);
+
+/// The start-up log's account of how a data-parallel group of `ranks` moves its
+/// gradients (and parameters): "zero-copy ..." when its buffers are `shared`,
+/// else "messages (<why>)" from what was asked (`zero_copy`, `algo`). Empty for
+/// a group of one rank.
+std::string transport_line(bool zero_copy, comm::Algorithm algo, int ranks, bool shared);
 
 }  // namespace braid::parallel

@@ -158,7 +158,12 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& cfg, const ShardedConfig& s
   const bool gather = sc.stage == 3, direct_p = sc.fsdp && !half, direct_g = sc.fsdp && sc.reduce == DType::f32;
   // What the shard group all-gathers into and reduce-scatters from, shared when it can be.
   const bool share = sc.zero_copy && sc.algo == comm::Algorithm::ring && N_ > 1;
-  auto comm_buffer = [&](size_t bytes) { return group_buffer(shard, bytes, MemCategory::comm, ledger, share); };
+  auto comm_buffer = [&](size_t bytes) {
+    bool shared = false;
+    Buffer b = group_buffer(shard, bytes, MemCategory::comm, ledger, share, &shared);
+    shared_ = shared_ || shared;
+    return b;
+  };
   for (int i = 0; i < 3; ++i) {
     auto s = std::make_unique<Slot>();
     const size_t block = i == 0 ? units_[0].block : max_block;
@@ -419,6 +424,10 @@ void ShardedEngine::complete_reduce(GSlot& g) {
   accumulate_cast(grad_shard_.as<char>() + U.shard_off * gb_, sc_.reduce, g.result, sc_.reduce, U.block);
   g.unit = -1;
   g.result = nullptr;
+}
+
+std::string ShardedEngine::transport() const {
+  return transport_line(sc_.zero_copy, sc_.algo, int(N_), shared_);
 }
 
 void ShardedEngine::begin_step() {

@@ -96,6 +96,8 @@ class ShardedEngine final : public model::UnitStorage {
   void init_weights(const model::GPT& model, uint64_t seed);
   /// Starts a step: zeroes the gradient accumulators.
   void begin_step();
+  /// How the shard group gathers and reduce-scatters (transport_line, group_buffer.h).
+  std::string transport() const;
   /// After finish_grads(): sums unit u's gradient (this rank's shard block)
   /// over `group`, whose ranks hold
   /// the same unit in the same layout and shard position (the tied
@@ -193,6 +195,7 @@ class ShardedEngine final : public model::UnitStorage {
   int last_acquired_ = -1;
   bool in_backward_ = false;
   bool inject_inf_ = false;
+  bool shared_ = false;  // the gather and reduce buffers lie in memory the shard group shares
   SpanSink* sink_ = nullptr;
   int64_t tick_ = 0;
 };

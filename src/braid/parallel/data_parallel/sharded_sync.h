@@ -31,6 +31,7 @@ class ShardedSync final : public GradSync {
   const std::vector<OwnedRange>& owned() const override { return owned_; }
   size_t state_elems() const override { return engine_.state_elems(); }
   bool counts_in_norm() const override;
+  std::string transport() const override { return engine_.transport(); }
   comm::Communicator* norm_group() override { return &world_; }
   const void* grad(const OwnedRange& r) const override;
   DType grad_dtype() const override { return engine_.grad_dtype(); }
