@@ -122,11 +122,17 @@ TEST(DDP, ZeroCopyGradientsChangeNoBitOnTwoRanks) {
     const RunResult by_messages = run_dp(o, 2, data);
     o.zero_copy = true;
     const RunResult zero_copy = run_dp(o, 2, data);
-    EXPECT_EQ(zero_copy.transport, zero_copy_line) << "zero " << zero << (fsdp ? " fsdp" : "");
+    // ZeRO-1 gathers its updated parameters into the model's private buffer.
+    EXPECT_EQ(zero_copy.transport, zero_copy_line + (zero == 1 ? "; the parameter all-gather by messages" : ""))
+        << "zero " << zero << (fsdp ? " fsdp" : "");
     EXPECT_EQ(by_messages.transport, "messages (--no-zero-copy)") << "zero " << zero << (fsdp ? " fsdp" : "");
     EXPECT_EQ(zero_copy.hash, by_messages.hash) << "zero " << zero << (fsdp ? " fsdp" : "");
     for (size_t i = 0; i < zero_copy.steps.size(); ++i) EXPECT_EQ(zero_copy.steps[i].loss, by_messages.steps[i].loss);
   }
+  // HSDP: shard groups of 2 share memory; the 2 replicas average by messages.
+  o.zero = 3, o.fsdp = true, o.fsdp_shard_size = 2, o.zero_copy = true, o.steps = 1;
+  EXPECT_EQ(run_dp(o, 4, data).transport,
+            zero_copy_line + "; gradient shards averaged across the 2 replicas by messages");
 }
 
 TEST(DDP, GradientAccumulationMatchesOneBigMicroBatch) {

@@ -60,7 +60,9 @@ void BucketedSync::attach(model::GPT& model) {
     Buffer& g = half_ ? half_->grad_buffer() : model.grad_buffer();
     const size_t bytes = g.bytes();
     g = Buffer();
-    g = group_buffer(dp_, bytes, MemCategory::grads, ledger_, true, &shared_grads_);
+    bool shared = false;
+    g = group_buffer(dp_, bytes, MemCategory::grads, ledger_, true, &shared);
+    grad_bytes_.add(bytes, shared);
   }
   void* params = half_ ? half_->compute() : static_cast<void*>(model.params());
   void* grads = half_ ? half_->grads() : static_cast<void*>(model.grads());
@@ -70,7 +72,10 @@ void BucketedSync::attach(model::GPT& model) {
 }
 
 std::string BucketedSync::transport() const {
-  return transport_line(c_.zero_copy, c_.algo, dp_.size(), shared_grads_);
+  std::string line = transport_line(c_.zero_copy, c_.algo, dp_.size(), grad_bytes_);
+  // ZeRO-1 gathers the updated parameters into the model's own (private) buffer.
+  if (!line.empty() && c_.stage == 1 && grad_bytes_.shared > 0) line += "; the parameter all-gather by messages";
+  return line;
 }
 
 void BucketedSync::init_params(model::GPT& model, uint64_t seed) {

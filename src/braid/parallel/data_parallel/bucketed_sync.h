@@ -12,6 +12,7 @@
 #include "braid/model/config.h"
 #include "braid/parallel/data_parallel/grad_buckets.h"
 #include "braid/parallel/data_parallel/grad_sync.h"
+#include "braid/parallel/data_parallel/group_buffer.h"
 #include "braid/parallel/data_parallel/half_storage.h"
 
 namespace braid::parallel {
@@ -97,7 +98,7 @@ class BucketedSync final : public FlatBufferSync {
   std::unique_ptr<GradBuckets> buckets_;
   size_t cut_ = 0;  // bucket_cut of the layout
   std::vector<OwnedRange> owned_;
-  bool shared_grads_ = false;  // the gradients lie in memory the DP group shares
+  SharedBytes grad_bytes_;  // the gradient buffer, shared with the DP group or not
   bool reduced_ = false;  // reduce_accumulated already waited for this step's reductions
 };
 

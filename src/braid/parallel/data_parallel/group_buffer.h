@@ -18,10 +18,20 @@ namespace braid::parallel {
 Buffer group_buffer(comm::Communicator& group, size_t bytes, MemCategory cat, MemoryLedger* ledger,
                     bool share, bool* shared = nullptr);
 
-/// The start-up log's account of how a data-parallel group of `ranks` moves its
-/// gradients (and parameters): "zero-copy ..." when its buffers are `shared`,
-/// else "messages (<why>)" from what was asked (`zero_copy`, `algo`). Empty for
-/// a group of one rank.
-std::string transport_line(bool zero_copy, comm::Algorithm algo, int ranks, bool shared);
+/// Bytes of an engine's collective buffers, and how many of them are shared.
+struct SharedBytes {
+  size_t shared = 0, total = 0;
+  void add(size_t bytes, bool is_shared) {
+    total += bytes;
+    if (is_shared) shared += bytes;
+  }
+};
+
+/// The start-up log's account of how a data-parallel group of `ranks` moves the
+/// bytes of its buffers `b`: "zero-copy ..." when all are shared, "partly
+/// zero-copy ..." when some are (each buffer checks the file system's room on its
+/// own), else "messages (<why>)" from what was asked (`zero_copy`, `algo`).
+/// Empty for a group of one rank.
+std::string transport_line(bool zero_copy, comm::Algorithm algo, int ranks, SharedBytes b);
 
 }  // namespace braid::parallel

@@ -39,6 +39,7 @@ class ParameterServerSync final : public FlatBufferSync {
   void attach(model::GPT& model) override;
   void begin_step(int64_t step) override;
   GradReadyHook backward_hook(bool) override { return {}; }
+  std::string transport() const override { return "messages (to and from the parameter server)"; }
   /// Throws braid::Error: a parameter server runs without a pipeline.
   void reduce_accumulated(comm::Communicator* tied) override;
   /// Worker: pushes its gradient and loss, returns its own loss (the server's

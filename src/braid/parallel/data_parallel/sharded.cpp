@@ -161,7 +161,7 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& cfg, const ShardedConfig& s
   auto comm_buffer = [&](size_t bytes) {
     bool shared = false;
     Buffer b = group_buffer(shard, bytes, MemCategory::comm, ledger, share, &shared);
-    shared_ = shared_ || shared;
+    comm_bytes_.add(bytes, shared);
     return b;
   };
   for (int i = 0; i < 3; ++i) {
@@ -427,7 +427,12 @@ void ShardedEngine::complete_reduce(GSlot& g) {
 }
 
 std::string ShardedEngine::transport() const {
-  return transport_line(sc_.zero_copy, sc_.algo, int(N_), shared_);
+  std::string line = transport_line(sc_.zero_copy, sc_.algo, int(N_), comm_bytes_);
+  // HSDP: the replicas average their gradient shards from a private buffer.
+  if (replicate_ && replicate_->size() > 1)
+    line += (line.empty() ? "" : "; ") + std::string("gradient shards averaged across the ") +
+            std::to_string(replicate_->size()) + " replicas by messages";
+  return line;
 }
 
 void ShardedEngine::begin_step() {

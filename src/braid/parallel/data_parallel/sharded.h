@@ -34,6 +34,7 @@
 #include "braid/core/dtype.h"
 #include "braid/core/memory.h"
 #include "braid/model/gpt.h"
+#include "braid/parallel/data_parallel/group_buffer.h"
 
 namespace braid::parallel {
 
@@ -195,7 +196,7 @@ class ShardedEngine final : public model::UnitStorage {
   int last_acquired_ = -1;
   bool in_backward_ = false;
   bool inject_inf_ = false;
-  bool shared_ = false;  // the gather and reduce buffers lie in memory the shard group shares
+  SharedBytes comm_bytes_;  // the gather and reduce buffers, shared with the shard group or not
   SpanSink* sink_ = nullptr;
   int64_t tick_ = 0;
 };
