@@ -11,7 +11,10 @@ def load_steps(d):
     """{run name: [its JSON records in round order]}, each record with its round as "round"."""
     runs = {}
     for f in glob.glob(os.path.join(d, "step_*_r*.json")):
-        name, rnd = re.match(r"step_(.+)_r(\d+)\.json", os.path.basename(f)).groups()
+        m = re.match(r"step_(.+)_r(\d+)\.json", os.path.basename(f))
+        if not m:
+            continue  # not a file this script writes
+        name, rnd = m.groups()
         runs.setdefault(name, []).append(dict(json.load(open(f)), round=int(rnd)))
     for rs in runs.values():
         rs.sort(key=lambda r: r["round"])
@@ -52,7 +55,10 @@ def step_table(runs):
               ("fp16 stored in fp16 / on f32 buffers, B=4 T=64", "fp16_4x64", "fp16_f32buf_4x64")]
     for label, a, b in ratios:
         if a in runs and b in runs:
-            r = med([y["step_ms"] / x["step_ms"] for x, y in paired(runs[a], runs[b])])
+            pairs = paired(runs[a], runs[b])
+            if not pairs:
+                continue  # no round ran both
+            r = med([y["step_ms"] / x["step_ms"] for x, y in pairs])
             print(f"\nstep speed {label}: {r:.2f}x (median over rounds of the step-time ratio)")
             if "activation_bytes" in runs[a][0] and "activation_bytes" in runs[b][0]:
                 mib = lambda n, k: runs[n][0][k] / 2**20
@@ -118,14 +124,22 @@ def dp_table(d):
     def step_ms(f):
         ms = [json.loads(l)["ms"] for l in open(f) if '"ms"' in l][2:]
         return med(ms)
-    runs = lambda name: [step_ms(f) for f in sorted(glob.glob(os.path.join(d, f"dp_{name}_r*.jsonl")))]
+    def runs(name):  # {round: median step ms}
+        out = {}
+        for f in glob.glob(os.path.join(d, f"dp_{name}_r*.jsonl")):
+            m = re.match(rf"dp_{re.escape(name)}_r(\d+)\.jsonl$", os.path.basename(f))
+            if m:
+                out[int(m.group(1))] = step_ms(f)
+        return out
     one = runs("1x2")
     for name, label in (("2x1", "DDP"), ("2x1zero1", "ZeRO-1"), ("2x1msg", "DDP, --no-zero-copy")):
         two = runs(name)
-        if one and two:
-            ratios = [a / b for a, b in zip(one, two)]
-            print(f"\ndata parallelism, small, batch 16: 1 rank x 2 threads {med(one):.0f} ms, 2 ranks x 1 thread ({label}) "
-                  f"{med(two):.0f} ms per step: 2x1 / 1x2 throughput {med(ratios):.2f}x (median over {len(ratios)} rounds)")
+        rounds = sorted(set(one) & set(two))  # a ratio compares runs of one round
+        if rounds:
+            ratios = [one[r] / two[r] for r in rounds]
+            one_ms, two_ms = [one[r] for r in rounds], [two[r] for r in rounds]
+            print(f"\ndata parallelism, small, batch 16: 1 rank x 2 threads {med(one_ms):.0f} ms, 2 ranks x 1 thread ({label}) "
+                  f"{med(two_ms):.0f} ms per step: 2x1 / 1x2 throughput {med(ratios):.2f}x (median over {len(ratios)} rounds)")
 
 
 def reduce_table(d):

@@ -137,7 +137,11 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, std::span<const uin
       tok = std::make_unique<data::Gpt2Tokenizer>(data::Gpt2Tokenizer::load(data::Gpt2Tokenizer::default_dir()));
     train::Trainer trainer(opt, world, train, val);
     const train::MatmulCeiling ceiling = measure_ceiling(trainer, world);
-    const double fma_peak = train::measure_fma_peak_flops();
+    // Every rank times its cores at once and the best counts, as for the ceiling:
+    // a rank whose window a neighbour's work overlapped reads low.
+    float fma_best = static_cast<float>(train::measure_fma_peak_flops());
+    if (world.size() > 1) world.all_reduce(&fma_best, &fma_best, 1, DType::f32, comm::ReduceOp::max);
+    const double fma_peak = fma_best;
     const std::string path = log ? train::matmul_path(trainer.plan().compute, trainer.model().half_matmuls()) : std::string();
     opt = trainer.options();
     if (log) {
