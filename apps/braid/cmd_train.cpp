@@ -86,6 +86,14 @@ std::string run_record(const TrainArgs& a, comm::Communicator& world) {
   return r.dump();
 }
 
+// The largest of every rank's `v` (collective): a peak timed while a neighbour's
+// work overlapped reads low, so the best rank's stands for all.
+double best_over_ranks(comm::Communicator& world, double v) {
+  float best = static_cast<float>(v);
+  if (world.size() > 1) world.all_reduce(&best, &best, 1, DType::f32, comm::ReduceOp::max);
+  return best;
+}
+
 // Each rank measures the matmul ceiling at its MLP shape; the best median is
 // the reference, so a rank slowed by a noisy neighbour does not inflate
 // everyone's MFU. Sets the trainer's ceiling and returns it (with this rank's
@@ -96,9 +104,7 @@ train::MatmulCeiling measure_ceiling(train::Trainer& trainer, comm::Communicator
   const DType dt = trainer.model().matmul_dtype();
   train::MatmulCeiling c =
       train::measure_mlp_ceiling(pl.micro_batch * pl.seq_len, trainer.model().config().n_embd, pl.tp.degree, dt);
-  float best = static_cast<float>(c.flops);
-  if (world.size() > 1) world.all_reduce(&best, &best, 1, DType::f32, comm::ReduceOp::max);
-  c.flops = static_cast<double>(best);
+  c.flops = best_over_ranks(world, c.flops);
   trainer.set_peak_flops_per_rank(c.flops);
   return c;
 }
@@ -137,11 +143,7 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, std::span<const uin
       tok = std::make_unique<data::Gpt2Tokenizer>(data::Gpt2Tokenizer::load(data::Gpt2Tokenizer::default_dir()));
     train::Trainer trainer(opt, world, train, val);
     const train::MatmulCeiling ceiling = measure_ceiling(trainer, world);
-    // Every rank times its cores at once and the best counts, as for the ceiling:
-    // a rank whose window a neighbour's work overlapped reads low.
-    float fma_best = static_cast<float>(train::measure_fma_peak_flops());
-    if (world.size() > 1) world.all_reduce(&fma_best, &fma_best, 1, DType::f32, comm::ReduceOp::max);
-    const double fma_peak = fma_best;
+    const double fma_peak = best_over_ranks(world, train::measure_fma_peak_flops());
     const std::string path = log ? train::matmul_path(trainer.plan().compute, trainer.model().half_matmuls()) : std::string();
     opt = trainer.options();
     if (log) {

@@ -215,10 +215,9 @@ class MpiMapping final : public SharedMapping {
     // OpenMPI aligns the blocks to 8 bytes only: ask for a page more and align each
     // block up to a page (the segment is mapped page-aligned in every process, so the
     // aligned addresses name the same bytes everywhere).
-    constexpr size_t kPage = kSharedPage;
     std::byte* base = nullptr;
     const int rc =
-        MPI_Win_allocate_shared(static_cast<MPI_Aint>(block_bytes + kPage), 1, info, comm, &base, &win_);
+        MPI_Win_allocate_shared(static_cast<MPI_Aint>(block_bytes + kSharedPage), 1, info, comm, &base, &win_);
     MPI_Info_free(&info);
     if (rc != MPI_SUCCESS)
       throw Error(mpi_error(rc, "MPI_Win_allocate_shared") +
@@ -229,8 +228,8 @@ class MpiMapping final : public SharedMapping {
       int unit = 0;
       void* p = nullptr;
       BRAID_MPI_CHECK(MPI_Win_shared_query(win_, q, &got, &unit, &p));
-      BRAID_CHECK(static_cast<size_t>(got) == block_bytes + kPage, "MPI shared window: rank ", q,
-                  "'s block is ", got, " bytes, want ", block_bytes + kPage);
+      BRAID_CHECK(static_cast<size_t>(got) == block_bytes + kSharedPage, "MPI shared window: rank ", q,
+                  "'s block is ", got, " bytes, want ", block_bytes + kSharedPage);
       block.push_back(page_aligned(p));
     }
   }

@@ -60,9 +60,7 @@ void BucketedSync::attach(model::GPT& model) {
     Buffer& g = half_ ? half_->grad_buffer() : model.grad_buffer();
     const size_t bytes = g.bytes();
     g = Buffer();
-    bool shared = false;
-    g = group_buffer(dp_, bytes, MemCategory::grads, ledger_, true, &shared);
-    grad_bytes_.add(bytes, shared);
+    g = group_buffer(dp_, bytes, MemCategory::grads, ledger_, true, &grad_bytes_);
   }
   void* params = half_ ? half_->compute() : static_cast<void*>(model.params());
   void* grads = half_ ? half_->grads() : static_cast<void*>(model.grads());

@@ -7,14 +7,14 @@
 namespace braid::parallel {
 
 Buffer group_buffer(comm::Communicator& group, size_t bytes, MemCategory cat, MemoryLedger* ledger,
-                    bool share, bool* shared) {
-  if (shared) *shared = false;
-  if (!share || group.size() < 2 || bytes == 0) return Buffer(bytes, cat, ledger);
-  auto sb = std::make_shared<comm::SharedBuffer>(group.alloc_shared(bytes));
-  if (!sb->zero_copy()) return Buffer(bytes, cat, ledger);
+                    bool share, SharedBytes* tally) {
+  std::shared_ptr<comm::SharedBuffer> sb;
+  if (share && group.size() > 1 && bytes > 0) sb = std::make_shared<comm::SharedBuffer>(group.alloc_shared(bytes));
+  const bool shared = sb && sb->zero_copy();
+  if (tally) tally->add(bytes, shared);
+  if (!shared) return Buffer(bytes, cat, ledger);
   std::memset(sb->data(), 0, bytes);  // first touch now, as Buffer does
   void* p = sb->data();
-  if (shared) *shared = true;
   return Buffer::adopt(p, bytes, cat, ledger, [sb] {});
 }
 

@@ -10,14 +10,6 @@
 
 namespace braid::parallel {
 
-/// `bytes` of zeroed memory, counted in `ledger` under `cat`. With `share` and a
-/// group of more than one rank: from group.alloc_shared (collective over the group:
-/// every rank calls it with the same bytes), which is private memory when the ranks
-/// share no node or the shared-memory file system lacks room. Otherwise a Buffer.
-/// `shared`, when given, is set to whether the memory is the group's shared memory.
-Buffer group_buffer(comm::Communicator& group, size_t bytes, MemCategory cat, MemoryLedger* ledger,
-                    bool share, bool* shared = nullptr);
-
 /// Bytes of an engine's collective buffers, and how many of them are shared.
 struct SharedBytes {
   size_t shared = 0, total = 0;
@@ -26,6 +18,14 @@ struct SharedBytes {
     if (is_shared) shared += bytes;
   }
 };
+
+/// `bytes` of zeroed memory, counted in `ledger` under `cat`. With `share` and a
+/// group of more than one rank: from group.alloc_shared (collective over the group:
+/// every rank calls it with the same bytes), which is private memory when the ranks
+/// share no node or the shared-memory file system lacks room. Otherwise a Buffer.
+/// `tally`, when given, counts the bytes, and whether they are the group's shared memory.
+Buffer group_buffer(comm::Communicator& group, size_t bytes, MemCategory cat, MemoryLedger* ledger,
+                    bool share, SharedBytes* tally = nullptr);
 
 /// The start-up log's account of how a data-parallel group of `ranks` moves the
 /// bytes of its buffers `b`: "zero-copy ..." when all are shared, "partly

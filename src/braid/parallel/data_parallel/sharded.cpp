@@ -158,12 +158,7 @@ ShardedEngine::ShardedEngine(const model::GPTConfig& cfg, const ShardedConfig& s
   const bool gather = sc.stage == 3, direct_p = sc.fsdp && !half, direct_g = sc.fsdp && sc.reduce == DType::f32;
   // What the shard group all-gathers into and reduce-scatters from, shared when it can be.
   const bool share = sc.zero_copy && sc.algo == comm::Algorithm::ring && N_ > 1;
-  auto comm_buffer = [&](size_t bytes) {
-    bool shared = false;
-    Buffer b = group_buffer(shard, bytes, MemCategory::comm, ledger, share, &shared);
-    comm_bytes_.add(bytes, shared);
-    return b;
-  };
+  auto comm_buffer = [&](size_t bytes) { return group_buffer(shard, bytes, MemCategory::comm, ledger, share, &comm_bytes_); };
   for (int i = 0; i < 3; ++i) {
     auto s = std::make_unique<Slot>();
     const size_t block = i == 0 ? units_[0].block : max_block;
