@@ -14,7 +14,7 @@
 #include "braid/commands.h"
 #include "braid/core/rng.h"
 #include "braid/core/threads.h"
-#include "braid/train/mfu.h"
+#include "braid/kernels/cpu/probes.h"
 #include "braid/train/trainer.h"
 
 namespace braid::cli {
@@ -61,8 +61,8 @@ void run_step_bench(const StepBenchArgs& a, comm::Communicator& world) {
   const auto& pl = trainer.plan();
   const int64_t C = trainer.model().config().n_embd, BT = a.B * a.T;
   const bool native = trainer.model().half_matmuls();
-  const train::MatmulCeiling ceil = train::measure_mlp_ceiling(BT, C, 1, trainer.model().matmul_dtype());
-  const double fma = train::measure_fma_peak_flops();
+  const kernels::MatmulCeiling ceil = kernels::measure_mlp_ceiling(BT, C, 1, trainer.model().matmul_dtype());
+  const double fma = kernels::measure_fma_peak_flops();
   const auto records = trainer.run();
   std::vector<double> ms, fb_ms;
   for (size_t i = size_t(a.warmup); i < records.size(); ++i) {
@@ -78,7 +78,7 @@ void run_step_bench(const StepBenchArgs& a, comm::Communicator& world) {
               trainer.model().config().name.c_str(), double(trainer.model().num_params()) / 1e6,
               dtype_name(pl.compute), (long long)a.B, (long long)a.T, (long long)a.accum, braid::omp_threads());
   std::printf("matmul ceiling: %s | FMA peak %.1f GFLOP/s\n%s\n", ceil.describe().c_str(), fma / 1e9,
-              train::matmul_path(pl.compute, native).c_str());
+              kernels::matmul_path(pl.compute, native).c_str());
   std::printf("step: median %.1f ms (forward+backward %.1f ms) over %lld steps | %.1f tokens/s | %.3f GFLOP/token\n",
               med, fb, (long long)a.steps, tps, flops_tok / 1e9);
   std::printf("MFU: step %.1f%% | forward+backward %.1f%% | step vs FMA peak %.1f%%\n", mfu * 100, mfu_fb * 100,

@@ -19,7 +19,7 @@
 #ifdef BRAID_WITH_MPI
 #include "braid/comm/backends/mpi.h"
 #endif
-#include "braid/train/plan.h"
+#include "braid/parallel/plan_memory.h"
 
 namespace braid::cli {
 
@@ -218,10 +218,10 @@ void add_plan(CLI::App& app) {
       return;
     }
     train::TrainOptions opt = a->opt;
-    std::vector<train::MemoryPlan> all;
+    std::vector<parallel::MemoryPlan> all;
     all.reserve(static_cast<size_t>(a->ranks));
-    for (int r = 0; r < a->ranks; ++r) all.push_back(train::plan_memory(opt, a->ranks, r));
-    std::vector<train::MemoryPlan> shown;
+    for (int r = 0; r < a->ranks; ++r) all.push_back(parallel::plan_memory(opt, a->ranks, r));
+    std::vector<parallel::MemoryPlan> shown;
     if (a->all_ranks || a->ranks <= 8) {
       shown = all;
     } else {
@@ -230,7 +230,7 @@ void add_plan(CLI::App& app) {
                                  [](const auto& x, const auto& y) { return x.total() < y.total(); });
       if (mx->rank != 0) shown.push_back(*mx);
     }
-    const train::MemoryPlan& p0 = all[0];
+    const parallel::MemoryPlan& p0 = all[0];
     const auto& cfg = p0.config;
     const auto& ro = p0.options;
     const auto& pl = p0.parallel;
@@ -242,14 +242,14 @@ void add_plan(CLI::App& app) {
                 (long long)pl.micro_batch, (long long)pl.pp.micro_batches, (long long)pl.seq_len, ro.bucket_mb);
     std::printf("\npredicted peak MemoryLedger bytes per rank (%s):\n%s",
                 shown.size() == all.size() ? "every rank" : "rank 0 and the largest rank",
-                train::format_plan_table(shown).c_str());
+                parallel::format_plan_table(shown).c_str());
     size_t sum = 0, mx = 0;
     for (const auto& p : all) sum += p.total(), mx = std::max(mx, p.total());
     std::printf("total over %d ranks: %zu bytes (%s); largest rank: %zu bytes (%s)\n\n", a->ranks, sum,
                 format_bytes(static_cast<double>(sum)).c_str(), mx, format_bytes(static_cast<double>(mx)).c_str());
     for (const auto& p : shown)
-      std::printf("as `braid train` prints it, rank %d: %s\n", p.rank, train::format_ledger_line(p).c_str());
-    std::printf("\n%s\n%s.\n", train::format_zero_formulas(shown).c_str(), train::kNotInLedger);
+      std::printf("as `braid train` prints it, rank %d: %s\n", p.rank, parallel::format_ledger_line(p).c_str());
+    std::printf("\n%s\n%s.\n", parallel::format_zero_formulas(shown).c_str(), parallel::kNotInLedger);
     if (!a->cluster.empty()) print_prediction(a->opt, a->ranks, cl, a->tokens);
   });
 }

@@ -7,7 +7,7 @@
 
 #include "braid/core/error.h"
 #include "braid/parallel/pipeline/schedule.h"
-#include "braid/train/parallel_plan.h"
+#include "braid/parallel/plan.h"
 #include "commands.h"
 
 namespace braid::cli {
@@ -32,7 +32,7 @@ void add_schedule(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--svg", a->svg, "Also write the schedule as an SVG picture to this file");
   c->callback([a]() {
-    train::PipelinePlan pp;
+    parallel::PipelinePlan pp;
     pp.stages = a->pp;
     pp.micro_batches = a->micro_batches;
     pp.virtual_stages = a->virtual_stages;

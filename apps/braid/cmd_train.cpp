@@ -21,7 +21,7 @@
 #include "braid/core/parse.h"
 #include "braid/data/token_file.h"
 #include "braid/data/tokenizer.h"
-#include "braid/train/mfu.h"
+#include "braid/kernels/cpu/probes.h"
 #include "braid/train/preemption.h"
 #include "braid/train/trainer.h"
 #include "braid/version.h"
@@ -98,12 +98,12 @@ double best_over_ranks(comm::Communicator& world, double v) {
 // the reference, so a rank slowed by a noisy neighbour does not inflate
 // everyone's MFU. Sets the trainer's ceiling and returns it (with this rank's
 // spread).
-train::MatmulCeiling measure_ceiling(train::Trainer& trainer, comm::Communicator& world) {
+kernels::MatmulCeiling measure_ceiling(train::Trainer& trainer, comm::Communicator& world) {
   const auto& pl = trainer.plan();
   // In the dtype the matmuls run in: a half-precision run's MFU is against the half-precision ceiling.
   const DType dt = trainer.model().matmul_dtype();
-  train::MatmulCeiling c =
-      train::measure_mlp_ceiling(pl.micro_batch * pl.seq_len, trainer.model().config().n_embd, pl.tp.degree, dt);
+  kernels::MatmulCeiling c =
+      kernels::measure_mlp_ceiling(pl.micro_batch * pl.seq_len, trainer.model().config().n_embd, pl.tp.degree, dt);
   c.flops = best_over_ranks(world, c.flops);
   trainer.set_peak_flops_per_rank(c.flops);
   return c;
@@ -142,9 +142,9 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, std::span<const uin
     if (opt.sample_tokens > 0)
       tok = std::make_unique<data::Gpt2Tokenizer>(data::Gpt2Tokenizer::load(data::Gpt2Tokenizer::default_dir()));
     train::Trainer trainer(opt, world, train, val);
-    const train::MatmulCeiling ceiling = measure_ceiling(trainer, world);
-    const double fma_peak = best_over_ranks(world, train::measure_fma_peak_flops());
-    const std::string path = log ? train::matmul_path(trainer.plan().compute, trainer.model().half_matmuls()) : std::string();
+    const kernels::MatmulCeiling ceiling = measure_ceiling(trainer, world);
+    const double fma_peak = best_over_ranks(world, kernels::measure_fma_peak_flops());
+    const std::string path = log ? kernels::matmul_path(trainer.plan().compute, trainer.model().half_matmuls()) : std::string();
     opt = trainer.options();
     if (log) {
       const auto& c = trainer.model().config();
@@ -310,7 +310,7 @@ void add_train(CLI::App& app) {
                                step < (uint64_t{1} << 62),
                            "--inject-save-fault wants STEP:PHASE with STEP >= 1, got '", s, "'");
         o.save_fault_step = static_cast<int64_t>(step) - 1;
-        o.save_fault = train::parse_save_fault(s.substr(colon + 1));
+        o.save_fault = formats::parse_save_fault(s.substr(colon + 1));
         return true;
       }, "Testing: the writer of the checkpoint of STEP kills itself at PHASE (payload:BYTE, "
          "before-file-fsync, before-rename, before-dir-fsync)")
@@ -386,7 +386,8 @@ void add_train(CLI::App& app) {
     };
     auto check_layout = [&](int world_size) {
       train::TrainOptions probe = a->opt;
-      train::resolve_plan(probe, world_size, train::model_config(probe));
+      parallel::resolve_plan(probe, world_size, parallel::model_config(probe));
+      train::validate_training(probe, world_size);
     };
     // Every output is created (its directory) or refused now, not after training.
     for (const auto& [flag, file] : {std::pair<const char*, std::string>{"--metrics-out", a->opt.metrics_out},

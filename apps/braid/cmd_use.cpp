@@ -12,7 +12,7 @@
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
 #include "braid/data/tokenizer.h"
-#include "braid/train/checkpoint.h"
+#include "braid/formats/checkpoint.h"
 #include "braid/train/trainer.h"
 #ifdef BRAID_WITH_MPI
 #include "braid/comm/backends/mpi.h"
@@ -42,7 +42,7 @@ void take_model_from_checkpoint(const CLI::App& c, UseArgs& a) {
                        ": every rank takes --micro-batch sequences per forward");
   BRAID_CONFIG_CHECK(c.count("--dropout") == 0, "--dropout does not apply to braid ", cmd,
                      ": evaluation and sampling run without dropout");
-  const nlohmann::json h = train::verify_checkpoint(a.checkpoint).header;
+  const nlohmann::json h = formats::verify_checkpoint(a.checkpoint).header;
   auto& o = a.opt;
   o.model = h.at("model").get<std::string>();
   o.n_layer = h.at("n_layer").get<int64_t>();

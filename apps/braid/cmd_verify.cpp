@@ -6,7 +6,7 @@
 
 #include "braid/commands.h"
 #include "braid/core/error.h"
-#include "braid/train/checkpoint.h"
+#include "braid/formats/checkpoint.h"
 #include "braid/train/checkpoint_dir.h"
 
 namespace braid::cli {
@@ -17,7 +17,7 @@ namespace {
 // not. named_step: the step a directory entry's name gives (-1 for a file).
 bool verify_one(const std::string& path, int64_t named_step = -1) {
   try {
-    const auto info = train::verify_checkpoint(path);
+    const auto info = formats::verify_checkpoint(path);
     const auto& h = info.header;
     if (named_step >= 0 && h["step"].get<int64_t>() != named_step)
       throw DataError(detail::concat("checkpoint ", path, " holds step ", h["step"].get<int64_t>(),

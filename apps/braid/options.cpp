@@ -51,7 +51,7 @@ void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
            const std::string& s = v.at(0);
            uint64_t n = 0;
            if (s == "auto") {
-             o.micro_batch = train::kMicroBatchAuto;
+             o.micro_batch = parallel::kMicroBatchAuto;
            } else {
              BRAID_CONFIG_CHECK(parse_count(s, n) && n >= 1 && n < (uint64_t{1} << 40), "--micro-batch '", s,
                                 "' is not a positive integer or auto");

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "braid/core/error.h"
-#include "braid/train/checkpoint.h"
+#include "braid/formats/checkpoint.h"
 #include "scratch_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bool verified = false;
   size_t n = 0;
   try {
-    n = braid::train::verify_checkpoint(path).header.at("n_params").get<size_t>();
+    n = braid::formats::verify_checkpoint(path).header.at("n_params").get<size_t>();
     verified = true;
   } catch (const braid::ConfigError&) {
   }
@@ -23,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (12 * n > size) std::abort();  // a verified file must hold its arrays
   std::vector<float> p(n), m(n), v(n);
   try {
-    braid::train::load_checkpoint(path, n, p.data(), m.data(), v.data());
+    braid::formats::load_checkpoint(path, n, p.data(), m.data(), v.data());
   } catch (const braid::ConfigError&) {
     std::abort();  // verify accepted what load refuses
   }

@@ -15,7 +15,7 @@
 
 #include "braid/comm/backends/local.h"
 #include "braid/core/rng.h"
-#include "braid/train/plan.h"
+#include "braid/parallel/plan_memory.h"
 #include "braid/train/trainer.h"
 
 namespace braid::testing_harness {
@@ -98,7 +98,7 @@ inline constexpr auto run = [](auto&&... args) { return run_ranks(std::forward<d
 /// `braid plan`'s bytes per category for this rank equal the trainer's ledger peaks.
 inline void expect_plan_is_ledger(const train::TrainOptions& o, int ranks, int rank, const train::Trainer& t,
                                   const std::string& what) {
-  const auto p = train::plan_memory(o, ranks, rank);
+  const auto p = parallel::plan_memory(o, ranks, rank);
   for (size_t c = 0; c < kNumMemCategories; ++c)
     EXPECT_EQ(p.bytes[c], t.ledger().peak(static_cast<MemCategory>(c)))
         << what << " rank " << rank << " " << mem_category_name(static_cast<MemCategory>(c));

@@ -219,7 +219,7 @@ TEST(Matrix, PlanEqualsTheLedgerOnEveryCell) {
     int ranks = 0;
     const auto o = cell_options(c, &ranks);
     if (!expected_refusal(c).empty()) {
-      EXPECT_THROW(train::plan_memory(o, ranks, 0), ConfigError) << c.name();
+      EXPECT_THROW(parallel::plan_memory(o, ranks, 0), ConfigError) << c.name();
       continue;
     }
     std::mutex mu;

@@ -12,9 +12,9 @@
 
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
-#include "braid/train/checkpoint.h"
+#include "braid/formats/checkpoint.h"
 #include "braid/train/checkpoint_dir.h"
-#include "braid/train/plan.h"
+#include "braid/parallel/plan_memory.h"
 #include "braid/train/trainer.h"
 #include "parallel/harness.h"
 
@@ -230,7 +230,7 @@ TEST(Pipeline, ShardedDataParallelUnderEverySchedule) {
     std::mutex mu;
     // braid plan predicts each rank's ledger for these layouts too.
     const Runs got = testing_harness::run_ranks(t, l.ranks, data, [&](train::Trainer& tr, int r) {
-      const auto p = train::plan_memory(t, l.ranks, r);
+      const auto p = parallel::plan_memory(t, l.ranks, r);
       std::lock_guard<std::mutex> lk(mu);
       for (size_t c = 0; c < kNumMemCategories; ++c)
         EXPECT_EQ(p.bytes[c], tr.ledger().peak(static_cast<MemCategory>(c)))
@@ -261,7 +261,7 @@ TEST(Pipeline, TiedEmbeddingCopiesStayEqualOverThreeDataParallelRanks) {
       const std::string what = std::string(prec) + " zero" + std::to_string(zero);
       std::mutex mu;
       const Runs got = testing_harness::run_ranks(t, 6, data, [&](train::Trainer& tr, int r) {
-        const auto p = train::plan_memory(t, 6, r);
+        const auto p = parallel::plan_memory(t, 6, r);
         std::lock_guard<std::mutex> lk(mu);
         for (size_t c = 0; c < kNumMemCategories; ++c)
           EXPECT_EQ(p.bytes[c], tr.ledger().peak(static_cast<MemCategory>(c))) << what << " rank " << r;
@@ -425,7 +425,7 @@ TEST(Pipeline, CheckpointsAndSamplingAcrossLayouts) {
   o.global_batch = 4;
   o.steps = 6;
   o.sample_top_k = 5;
-  const size_t n = model::unit_bounds(train::model_config(o), 1).back();
+  const size_t n = model::unit_bounds(parallel::model_config(o), 1).back();
   auto saved_after = [&](train::TrainOptions t, int ranks, const std::string& path, int k) {
     std::filesystem::remove_all(path);  // a fresh run needs an empty --save directory
     t.save_dir = path;
@@ -439,7 +439,7 @@ TEST(Pipeline, CheckpointsAndSamplingAcrossLayouts) {
       EXPECT_NE(std::string(e.what()).find("injected"), std::string::npos) << e.what();
     }
     std::vector<float> p(n), m(n), v(n);
-    train::load_checkpoint(train::checkpoint_path(path, k), n, p.data(), m.data(), v.data());
+    formats::load_checkpoint(train::checkpoint_path(path, k), n, p.data(), m.data(), v.data());
     return p;
   };
   const std::string ps = testing_harness::tmp_path("braid_pp_single_"), pp = testing_harness::tmp_path("braid_pp_two_");

@@ -12,7 +12,7 @@
 #include "braid/core/rng.h"
 #include "braid/kernels/cpu/matmul.h"
 #include "braid/train/memory_check.h"
-#include "braid/train/plan.h"
+#include "braid/parallel/plan_memory.h"
 #include "braid/train/trainer.h"
 
 using namespace braid;
@@ -54,14 +54,14 @@ void check(const Case& c, int N, int zero, const std::vector<uint16_t>& data,
   o.zero = zero;
   o.bucket_mb = c.bucket_mb;
   o.warmup_steps = 0;
-  std::vector<train::MemoryPlan> plans;
-  for (int r = 0; r < N; ++r) plans.push_back(train::plan_memory(o, N, r));
+  std::vector<parallel::MemoryPlan> plans;
+  for (int r = 0; r < N; ++r) plans.push_back(parallel::plan_memory(o, N, r));
   std::mutex mu;
   comm::run_local(N, [&](comm::Communicator& w) {
     train::Trainer t(o, w, data, nullptr);
     t.run();
     const MemoryLedger& led = t.ledger();
-    const train::MemoryPlan& p = plans[static_cast<size_t>(w.rank())];
+    const parallel::MemoryPlan& p = plans[static_cast<size_t>(w.rank())];
     std::lock_guard<std::mutex> lk(mu);
     for (size_t i = 0; i < kNumMemCategories; ++i) {
       const auto cat = static_cast<MemCategory>(i);
@@ -99,7 +99,7 @@ TEST(MemoryPlan, ZeroShardsAndStagingFollowTheBuckets) {
     o.global_batch = N;
     size_t shards = 0;
     for (int r = 0; r < N; ++r) {
-      const auto p = train::plan_memory(o, N, r);
+      const auto p = parallel::plan_memory(o, N, r);
       shards += p.optimizer_elems;
       EXPECT_EQ(p.at(MemCategory::optimizer), 2 * p.optimizer_elems * sizeof(float));
       if (N == 1) {
@@ -107,11 +107,11 @@ TEST(MemoryPlan, ZeroShardsAndStagingFollowTheBuckets) {
       }
     }
     // The shards partition the flat buffer.
-    EXPECT_EQ(shards, train::plan_memory(o, N, 0).num_params) << "N=" << N;
+    EXPECT_EQ(shards, parallel::plan_memory(o, N, 0).num_params) << "N=" << N;
   }
   o.zero = 0;
   o.global_batch = 2;
-  const auto ddp = train::plan_memory(o, 2, 1);
+  const auto ddp = parallel::plan_memory(o, 2, 1);
   EXPECT_EQ(ddp.at(MemCategory::optimizer), 2 * ddp.num_params * sizeof(float));
   EXPECT_EQ(ddp.at(MemCategory::comm), 0u);
   EXPECT_EQ(ddp.model_state_bytes(), 16 * ddp.num_params);  // 16 Psi exactly without ZeRO
@@ -126,7 +126,7 @@ TEST(MemoryPlan, Gpt2IsPlannedWithoutAllocating) {
   o.zero = 1;
   const size_t rss0 = process_peak_rss_bytes();
   const auto t0 = std::chrono::steady_clock::now();
-  const auto p = train::plan_memory(o, 2, 1);
+  const auto p = parallel::plan_memory(o, 2, 1);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // 124.4M parameters: wte 50304 x 768, wpe 1024 x 768, 12 blocks of
   // 12 C^2 + 13 C, ln_f 2 C (C = 768 is a multiple of 16: no alignment gaps).
@@ -145,13 +145,13 @@ TEST(MemoryPlan, InvalidOptionsThrowLikeTheTrainer) {
   o.model = "tiny";
   o.global_batch = 6;
   o.micro_batch = 4;
-  EXPECT_THROW(train::plan_memory(o, 2, 0), ConfigError);  // 6 % (2 x 4) != 0
+  EXPECT_THROW(parallel::plan_memory(o, 2, 0), ConfigError);  // 6 % (2 x 4) != 0
   o.global_batch = 8;
   o.seq_len = 65;
-  EXPECT_THROW(train::plan_memory(o, 2, 0), ConfigError);  // > block_size 64
+  EXPECT_THROW(parallel::plan_memory(o, 2, 0), ConfigError);  // > block_size 64
   o.seq_len = 16;
-  EXPECT_THROW(train::plan_memory(o, 2, 2), ConfigError);  // rank outside the job
-  EXPECT_NO_THROW(train::plan_memory(o, 2, 1));
+  EXPECT_THROW(parallel::plan_memory(o, 2, 2), ConfigError);  // rank outside the job
+  EXPECT_NO_THROW(parallel::plan_memory(o, 2, 1));
 }
 
 // --block-size sets the context length: a published model's sequence of 2,048
@@ -163,14 +163,14 @@ TEST(MemoryPlan, BlockSizeOverridesTheContextLength) {
   o.micro_batch = 1;
   o.seq_len = 2048;
   try {
-    train::plan_memory(o, 1, 0);
+    parallel::plan_memory(o, 1, 0);
     ADD_FAILURE() << "--seq-len 2048 fits gpt2's 1024 positions";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("--block-size 2048"), std::string::npos) << e.what();
   }
   o.block_size = 2048;
   o.vocab_size = 51200;
-  const auto p = train::plan_memory(o, 1, 0);
+  const auto p = parallel::plan_memory(o, 1, 0);
   EXPECT_EQ(p.config.block_size, 2048);
   EXPECT_EQ(p.config.name, "gpt2*");
   const size_t C = 768;
@@ -187,17 +187,17 @@ TEST(ParallelPlan, ShardingDegreeCountsEveryStrand) {
   o.zero = 1;
   o.global_batch = 4;
   o.micro_batch = 1;
-  std::vector<train::MemoryPlan> plans;
-  for (int r = 0; r < 8; ++r) plans.push_back(train::plan_memory(o, 8, r));
-  const train::ParallelPlan& pl = plans[0].parallel;
+  std::vector<parallel::MemoryPlan> plans;
+  for (int r = 0; r < 8; ++r) plans.push_back(parallel::plan_memory(o, 8, r));
+  const parallel::ParallelPlan& pl = plans[0].parallel;
   EXPECT_EQ(pl.dp.degree, 2);
   EXPECT_EQ(pl.dp.shard_degree, 2);
   EXPECT_EQ(pl.pp.micro_batches, 2);
-  const std::string text = train::format_zero_formulas(plans);
+  const std::string text = parallel::format_zero_formulas(plans);
   EXPECT_NE(text.find("N = 2 sharding ranks"), std::string::npos) << text;
   // Every rank's model states are its own formula plus at most the shard padding.
   for (const auto& p : plans) {
-    const double want = train::zero_formula(pl, p.num_params, 2).bytes;
+    const double want = parallel::zero_formula(pl, p.num_params, 2).bytes;
     EXPECT_NEAR(static_cast<double>(p.model_state_bytes()), want, 0.001 * want) << "rank " << p.rank;
   }
   o.fsdp = true;
@@ -205,8 +205,8 @@ TEST(ParallelPlan, ShardingDegreeCountsEveryStrand) {
   o.tp = o.pp = 1;
   o.fsdp_shard_size = 2;
   o.global_batch = 8;
-  const auto h = train::plan_memory(o, 8, 5);
-  EXPECT_EQ(h.parallel.dp.mode, train::DataParallelMode::hsdp);
+  const auto h = parallel::plan_memory(o, 8, 5);
+  EXPECT_EQ(h.parallel.dp.mode, parallel::DataParallelMode::hsdp);
   EXPECT_EQ(h.parallel.dp.shard_degree, 2);
 }
 
@@ -217,15 +217,15 @@ TEST(ParallelPlan, DescriptionNamesWhereActivationsAreStored) {
   o.model = "tiny";
   o.global_batch = 8;
   o.micro_batch = 8;
-  EXPECT_EQ(train::plan_memory(o, 1, 0).parallel.describe().find("activations"), std::string::npos);
+  EXPECT_EQ(parallel::plan_memory(o, 1, 0).parallel.describe().find("activations"), std::string::npos);
   o.precision = "bf16";
-  EXPECT_NE(train::plan_memory(o, 1, 0).parallel.describe().find("activations stored in bf16"), std::string::npos);
+  EXPECT_NE(parallel::plan_memory(o, 1, 0).parallel.describe().find("activations stored in bf16"), std::string::npos);
   o.precision = "fp16";
-  EXPECT_NE(train::plan_memory(o, 1, 0).parallel.describe().find("activations stored in f16"), std::string::npos);
+  EXPECT_NE(parallel::plan_memory(o, 1, 0).parallel.describe().find("activations stored in f16"), std::string::npos);
   o.matmul_precision = "fp32";
-  EXPECT_NE(train::plan_memory(o, 1, 0).parallel.describe().find("activations stored in f32"), std::string::npos);
+  EXPECT_NE(parallel::plan_memory(o, 1, 0).parallel.describe().find("activations stored in f32"), std::string::npos);
   o.fp32_residual = true;
-  EXPECT_NE(train::plan_memory(o, 1, 0).parallel.describe().find("residual stream in f32"), std::string::npos);
+  EXPECT_NE(parallel::plan_memory(o, 1, 0).parallel.describe().find("residual stream in f32"), std::string::npos);
 }
 
 // --micro-batch auto: batch / dp without a pipeline; with P stages the
@@ -234,17 +234,17 @@ TEST(ParallelPlan, MicroBatchAutoPicksTheLargestThatDividesTheLayout) {
   train::TrainOptions o;
   o.model = "tiny";
   o.global_batch = 16;
-  o.micro_batch = train::kMicroBatchAuto;
-  EXPECT_EQ(train::plan_memory(o, 2, 0).parallel.micro_batch, 8);
+  o.micro_batch = parallel::kMicroBatchAuto;
+  EXPECT_EQ(parallel::plan_memory(o, 2, 0).parallel.micro_batch, 8);
   o.pp = 2;
-  EXPECT_EQ(train::plan_memory(o, 4, 0).parallel.micro_batch, 4);  // dp 2: 8 per rank, >= 2 micro-batches
+  EXPECT_EQ(parallel::plan_memory(o, 4, 0).parallel.micro_batch, 4);  // dp 2: 8 per rank, >= 2 micro-batches
   o.global_batch = 12;
   o.n_layer = 4;
   o.pp = 4;
-  EXPECT_EQ(train::plan_memory(o, 4, 0).parallel.micro_batch, 3);  // dp 1: 12 per rank, >= 4 micro-batches
+  EXPECT_EQ(parallel::plan_memory(o, 4, 0).parallel.micro_batch, 3);  // dp 1: 12 per rank, >= 4 micro-batches
   o.global_batch = 6;
   o.pp = 1;
-  EXPECT_THROW(train::plan_memory(o, 4, 0), ConfigError);  // 6 does not split over 4 DP ranks
+  EXPECT_THROW(parallel::plan_memory(o, 4, 0), ConfigError);  // 6 does not split over 4 DP ranks
 }
 
 // Rajbhandari et al. 2020, Figure 1: Ψ = 7.5B, N_d = 64, K = 12 with
@@ -253,7 +253,7 @@ TEST(ParallelPlan, MicroBatchAutoPicksTheLargestThatDividesTheLayout) {
 // (stages 0, 1) or 2Ψ/N (stages 2, 3).
 TEST(ParallelPlan, ZeroFormulaReproducesThePapersFigure1) {
   const size_t psi = 7'500'000'000;
-  train::ParallelPlan pl;
+  parallel::ParallelPlan pl;
   pl.compute = DType::bf16;
   struct Row {
     int stage;
@@ -263,9 +263,9 @@ TEST(ParallelPlan, ZeroFormulaReproducesThePapersFigure1) {
                        Row{3, 1.875, 2.109375}}) {
     pl.dp.zero_stage = r.stage;
     pl.reduce = DType::bf16;
-    EXPECT_DOUBLE_EQ(train::zero_formula(pl, psi, 64).bytes / 1e9, r.half_gb) << "stage " << r.stage;
+    EXPECT_DOUBLE_EQ(parallel::zero_formula(pl, psi, 64).bytes / 1e9, r.half_gb) << "stage " << r.stage;
     pl.reduce = DType::f32;
-    EXPECT_DOUBLE_EQ(train::zero_formula(pl, psi, 64).bytes / 1e9, r.f32_gb) << "stage " << r.stage;
+    EXPECT_DOUBLE_EQ(parallel::zero_formula(pl, psi, 64).bytes / 1e9, r.f32_gb) << "stage " << r.stage;
   }
 }
 
@@ -284,11 +284,11 @@ TEST(ParallelPlan, ContextGroupsMatchThePlan) {
     o.fsdp_shard_size = l.hsdp;
     o.global_batch = 8;
     o.micro_batch = 1;
-    const auto cfg = train::model_config(o);
-    const train::ParallelPlan plan = train::resolve_plan(o, 8, cfg);
+    const auto cfg = parallel::model_config(o);
+    const parallel::ParallelPlan plan = parallel::resolve_plan(o, 8, cfg);
     std::mutex mu;
     comm::run_local(8, [&](comm::Communicator& w) {
-      train::ParallelContext ctx(plan, w);
+      parallel::ParallelContext ctx(plan, w);
       std::lock_guard<std::mutex> lk(mu);
       const std::string what = plan.describe() + " rank " + std::to_string(w.rank());
       EXPECT_EQ(ctx.dp().size(), plan.dp.degree) << what;
@@ -317,7 +317,7 @@ TEST(MemoryCheck, ALayoutThatCannotFitFailsBeforeAllocating) {
   int worst = -1;
   const uint64_t peak = train::worst_rank_peak(o, 2, &worst);
   uint64_t max_plan = 0;
-  for (int r = 0; r < 2; ++r) max_plan = std::max<uint64_t>(max_plan, train::plan_memory(o, 2, r).total());
+  for (int r = 0; r < 2; ++r) max_plan = std::max<uint64_t>(max_plan, parallel::plan_memory(o, 2, r).total());
   EXPECT_EQ(peak, max_plan);  // nothing saved or resumed: the plan alone
   o.max_memory = 3ull << 30;  // far below the ~16 GiB peak
   const auto data = tokens(40000, 5);
@@ -341,7 +341,7 @@ TEST(MemoryCheck, ALayoutThatCannotFitFailsBeforeAllocating) {
   // Saving adds the checkpoint copies to the peak.
   auto saving = o;
   saving.save_dir = "unused";
-  EXPECT_EQ(train::worst_rank_peak(saving, 2), peak + 12 * train::plan_memory(o, 2, 0).num_params);
+  EXPECT_EQ(train::worst_rank_peak(saving, 2), peak + 12 * parallel::plan_memory(o, 2, 0).num_params);
 }
 
 TEST(MemoryCheck, TheBudgetIsExact) {

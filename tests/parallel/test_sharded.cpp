@@ -11,7 +11,7 @@
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
 #include "braid/parallel/data_parallel/sharded.h"
-#include "braid/train/plan.h"
+#include "braid/parallel/plan_memory.h"
 #include "braid/train/trainer.h"
 #include "parallel/harness.h"
 
@@ -204,7 +204,7 @@ TEST(Sharded, PlanEqualsLedger) {
             got[static_cast<size_t>(w.rank())][c] = t.ledger().peak(static_cast<MemCategory>(c));
         });
         for (int r = 0; r < N; ++r) {
-          const auto p = train::plan_memory(oo, N, r);
+          const auto p = parallel::plan_memory(oo, N, r);
           for (size_t c = 0; c < kNumMemCategories; ++c) {
             EXPECT_EQ(p.bytes[c], got[static_cast<size_t>(r)][c])
                 << m.name << " " << prec << " N=" << N << " rank " << r << " "

@@ -12,9 +12,9 @@
 #include <set>
 
 #include "braid/core/error.h"
-#include "braid/train/checkpoint.h"
+#include "braid/formats/checkpoint.h"
 #include "braid/train/checkpoint_dir.h"
-#include "braid/train/plan.h"
+#include "braid/parallel/plan_memory.h"
 #include "braid/train/trainer.h"
 #include "parallel/harness.h"
 
@@ -173,7 +173,7 @@ TEST(TensorParallel, GatheredParametersEqualTheSingleRankOnesAndResume) {
   auto o = odd_tiny(25);
   o.steps = 10;
   const auto data = tokens(20000, 69, o.vocab_size);
-  const size_t n = model::unit_bounds(train::model_config(o), 1).back();
+  const size_t n = model::unit_bounds(parallel::model_config(o), 1).back();
   // Checkpoint after k of 10 steps, then stop (an injected failure at step k).
   auto params_after = [&](train::TrainOptions t, int ranks, const std::string& path, int k) {
     std::filesystem::remove_all(path);  // a fresh run needs an empty --save directory
@@ -183,7 +183,7 @@ TEST(TensorParallel, GatheredParametersEqualTheSingleRankOnesAndResume) {
     t.inject_failure_step = k;
     EXPECT_THROW(run(t, ranks, data), Error);
     std::vector<float> p(n), m(n), v(n);
-    train::load_checkpoint(train::checkpoint_path(path, k), n, p.data(), m.data(), v.data());
+    formats::load_checkpoint(train::checkpoint_path(path, k), n, p.data(), m.data(), v.data());
     return p;
   };
   const std::string ps = tmp_path("braid_tp_single_"), pt = tmp_path("braid_tp_two_");
@@ -265,7 +265,7 @@ TEST(TensorParallel, PlanEqualsLedger) {
         got[static_cast<size_t>(w.rank())][c] = tr.ledger().peak(static_cast<MemCategory>(c));
     });
     for (int r = 0; r < l.ranks; ++r) {
-      const auto p = train::plan_memory(t, l.ranks, r);
+      const auto p = parallel::plan_memory(t, l.ranks, r);
       for (size_t c = 0; c < kNumMemCategories; ++c)
         EXPECT_EQ(p.bytes[c], got[static_cast<size_t>(r)][c])
             << "tp=" << l.tp << " ranks=" << l.ranks << " rank " << r << " "

@@ -15,7 +15,7 @@
 
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
-#include "braid/train/checkpoint.h"
+#include "braid/formats/checkpoint.h"
 #include "braid/train/checkpoint_dir.h"
 
 namespace braid::train {
@@ -49,14 +49,14 @@ class CheckpointTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  void save(const std::string& path, const nlohmann::json& h, const State& s, const SaveFault& f = {}) {
-    save_checkpoint(path, {h, s.p.data(), s.m.data(), s.v.data()}, f);
+  void save(const std::string& path, const nlohmann::json& h, const State& s, const formats::SaveFault& f = {}) {
+    formats::save_checkpoint(path, {h, s.p.data(), s.m.data(), s.v.data()}, f);
   }
   // The DataError message of loading `path`, or "" when it loads.
   static std::string load_error(const std::string& path, size_t n) {
     State out(n, 0);
     try {
-      load_checkpoint(path, n, out.p.data(), out.m.data(), out.v.data());
+      formats::load_checkpoint(path, n, out.p.data(), out.m.data(), out.v.data());
     } catch (const DataError& e) {
       return e.what();
     }
@@ -94,13 +94,13 @@ TEST_F(CheckpointTest, RoundTripsBitForBitAndVerifies) {
   const std::string path = checkpoint_path(dir_, 7);
   save(path, header(7, n), s);
   State out(n, 0);
-  const CheckpointInfo info = load_checkpoint(path, n, out.p.data(), out.m.data(), out.v.data());
+  const formats::CheckpointInfo info = formats::load_checkpoint(path, n, out.p.data(), out.m.data(), out.v.data());
   EXPECT_EQ(info.version, 2u);
   EXPECT_EQ(info.header["step"], 7);
   EXPECT_EQ(std::memcmp(out.p.data(), s.p.data(), n * 4), 0);
   EXPECT_EQ(std::memcmp(out.m.data(), s.m.data(), n * 4), 0);
   EXPECT_EQ(std::memcmp(out.v.data(), s.v.data(), n * 4), 0);
-  EXPECT_EQ(verify_checkpoint(path).header["n_params"], n);
+  EXPECT_EQ(formats::verify_checkpoint(path).header["n_params"], n);
   EXPECT_EQ(fs::path(path).filename(), "step_7.ckpt");
 }
 
@@ -117,7 +117,7 @@ TEST_F(CheckpointTest, EveryFlippedBitAndEveryTruncationIsCaught) {
     b[at] = static_cast<char>(b[at] ^ (1 << (rng.next() % 8)));
     write_bytes(path, b);
     EXPECT_NE(load_error(path, n), "") << "a flipped bit at byte " << at << " loaded";
-    EXPECT_THROW(verify_checkpoint(path), DataError) << "byte " << at;
+    EXPECT_THROW(formats::verify_checkpoint(path), DataError) << "byte " << at;
   }
   // 30 truncations and one trailing byte.
   for (int t = 0; t <= 30; ++t) {
@@ -155,7 +155,7 @@ TEST_F(CheckpointTest, EveryHeaderFieldIsCheckedByName) {
   save(path, header(1, n), s);
   State out(n + 1, 0);
   try {
-    load_checkpoint(path, n + 1, out.p.data(), out.m.data(), out.v.data());
+    formats::load_checkpoint(path, n + 1, out.p.data(), out.m.data(), out.v.data());
     FAIL() << "a checkpoint of another size loaded";
   } catch (const DataError&) {
     FAIL() << "a size mismatch is a configuration error, not damage";
@@ -177,18 +177,18 @@ TEST_F(CheckpointTest, VersionOneFilesStillLoadUnverified) {
   const std::string path = (fs::path(dir_) / "old.ckpt").string();
   write_bytes(path, b);
   State out(n, 0);
-  const CheckpointInfo info = load_checkpoint(path, n, out.p.data(), out.m.data(), out.v.data());
+  const formats::CheckpointInfo info = formats::load_checkpoint(path, n, out.p.data(), out.m.data(), out.v.data());
   EXPECT_EQ(info.version, 1u);
   EXPECT_EQ(std::memcmp(out.v.data(), s.v.data(), n * 4), 0);
 }
 
 // Forks a writer that saves `path` with the fault and must die of SIGKILL.
-void save_killed(const std::string& path, const nlohmann::json& h, const State& s, const SaveFault& f) {
+void save_killed(const std::string& path, const nlohmann::json& h, const State& s, const formats::SaveFault& f) {
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     try {
-      save_checkpoint(path, {h, s.p.data(), s.m.data(), s.v.data()}, f);
+      formats::save_checkpoint(path, {h, s.p.data(), s.m.data(), s.v.data()}, f);
     } catch (...) {
     }
     ::_exit(3);  // the fault did not fire
@@ -203,16 +203,16 @@ TEST_F(CheckpointTest, AWriterKilledAnywhereLeavesTheNewestDurableCheckpoint) {
   const State first(n, 5), second(n, 6);
   save(checkpoint_path(dir_, 1), header(1, n), first);
   const uint64_t file_bytes = fs::file_size(checkpoint_path(dir_, 1));
-  std::vector<SaveFault> faults = {{SavePhase::payload, file_bytes / 2},
-                                   {SavePhase::before_file_fsync, 0},
-                                   {SavePhase::before_rename, 0},
-                                   {SavePhase::before_dir_fsync, 0}};
+  std::vector<formats::SaveFault> faults = {{formats::SavePhase::payload, file_bytes / 2},
+                                   {formats::SavePhase::before_file_fsync, 0},
+                                   {formats::SavePhase::before_rename, 0},
+                                   {formats::SavePhase::before_dir_fsync, 0}};
   Rng rng(2024);
-  for (int i = 0; i < 20; ++i) faults.push_back({SavePhase::payload, rng.next() % file_bytes});
+  for (int i = 0; i < 20; ++i) faults.push_back({formats::SavePhase::payload, rng.next() % file_bytes});
   for (const auto& f : faults) {
     SCOPED_TRACE("phase " + std::to_string(static_cast<int>(f.phase)) + " at byte " + std::to_string(f.at_byte));
     save_killed(checkpoint_path(dir_, 2), header(2, n), second, f);
-    const bool renamed = f.phase == SavePhase::before_dir_fsync;
+    const bool renamed = f.phase == formats::SavePhase::before_dir_fsync;
     // The next start cleans up the interrupted save and resumes from the newest file that verifies.
     EXPECT_EQ(remove_interrupted_saves(dir_).size(), renamed ? 0u : 1u);
     std::vector<std::string> skipped;
@@ -222,7 +222,7 @@ TEST_F(CheckpointTest, AWriterKilledAnywhereLeavesTheNewestDurableCheckpoint) {
     EXPECT_TRUE(skipped.empty()) << skipped.front();
     const State& want = renamed ? second : first;
     State got(n, 0);
-    load_checkpoint(e->path, n, got.p.data(), got.m.data(), got.v.data());
+    formats::load_checkpoint(e->path, n, got.p.data(), got.m.data(), got.v.data());
     EXPECT_EQ(std::memcmp(got.p.data(), want.p.data(), n * 4), 0);
     EXPECT_EQ(std::memcmp(got.v.data(), want.v.data(), n * 4), 0);
     fs::remove(checkpoint_path(dir_, 2));
@@ -271,12 +271,12 @@ TEST_F(CheckpointTest, DirectoriesListPruneAndSkipDamagedFiles) {
 }
 
 TEST(SaveFault, ParsesItsFormsAndRefusesOthers) {
-  EXPECT_EQ(parse_save_fault("payload:123").at_byte, 123u);
-  EXPECT_EQ(parse_save_fault("before-rename").phase, SavePhase::before_rename);
+  EXPECT_EQ(formats::parse_save_fault("payload:123").at_byte, 123u);
+  EXPECT_EQ(formats::parse_save_fault("before-rename").phase, formats::SavePhase::before_rename);
   for (const char* bad : {"payload", "payload:x", "payload:1x", "payload:-5", "payload: 5", "payload:+5",
                           "payload:99999999999999999999", "rename", ""}) {
     try {
-      parse_save_fault(bad);
+      formats::parse_save_fault(bad);
       ADD_FAILURE() << bad << " was accepted";
     } catch (const ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find("before-dir-fsync"), std::string::npos) << e.what();

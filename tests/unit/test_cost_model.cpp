@@ -142,8 +142,8 @@ TEST(CostModel, OptionalClusterFieldsDefaultAndParse) {
 }
 
 // gpt2 at sequence 1024 with micro-batches of 8.
-train::TrainOptions gpt2_options(int64_t global_batch) {
-  train::TrainOptions o;
+parallel::LayoutOptions gpt2_options(int64_t global_batch) {
+  parallel::LayoutOptions o;
   o.model = "gpt2";
   o.global_batch = global_batch;
   o.micro_batch = 8;
@@ -153,7 +153,7 @@ train::TrainOptions gpt2_options(int64_t global_batch) {
 
 TEST(CostModel, BackwardFractionSlowsBackwardOnly) {
   // Halving backward's rate doubles backward's matmul time and leaves forward alone.
-  const train::TrainOptions o = gpt2_options(8);
+  const parallel::LayoutOptions o = gpt2_options(8);
   const Cluster c = load_cluster("a100-80gb");
   const Cluster slow = with_line("a100-80gb", "backward_matmul_fraction", std::to_string(c.matmul_fraction / 2));
   const StepPrediction p = predict_step(o, 1, c), q = predict_step(o, 1, slow);
@@ -166,7 +166,7 @@ TEST(CostModel, CommunicationOnSharedCoresIsNeverHidden) {
   // DDP on one node: overlap hides the gradient all-reduce behind backward,
   // unless the collectives run on the cores that compute; then the whole
   // ring all-reduce of the f32 gradients, 2(p-1)(alpha + n/(p beta)), is exposed.
-  const train::TrainOptions o = gpt2_options(64);
+  const parallel::LayoutOptions o = gpt2_options(64);
   const Cluster c = load_cluster("a100-80gb");
   const Cluster shared = with_line("a100-80gb", "comm_overlaps_compute", "false");
   const StepPrediction hidden = predict_step(o, 8, c), exposed = predict_step(o, 8, shared);
@@ -182,7 +182,7 @@ TEST(CostModel, HsdpGathersInsideTheNodeAndAllReducesAcross) {
   // HSDP with S = 8 gathers inside a node over NVLink and all-reduces only the
   // reduced shards (1/8 of the gradients) across nodes. Its optimizer state
   // is sharded 8 ways, not 16.
-  train::TrainOptions o = gpt2_options(16 * 8 * 8);  // 8 micro-batches per rank
+  parallel::LayoutOptions o = gpt2_options(16 * 8 * 8);  // 8 micro-batches per rank
   o.fsdp = true;
   const Cluster c = with_line("a100-80gb", "comm_overlaps_compute", "false");
   const StepPrediction fsdp = predict_step(o, 16, c);
@@ -204,7 +204,7 @@ TEST(CostModel, OptimizerBytesCountTheNormPassAndTheComputeCopy) {
 TEST(CostModel, OneStageStepIsTheMicroBatchesWork) {
   // Without a pipeline, no bubble: the step is m micro-batches of forward and
   // backward, the gradient all-reduce and AdamW.
-  train::TrainOptions o;
+  parallel::LayoutOptions o;
   o.model = "gpt2";
   o.global_batch = 64;
   o.micro_batch = 8;
@@ -222,7 +222,7 @@ TEST(CostModel, OneStageStepIsTheMicroBatchesWork) {
 TEST(CostModel, OneFOneBBubbleIsTheClosedForm) {
   // P stages, m micro-batches, uniform stages: (P-1)(f+b) idle per stage
   // (Narayanan et al. 2021, sec. 2.2.1).
-  train::TrainOptions o;
+  parallel::LayoutOptions o;
   o.model = "gpt2";
   o.n_layer = 8;
   o.global_batch = 16;
@@ -266,7 +266,7 @@ TEST(CostModel, PredictsTheMegatronWeakScalingTable) {
   const size_t n = col["tflops"].size();
   ASSERT_EQ(n, 10u);
   auto options = [&](size_t i) {
-    train::TrainOptions o;
+    parallel::LayoutOptions o;
     o.model = "gpt2";
     o.n_layer = static_cast<int64_t>(col["layers"][i]);
     o.n_head = static_cast<int64_t>(col["heads"][i]);
@@ -287,7 +287,7 @@ TEST(CostModel, PredictsTheMegatronWeakScalingTable) {
   };
   // Achieved TFLOP/s per GPU as the paper reports it: Eq. 3's FLOPs over the step.
   auto achieved = [&](size_t i, const Cluster& c) {
-    const train::TrainOptions o = options(i);
+    const parallel::LayoutOptions o = options(i);
     const StepPrediction p = predict_step(o, static_cast<int>(col["gpus"][i]), c);
     if (std::getenv("BRAID_SHOW")) std::printf("%s", format_prediction(p).c_str());
     const double F = megatron_flops_per_iteration(o.global_batch, o.seq_len, o.n_layer, o.n_embd, o.vocab_size);

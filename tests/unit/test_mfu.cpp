@@ -4,9 +4,9 @@
 
 #include "braid/core/error.h"
 #include "braid/kernels/cpu/matmul.h"
-#include "braid/train/mfu.h"
+#include "braid/kernels/cpu/probes.h"
 
-namespace t = braid::train;
+namespace t = braid::kernels;
 
 TEST(Mfu, MatmulCeilingIsTheMedianOfItsProbes) {
   const t::MatmulCeiling c = t::measure_matmul_ceiling(64, 32, 128, braid::DType::f32, 3, 0.005);

@@ -51,7 +51,7 @@ TEST(GradSumsq, MatchesLongDoubleInEveryDtype) {
       const auto g = draw(t, n, 7 + n);
       for (float mult : {1.0f, 0.37f}) {
         const long double want = reference(g.data(), t, n, mult);
-        const double got = braid::train::grad_sumsq(g.data(), t, n, mult);
+        const double got = braid::kernels::grad_sumsq(g.data(), t, n, mult);
         // Double sums of n positive terms: relative error below n * 2^-53 (Higham,
         // Accuracy and Stability of Numerical Algorithms, eq. 4.4).
         EXPECT_LE(std::fabs(static_cast<long double>(got) - want), want * 1e-12L + 1e-300L)
@@ -66,10 +66,10 @@ TEST(GradSumsq, SameBitsForAnyThreadCount) {
   const auto g = draw(DType::f32, n, 3);
   const int before = braid::omp_threads();
   braid::set_omp_threads(1);
-  const double one = braid::train::grad_sumsq(g.data(), DType::f32, n, 0.5f);
+  const double one = braid::kernels::grad_sumsq(g.data(), DType::f32, n, 0.5f);
   for (int threads : {2, 3, 5}) {
     braid::set_omp_threads(threads);
-    EXPECT_EQ(braid::train::grad_sumsq(g.data(), DType::f32, n, 0.5f), one) << threads << " threads";
+    EXPECT_EQ(braid::kernels::grad_sumsq(g.data(), DType::f32, n, 0.5f), one) << threads << " threads";
   }
   braid::set_omp_threads(before);
 }
@@ -110,7 +110,7 @@ TEST(GradSumsq, DISABLED_StreamingRates) {
     for (int64_t o = 0; o < N; o += piece)
       std::memcpy(m.data() + o, g.data() + o, size_t(std::min(piece, N - o)) * sizeof(float));
   });
-  const double norm = median_s([&] { sink = sink + braid::train::grad_sumsq(g.data(), DType::f32, n, 1.0f); });
+  const double norm = median_s([&] { sink = sink + braid::kernels::grad_sumsq(g.data(), DType::f32, n, 1.0f); });
   int64_t step = 0;
   const double adamw = median_s([&] {
     braid::kernels::adamw_update(p.data(), g.data(), m.data(), v.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++step);

@@ -13,7 +13,7 @@
 #include "braid/core/file_io.h"
 #include "braid/formats/safetensors.h"
 #include "braid/model/param_layout.h"
-#include "braid/train/checkpoint.h"
+#include "braid/formats/checkpoint.h"
 
 namespace braid::formats {
 
@@ -94,7 +94,7 @@ ModelWeights weights_for_shape(int64_t block_size, int64_t V, int64_t L, int64_t
 }
 
 ModelWeights read_checkpoint_weights(const std::string& path) {
-  const train::CheckpointInfo info = train::verify_checkpoint(path);
+  const CheckpointInfo info = verify_checkpoint(path);
   const nlohmann::json& h = info.header;
   const std::string model = h.at("model").get<std::string>();
   const int64_t block = h.contains("block_size") ? h["block_size"].get<int64_t>()
@@ -108,14 +108,14 @@ ModelWeights read_checkpoint_weights(const std::string& path) {
                    " parameters but its model's sizes need ", model::unit_bounds(w.config).back());
   w.params.resize(n);
   std::vector<float> m(n), v(n);
-  train::load_checkpoint(path, n, w.params.data(), m.data(), v.data());
+  load_checkpoint(path, n, w.params.data(), m.data(), v.data());
   return w;
 }
 
 void write_imported_checkpoint(const std::string& path, const ModelWeights& w, const std::string& source) {
   const size_t n = w.params.size();
   const std::vector<float> zero(n, 0.f);
-  train::CheckpointView ck;
+  CheckpointView ck;
   ck.header = {{"format", "braid-checkpoint"}, {"model", w.model},     {"step", 0},
                {"n_params", n},                 {"seed", 0},           {"global_batch", 0},
                {"seq_len", 0},                  {"n_layer", w.config.n_layer},
@@ -125,7 +125,7 @@ void write_imported_checkpoint(const std::string& path, const ModelWeights& w, c
   ck.params = w.params.data();
   ck.m = zero.data();
   ck.v = zero.data();
-  train::save_checkpoint(path, ck);
+  save_checkpoint(path, ck);
 }
 
 // ---- Hugging Face ----

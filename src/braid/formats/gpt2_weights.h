@@ -23,7 +23,7 @@ struct ModelWeights {
 
 /// The parameters of a braid checkpoint (BRAIDCKP, any version) with its shape;
 /// the AdamW moments are not read into memory. Throws DataError as
-/// train::load_checkpoint does for a damaged file.
+/// formats::load_checkpoint does for a damaged file.
 ModelWeights read_checkpoint_weights(const std::string& path);
 
 /// Writes `w` as a braid checkpoint at step 0 with zero AdamW moments and the

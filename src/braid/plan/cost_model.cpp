@@ -6,7 +6,7 @@
 
 #include "braid/core/error.h"
 #include "braid/parallel/pipeline/schedule.h"
-#include "braid/train/parallel_plan.h"
+#include "braid/parallel/plan.h"
 
 namespace braid::plan {
 
@@ -144,10 +144,10 @@ double rank_params(const model::GPTConfig& cfg, double layers, bool first, bool 
 
 }  // namespace
 
-StepPrediction predict_step(const train::TrainOptions& options, int world, const Cluster& c, bool simulate) {
-  train::TrainOptions opt = options;
-  const model::GPTConfig cfg = train::model_config(opt);
-  const train::ParallelPlan plan = train::resolve_plan(opt, world, cfg);
+StepPrediction predict_step(const parallel::LayoutOptions& options, int world, const Cluster& c, bool simulate) {
+  parallel::LayoutOptions opt = options;
+  const model::GPTConfig cfg = parallel::model_config(opt);
+  const parallel::ParallelPlan plan = parallel::resolve_plan(opt, world, cfg);
   BRAID_CONFIG_CHECK(!plan.dp.parameter_server(), "braid plan does not model a parameter server (--dp-mode ps)");
   const int t = plan.tp.degree, P = plan.pp.stages, v = plan.pp.virtual_stages, d = plan.dp.degree;
   const int m = plan.pp.micro_batches;
@@ -215,11 +215,11 @@ StepPrediction predict_step(const train::TrainOptions& options, int world, const
   const double param_bytes = stage_params * static_cast<double>(dtype_size(ct));
   double dp = 0, hidden = 0;
   switch (plan.dp.mode) {
-    case train::DataParallelMode::ddp:
+    case parallel::DataParallelMode::ddp:
       dp = all_reduce(grad_bytes, dp_group, c);
       break;
-    case train::DataParallelMode::zero1:
-    case train::DataParallelMode::zero2:
+    case parallel::DataParallelMode::zero1:
+    case parallel::DataParallelMode::zero2:
       dp = all_gather(grad_bytes, dp_group, c) + all_gather(param_bytes, dp_group, c);
       break;
     default: {  // ZeRO-3, FSDP, HSDP: parameters gathered for forward and backward of every micro-batch

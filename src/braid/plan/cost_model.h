@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "braid/plan/cluster.h"
-#include "braid/train/options.h"
+#include "braid/parallel/layout_options.h"
 
 namespace braid::plan {
 
@@ -89,7 +89,7 @@ struct StepPrediction {
 /// then PP in rank order). Throws ConfigError as train would for an invalid layout.
 /// simulate = false: the schedule's closed-form bubble (theoretical_bubble) in
 /// place of its simulation, for ranking many layouts quickly.
-StepPrediction predict_step(const train::TrainOptions& opt, int world, const Cluster& cluster, bool simulate = true);
+StepPrediction predict_step(const parallel::LayoutOptions& opt, int world, const Cluster& cluster, bool simulate = true);
 
 /// FLOPs of one iteration as Narayanan et al. (SC21) count them, Eq. 3, with
 /// activation recomputation: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).

@@ -6,8 +6,8 @@
 #include <cstdio>
 
 #include "braid/core/error.h"
-#include "braid/train/parallel_plan.h"
-#include "braid/train/plan.h"
+#include "braid/parallel/plan.h"
+#include "braid/parallel/plan_memory.h"
 
 namespace braid::plan {
 
@@ -37,9 +37,9 @@ std::vector<Sharding> shardings(int dp) {
 }
 
 // Every layout of base's model on n accelerators that braid can run.
-std::vector<train::TrainOptions> enumerate(const train::TrainOptions& base, int n, const Cluster& c,
+std::vector<parallel::LayoutOptions> enumerate(const parallel::LayoutOptions& base, int n, const Cluster& c,
                                            const model::GPTConfig& cfg) {
-  std::vector<train::TrainOptions> out;
+  std::vector<parallel::LayoutOptions> out;
   const int64_t B = base.global_batch;
   for (int tp : divisors(std::min(n, c.accelerators_per_node))) {
     if (cfg.n_head % tp != 0 || cfg.padded_vocab_size % tp != 0) continue;
@@ -63,7 +63,7 @@ std::vector<train::TrainOptions> enumerate(const train::TrainOptions& base, int 
               if (sp && tp == 1) continue;
               for (const char* rc : {"none", "selective", "full"}) {
                 if (std::string(s.name) == "zb-h1" && std::string(rc) != "none") continue;
-                train::TrainOptions o = base;
+                parallel::LayoutOptions o = base;
                 o.tp = tp, o.pp = pp, o.dp = dp, o.micro_batch = mb, o.micro_batches = 0;
                 o.schedule = s.name, o.virtual_stages = s.v;
                 o.zero = sh.zero, o.fsdp = sh.fsdp, o.fsdp_shard_size = sh.shard_size;
@@ -79,14 +79,14 @@ std::vector<train::TrainOptions> enumerate(const train::TrainOptions& base, int 
 
 }  // namespace
 
-double largest_rank_bytes(const train::TrainOptions& opt, int world) {
+double largest_rank_bytes(const parallel::LayoutOptions& opt, int world) {
   // Within a stage ranks differ only by their shard (DP rank 0 has the largest).
   double peak = 0;
-  for (const auto& p : train::plan_memory_per_stage(opt, world)) peak = std::max(peak, static_cast<double>(p.total()));
+  for (const auto& p : parallel::plan_memory_per_stage(opt, world)) peak = std::max(peak, static_cast<double>(p.total()));
   return peak;
 }
 
-std::string describe_layout(const train::TrainOptions& o, int world) {
+std::string describe_layout(const parallel::LayoutOptions& o, int world) {
   char buf[256];
   const int dp = world / (o.tp * o.pp);
   const std::string sharding = !o.fsdp ? "zero=" + std::to_string(o.zero)
@@ -121,12 +121,12 @@ std::string why_slower(const StepPrediction& o, const StepPrediction& b) {
   return s.empty() ? "within 1% of the best" : s;
 }
 
-SearchResult search_layouts(const train::TrainOptions& base, int n, const Cluster& c, size_t keep) {
+SearchResult search_layouts(const parallel::LayoutOptions& base, int n, const Cluster& c, size_t keep) {
   const auto t0 = std::chrono::steady_clock::now();
-  const model::GPTConfig cfg = train::model_config(base);
+  const model::GPTConfig cfg = parallel::model_config(base);
   SearchResult r;
   std::vector<Candidate> all;
-  for (train::TrainOptions& o : enumerate(base, n, c, cfg)) {
+  for (parallel::LayoutOptions& o : enumerate(base, n, c, cfg)) {
     Candidate k;
     try {
       k.estimate_s = predict_step(o, n, c, false).step_s;

@@ -9,7 +9,7 @@
 namespace braid::plan {
 
 struct Candidate {
-  train::TrainOptions opt;     // the layout as `braid train` flags
+  parallel::LayoutOptions opt;     // the layout as `braid train` flags
   std::string layout;          // "tp=8 sp pp=64 1f1b dp=6 mb=1 zero=1 recompute=full"
   double estimate_s = 0;       // step time with the closed-form bubble (pruning)
   bool checked = false;        // memory planned exactly and the schedule simulated
@@ -34,13 +34,13 @@ struct SearchResult {
 /// the closed-form estimate, then plans the memory of the fastest exactly and
 /// simulates their schedules until `keep` fit. Throws ConfigError when no layout
 /// is valid.
-SearchResult search_layouts(const train::TrainOptions& base, int accelerators, const Cluster& cluster, size_t keep);
+SearchResult search_layouts(const parallel::LayoutOptions& base, int accelerators, const Cluster& cluster, size_t keep);
 
 /// The largest rank's exact peak bytes for a layout (braid plan's ledger).
-double largest_rank_bytes(const train::TrainOptions& opt, int world);
+double largest_rank_bytes(const parallel::LayoutOptions& opt, int world);
 
 /// "tp=8 pp=64 1f1b dp=6 mb=1 zero=0 recompute=full" for a layout.
-std::string describe_layout(const train::TrainOptions& opt, int world);
+std::string describe_layout(const parallel::LayoutOptions& opt, int world);
 
 /// Why `other` is slower than `best`: the parts of its step that grew most
 /// ("+3.1 s bubble, +0.4 s TP communication").

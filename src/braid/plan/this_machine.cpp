@@ -17,8 +17,7 @@
 #include "braid/kernels/cpu/matmul.h"
 #include "braid/model/gpt.h"
 #include "braid/plan/cost_model.h"
-#include "braid/train/mfu.h"
-#include "braid/train/optimizer.h"
+#include "braid/kernels/cpu/probes.h"
 
 namespace braid::plan {
 
@@ -40,7 +39,7 @@ double optimizer_bandwidth() {
   double best = 1e30;
   for (int t = 1; t <= 4; ++t) {
     const auto t0 = Clock::now();
-    train::grad_sumsq(g.data(), DType::f32, n, 1.f);
+    kernels::grad_sumsq(g.data(), DType::f32, n, 1.f);
     kernels::adamw_update_mixed(p.data(), g.data(), DType::f32, 0.5f, m.data(), v.data(), n, 1e-4f, 0.9f, 0.95f,
                                 1e-8f, 0.1f, t);
     best = std::min(best, seconds_since(t0));
@@ -81,7 +80,7 @@ struct RankRates {
 };
 
 // The matmul ceiling now in `t`: one short probe at a large GPT-2 shape.
-double ceiling_probe(DType t = DType::f32) { return train::measure_matmul_ceiling(1024, 768, 3072, t, 1, 0.05).flops; }
+double ceiling_probe(DType t = DType::f32) { return kernels::measure_matmul_ceiling(1024, 768, 3072, t, 1, 0.05).flops; }
 
 // A half-precision run's matmul ceiling over f32's (the median of 3 alternated
 // pairs of probes); 1 where oneDNN has no matmul for `t` here, since braid then

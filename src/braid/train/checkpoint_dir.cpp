@@ -9,7 +9,7 @@
 
 #include "braid/core/error.h"
 #include "braid/core/file_io.h"
-#include "braid/train/checkpoint.h"
+#include "braid/formats/checkpoint.h"
 
 namespace braid::train {
 
@@ -69,7 +69,7 @@ std::optional<CheckpointEntry> newest_verified(const std::string& dir,
   auto all = list_checkpoints(dir);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
-      const int64_t step = verify_checkpoint(it->path).header["step"].get<int64_t>();
+      const int64_t step = formats::verify_checkpoint(it->path).header["step"].get<int64_t>();
       if (step == it->step) return *it;
       skipped(detail::concat("checkpoint ", it->path, " holds step ", step, ", not the step its name says"));
     } catch (const std::exception& e) {

@@ -10,7 +10,7 @@
 #include "braid/core/host_memory.h"
 #include "braid/core/memory.h"
 #include "braid/model/param_layout.h"
-#include "braid/train/plan.h"
+#include "braid/parallel/plan_memory.h"
 
 namespace braid::train {
 
@@ -25,9 +25,9 @@ uint64_t checkpoint_copy_bytes(const TrainOptions& opt, uint64_t n_local, uint64
 uint64_t worst_rank_peak(const TrainOptions& opt, int world_size, int* rank_out, std::string* breakdown) {
   uint64_t worst = 0;
   for (int r = 0; r < world_size; ++r) {
-    const MemoryPlan p = plan_memory(opt, world_size, r);
+    const parallel::MemoryPlan p = parallel::plan_memory(opt, world_size, r);
     const uint64_t n_full = model::unit_bounds(p.config, 1).back();
-    const uint64_t ck = checkpoint_copy_bytes(p.options, p.num_params, n_full, p.parallel.tp.degree, p.parallel.pp.stages);
+    const uint64_t ck = checkpoint_copy_bytes(opt, p.num_params, n_full, p.parallel.tp.degree, p.parallel.pp.stages);
     const uint64_t need = p.total() + ck;
     if (need <= worst && r > 0) continue;
     worst = need;

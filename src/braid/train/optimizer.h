@@ -13,12 +13,6 @@
 
 namespace braid::train {
 
-/// Sum of squares of len gradients of dtype t, each times mult, in double: the
-/// global norm's per-rank part. Blocks of 16384 elements are summed in vector
-/// lanes and added in block order, so the value is the same for any number of
-/// threads (bitwise, for a given build).
-double grad_sumsq(const void* g, DType t, size_t len, float mult);
-
 struct AdamWSettings {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   float weight_decay = 0.1f;  // matrices only (ParamInfo::weight_decay)

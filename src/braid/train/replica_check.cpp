@@ -19,7 +19,7 @@ void compare(comm::Communicator& g, uint64_t h, const char* what, int64_t step) 
 }
 }  // namespace
 
-uint64_t check_replicas(ParallelContext& ctx, model::GPT& model, parallel::GradSync& sync, int64_t step) {
+uint64_t check_replicas(parallel::ParallelContext& ctx, model::GPT& model, parallel::GradSync& sync, int64_t step) {
   const uint64_t hash = sync.hash_params();
   compare(ctx.dp(), hash, "DP replicas", step);
   if (ctx.tp() && model.params()) {

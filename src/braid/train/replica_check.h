@@ -5,7 +5,7 @@
 
 #include "braid/model/gpt.h"
 #include "braid/parallel/data_parallel/grad_sync.h"
-#include "braid/train/parallel_plan.h"
+#include "braid/parallel/plan.h"
 
 namespace braid::train {
 
@@ -16,6 +16,6 @@ namespace braid::train {
 /// world (every rank calls it at the same step). Returns this rank's hash of
 /// its parameters (GradSync::hash_params). Throws braid::Error naming the
 /// group, the step and the rank that differs.
-uint64_t check_replicas(ParallelContext& ctx, model::GPT& model, parallel::GradSync& sync, int64_t step);
+uint64_t check_replicas(parallel::ParallelContext& ctx, model::GPT& model, parallel::GradSync& sync, int64_t step);
 
 }  // namespace braid::train

@@ -55,7 +55,7 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-RunLog::RunLog(const TrainOptions& opt, const ParallelPlan& plan, bool print, bool metrics)
+RunLog::RunLog(const TrainOptions& opt, const parallel::ParallelPlan& plan, bool print, bool metrics)
     : opt_(opt), plan_(plan), print_(print), write_(metrics && !opt.metrics_out.empty()) {}
 
 void RunLog::open(int64_t start_step) {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "braid/train/options.h"
-#include "braid/train/parallel_plan.h"
+#include "braid/parallel/plan.h"
 
 namespace braid::train {
 
@@ -48,7 +48,7 @@ std::string format_duration(double seconds);
 class RunLog {
  public:
   /// print: write the lines to stdout; metrics: this rank writes --metrics-out.
-  RunLog(const TrainOptions& opt, const ParallelPlan& plan, bool print, bool metrics);
+  RunLog(const TrainOptions& opt, const parallel::ParallelPlan& plan, bool print, bool metrics);
   /// Opens --metrics-out: truncated for a new run; for a run resumed at
   /// start_step > 0, the rows the interrupted run wrote after its last
   /// checkpoint are dropped (the file reads as one run) and it is appended to.
@@ -62,7 +62,7 @@ class RunLog {
 
  private:
   const TrainOptions& opt_;
-  const ParallelPlan& plan_;
+  const parallel::ParallelPlan& plan_;
   bool print_, write_;
   std::ofstream metrics_;
   std::chrono::steady_clock::time_point t_open_ = std::chrono::steady_clock::now();

@@ -21,10 +21,11 @@ namespace braid::train {
 Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                  std::span<const uint16_t> train, std::span<const uint16_t> val)
     : opt_(options), world_(world), train_(train), val_(val), tracer_(std::make_shared<TraceRecorder>(options.trace_out)) {
-  const model::GPTConfig cfg = model_config(opt_);
-  plan_ = resolve_plan(opt_, world.size(), cfg);
+  const model::GPTConfig cfg = parallel::model_config(opt_);
+  plan_ = parallel::resolve_plan(opt_, world.size(), cfg);
+  validate_training(opt_, world.size());
   const TrainOptions& opt = opt_;
-  ctx_ = std::make_unique<ParallelContext>(plan_, world);
+  ctx_ = std::make_unique<parallel::ParallelContext>(plan_, world);
   ps_ = plan_.dp.parameter_server();
   tp_size_ = plan_.tp.degree;
   pp_size_ = plan_.pp.stages;
@@ -40,14 +41,14 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   // A checkpoint that cannot continue this run is refused before anything is allocated.
   resume_from_ = opt.resume.empty() ? "" : resume_file();
   if (!resume_from_.empty())
-    check_resume_header(read_checkpoint_header(resume_from_).header, resume_from_, opt, cfg, false);
+    check_resume_header(formats::read_checkpoint_header(resume_from_).header, resume_from_, opt, cfg, false);
   compute_ = plan_.compute;
   // The schedule (one stage: each micro-batch's forward then backward) and this rank's layers.
   parallel::ScheduleStats st;
   auto programs = plan_.pp.programs(&st);
   simulated_bubble_ = st.bubble;
   const model::PipelineStage stage = plan_.pp.stage(pp_rank_);
-  sync_ = make_grad_sync(plan_, *ctx_, cfg, stage, opt, &ledger_);
+  sync_ = parallel::make_grad_sync(plan_, *ctx_, cfg, stage, &ledger_);
   model::TensorParallel tpc;
   tpc.comm = ctx_->tp();
   tpc.sequence_parallel = opt.sequence_parallel;
@@ -57,7 +58,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   sync_->attach(*model_);
   executor_ = std::make_unique<parallel::PipelineExecutor>(
       std::move(programs[static_cast<size_t>(pp_rank_)]), pp_size_, static_cast<int>(accum_steps_),
-      plan_.pp.virtual_stages, ctx_->pp(), boundary_bytes(plan_, cfg), &ledger_);
+      plan_.pp.virtual_stages, ctx_->pp(), parallel::boundary_bytes(plan_, cfg), &ledger_);
   scaler_ = std::make_unique<DynamicLossScaler>(opt.loss_scale, compute_ == DType::f16);
   optimizer_ = std::make_unique<AdamW>(AdamWSettings{opt.beta1, opt.beta2, opt.eps, opt.weight_decay}, *sync_,
                                        *model_, pp_size_ > 1 && pp_rank_ == pp_size_ - 1, &ledger_);
@@ -256,7 +257,7 @@ void Trainer::save(const std::string& path, int64_t next_step) { checkpoint_->sa
 
 std::string Trainer::save_to_dir(int64_t next_step) {
   const std::string path = checkpoint_path(opt_.save_dir, next_step);
-  const SaveFault none;
+  const formats::SaveFault none;
   checkpoint_->save(path, next_step, opt_.save_fault_step + 1 == next_step ? opt_.save_fault : none);
   // Older checkpoints go only once the new one is durable (save returned).
   if (world_.rank() == 0) prune_checkpoints(opt_.save_dir, opt_.keep_last, next_step);

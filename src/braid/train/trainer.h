@@ -23,7 +23,7 @@
 #include "braid/train/training_checkpoint.h"
 #include "braid/train/loss_scaler.h"
 #include "braid/train/options.h"
-#include "braid/train/parallel_plan.h"
+#include "braid/parallel/plan.h"
 #include "braid/train/run_log.h"
 #include "braid/train/lr_schedule.h"
 #include "braid/train/optimizer.h"
@@ -81,7 +81,7 @@ class Trainer {
   void set_peak_flops_per_rank(double flops) { opt_.peak_flops_per_rank = flops; }
   const MemoryLedger& ledger() const { return ledger_; }
   /// The resolved parallel layout.
-  const ParallelPlan& plan() const { return plan_; }
+  const parallel::ParallelPlan& plan() const { return plan_; }
   /// How this rank's data-parallel collectives move bytes, for the start-up
   /// log ("zero-copy ..." or "messages (why)"); empty without data parallelism.
   std::string data_parallel_transport() const { return sync_->transport(); }
@@ -132,8 +132,8 @@ class Trainer {
   std::unique_ptr<parallel::GradSync> sync_;  // the data-parallel strand
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<TrainingCheckpoint> checkpoint_;
-  ParallelPlan plan_;                     // the resolved layout
-  std::unique_ptr<ParallelContext> ctx_;  // this rank's groups
+  parallel::ParallelPlan plan_;                     // the resolved layout
+  std::unique_ptr<parallel::ParallelContext> ctx_;  // this rank's groups
   // Degrees and coordinates of this rank (from plan_ and ctx_).
   int tp_size_ = 1, tp_rank_ = 0;
   std::unique_ptr<DynamicLossScaler> scaler_;

@@ -4,11 +4,11 @@
 #include <cstdio>
 
 #include "braid/core/error.h"
-#include "braid/train/checkpoint.h"
+#include "braid/formats/checkpoint.h"
 
 namespace braid::train {
 
-TrainingCheckpoint::TrainingCheckpoint(const TrainOptions& opt, ParallelContext& ctx, model::GPT& model,
+TrainingCheckpoint::TrainingCheckpoint(const TrainOptions& opt, parallel::ParallelContext& ctx, model::GPT& model,
                                        parallel::GradSync& sync, AdamW& optimizer, DynamicLossScaler& scaler)
     : opt_(opt),
       ctx_(ctx),
@@ -55,7 +55,7 @@ void TrainingCheckpoint::from_full(const float* full, float* local) const {
   }
 }
 
-void TrainingCheckpoint::save(const std::string& path, int64_t next_step, const SaveFault& fault) {
+void TrainingCheckpoint::save(const std::string& path, int64_t next_step, const formats::SaveFault& fault) {
   // Checkpoints hold the full AdamW state whatever the sharding, so any layout
   // can resume any other. Under ZeRO the shards are assembled by a sum in
   // which every element has exactly one non-zero contributor (exact).
@@ -78,7 +78,7 @@ void TrainingCheckpoint::save(const std::string& path, int64_t next_step, const 
     n_out = pf.size();
   }
   if (ctx_.world().rank() != 0) return;  // DP replicas hold identical parameters; rank 0 writes
-  CheckpointView ck;
+  formats::CheckpointView ck;
   ck.header = {{"format", "braid-checkpoint"}, {"model", opt_.model},
                {"step", next_step},            {"n_params", n_out},
                {"seed", opt_.seed},            {"global_batch", opt_.global_batch},
@@ -94,7 +94,7 @@ void TrainingCheckpoint::save(const std::string& path, int64_t next_step, const 
   ck.params = params;
   ck.m = mp;
   ck.v = vp;
-  save_checkpoint(path, ck, fault);
+  formats::save_checkpoint(path, ck, fault);
 }
 
 int64_t TrainingCheckpoint::load_weights(const std::string& path) { return load(path, true); }
@@ -136,17 +136,17 @@ int64_t TrainingCheckpoint::load(const std::string& path, bool weights_only) {
   const size_t n = model_.num_params();
   std::vector<float> m(n), v(n), full(n);
   float* params = full.data();
-  CheckpointInfo info;
+  formats::CheckpointInfo info;
   if (tp_ > 1 || pp_ > 1) {
     // The file holds the whole model: take this stage's tensors, this TP rank's slices.
     const size_t nf = model::unit_bounds(model_.config(), 1).back();
     std::vector<float> pf(nf), mf(nf), vf(nf);
-    info = load_checkpoint(path, nf, pf.data(), mf.data(), vf.data());
+    info = formats::load_checkpoint(path, nf, pf.data(), mf.data(), vf.data());
     from_full(pf.data(), params);
     from_full(mf.data(), m.data());
     from_full(vf.data(), v.data());
   } else {
-    info = load_checkpoint(path, n, params, m.data(), v.data());
+    info = formats::load_checkpoint(path, n, params, m.data(), v.data());
   }
   const nlohmann::json& hdr = info.header;
   if (info.version < 2 && ctx_.world().rank() == 0)

@@ -10,11 +10,11 @@
 
 #include "braid/model/gpt.h"
 #include "braid/parallel/data_parallel/grad_sync.h"
-#include "braid/train/checkpoint.h"
+#include "braid/formats/checkpoint.h"
 #include "braid/train/loss_scaler.h"
 #include "braid/train/optimizer.h"
 #include "braid/train/options.h"
-#include "braid/train/parallel_plan.h"
+#include "braid/parallel/plan.h"
 
 namespace braid::train {
 
@@ -29,13 +29,13 @@ void check_resume_header(const nlohmann::json& hdr, const std::string& path, con
 class TrainingCheckpoint {
  public:
   /// Everything must outlive this object.
-  TrainingCheckpoint(const TrainOptions& opt, ParallelContext& ctx, model::GPT& model, parallel::GradSync& sync,
+  TrainingCheckpoint(const TrainOptions& opt, parallel::ParallelContext& ctx, model::GPT& model, parallel::GradSync& sync,
                      AdamW& optimizer, DynamicLossScaler& scaler);
 
   /// Writes `path` atomically on rank 0 with next_step as the step to resume
   /// at. Collective over the world (every rank calls it).
-  /// `fault` is the test hook of save_checkpoint (checkpoint.h).
-  void save(const std::string& path, int64_t next_step, const SaveFault& fault = {});
+  /// `fault` is the test hook of formats::save_checkpoint (checkpoint.h).
+  void save(const std::string& path, int64_t next_step, const formats::SaveFault& fault = {});
   /// Loads this rank's part of `path`; returns the step to resume at. Throws
   /// DataError when the file is damaged (checksum, size, header field) and
   /// ConfigError when it was saved with another seed, model size, batch or
@@ -58,7 +58,7 @@ class TrainingCheckpoint {
 
  private:
   const TrainOptions& opt_;
-  ParallelContext& ctx_;
+  parallel::ParallelContext& ctx_;
   model::GPT& model_;
   parallel::GradSync& sync_;
   AdamW& optimizer_;

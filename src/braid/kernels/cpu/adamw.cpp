@@ -1,5 +1,6 @@
 #include "braid/kernels/cpu/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "braid/core/error.h"
@@ -60,6 +61,37 @@ void adamw_update_mixed(float* params, const void* grads, DType gdt, float grad_
       adamw_loop(params, g, [](int64_t, float) {}, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
     }
     return 0;
+  });
+}
+
+double grad_sumsq(const void* g, DType t, size_t len, float mult) {
+  // Fixed blocks, each summed in vector lanes (omp simd), then added in block
+  // order: the result depends on neither the thread count nor the schedule. A
+  // single serial double chain, as an OpenMP reduction over elements compiles
+  // to, reads about 2.8 GB/s per core; the lanes read as fast as one core's
+  // read stream goes (about 6 GB/s here).
+  static constexpr int64_t kBlock = 16384, kBlocksPerPass = 256;
+  const int64_t n = static_cast<int64_t>(len);
+  return with_f32_loader(g, t, [n, mult](auto load) {
+    double total = 0;
+    double part[kBlocksPerPass];
+    for (int64_t base = 0; base < n; base += kBlock * kBlocksPerPass) {
+      const int64_t nb = std::min(kBlocksPerPass, (n - base + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static)
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t lo = base + b * kBlock, hi = std::min(n, lo + kBlock);
+        const auto ld = load;  // a private copy: through the shared one the loop stays scalar
+        double s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = lo; i < hi; ++i) {
+          const double v = static_cast<double>(ld(i) * mult);
+          s += v * v;
+        }
+        part[b] = s;
+      }
+      for (int64_t b = 0; b < nb; ++b) total += part[b];
+    }
+    return total;
   });
 }
 

@@ -29,4 +29,10 @@ void adamw_update_mixed(float* params, const void* grads, DType gdt, float grad_
                         float* v, size_t n, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int64_t t, uint16_t* bf16_out = nullptr);
 
+/// Sum of squares of len gradients of dtype t, each times mult, in double: the
+/// global norm's per-rank part. Blocks of 16384 elements are summed in vector
+/// lanes and added in block order, so the value is the same for any number of
+/// threads (bitwise, for a given build).
+double grad_sumsq(const void* g, DType t, size_t len, float mult);
+
 }  // namespace braid::kernels

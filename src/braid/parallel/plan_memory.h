@@ -11,13 +11,13 @@
 
 #include "braid/core/memory.h"
 #include "braid/model/gpt.h"
-#include "braid/train/parallel_plan.h"
+#include "braid/parallel/plan.h"
 
-namespace braid::train {
+namespace braid::parallel {
 
 /// One rank's predicted peak ledger bytes.
 struct MemoryPlan {
-  TrainOptions options;        // resolved (model-dependent defaults filled in)
+  LayoutOptions options;       // resolved (model-dependent defaults filled in)
   ParallelPlan parallel;       // the layout, as `braid train` resolves it
   model::GPTConfig config;
   int world_size = 1, rank = 0;
@@ -40,10 +40,10 @@ struct MemoryPlan {
 /// comm staging buffer. Allocates no model-sized memory. Throws ConfigError
 /// when the options are invalid for world_size (as Trainer would) or rank is
 /// outside [0, world_size).
-MemoryPlan plan_memory(const TrainOptions& opt, int world_size, int rank);
+MemoryPlan plan_memory(const LayoutOptions& opt, int world_size, int rank);
 /// plan_memory of each pipeline stage's first rank (TP and DP rank 0, which holds
 /// the largest shard), the schedule simulated once: element s is stage s.
-std::vector<MemoryPlan> plan_memory_per_stage(const TrainOptions& opt, int world_size);
+std::vector<MemoryPlan> plan_memory_per_stage(const LayoutOptions& opt, int world_size);
 
 /// The same one-line format as MemoryLedger::report() ("params=... total=..."),
 /// so a plan can be compared with the "peak memory rank R:" line of train.
@@ -68,4 +68,4 @@ std::string format_zero_formulas(const std::vector<MemoryPlan>& plans);
 /// What the ledger (and so the plan) does not count.
 extern const char* const kNotInLedger;
 
-}  // namespace braid::train
+}  // namespace braid::parallel

@@ -1,4 +1,4 @@
-#include "braid/train/checkpoint.h"
+#include "braid/formats/checkpoint.h"
 
 
 #include <csignal>
@@ -11,7 +11,7 @@
 #include "braid/core/hash.h"
 #include "braid/core/parse.h"
 
-namespace braid::train {
+namespace braid::formats {
 
 namespace {
 constexpr char kMagic[8] = {'B', 'R', 'A', 'I', 'D', 'C', 'K', 'P'};
@@ -220,4 +220,4 @@ CheckpointInfo verify_checkpoint(const std::string& path) {
   return ck.info;
 }
 
-}  // namespace braid::train
+}  // namespace braid::formats

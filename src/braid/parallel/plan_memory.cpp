@@ -1,4 +1,4 @@
-#include "braid/train/plan.h"
+#include "braid/parallel/plan_memory.h"
 
 #include <cstdio>
 #include <sstream>
@@ -9,7 +9,7 @@
 #include "braid/parallel/data_parallel/sharded.h"
 #include "braid/parallel/data_parallel/grad_buckets.h"
 
-namespace braid::train {
+namespace braid::parallel {
 
 const char* const kNotInLedger =
     "not in the ledger, so not predicted: the comm library's internal scratch (ring-algorithm "
@@ -31,7 +31,7 @@ size_t MemoryPlan::model_state_bytes() const {
 namespace {
 
 // The layout resolved, no rank chosen yet.
-MemoryPlan resolved(const TrainOptions& options, int world_size) {
+MemoryPlan resolved(const LayoutOptions& options, int world_size) {
   BRAID_CONFIG_CHECK(world_size >= 1, "--ranks ", world_size, " must be >= 1");
   MemoryPlan p;
   p.config = model_config(options);
@@ -45,16 +45,16 @@ MemoryPlan plan_rank(MemoryPlan p, int rank, const model::PipelineStage& stage);
 
 }  // namespace
 
-MemoryPlan plan_memory(const TrainOptions& options, int world_size, int rank) {
+MemoryPlan plan_memory(const LayoutOptions& options, int world_size, int rank) {
   MemoryPlan p = resolved(options, world_size);
   BRAID_CONFIG_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " outside [0, ", world_size, ")");
   const model::PipelineStage stage = p.parallel.pp.stage(p.parallel.pp_rank(rank));
   return plan_rank(std::move(p), rank, stage);
 }
 
-std::vector<MemoryPlan> plan_memory_per_stage(const TrainOptions& options, int world_size) {
+std::vector<MemoryPlan> plan_memory_per_stage(const LayoutOptions& options, int world_size) {
   const MemoryPlan p = resolved(options, world_size);
-  parallel::ScheduleStats st;
+  ScheduleStats st;
   if (p.parallel.pp.stages > 1) p.parallel.pp.programs(&st);
   std::vector<MemoryPlan> out;
   for (int s = 0; s < p.parallel.pp.stages; ++s)
@@ -65,7 +65,6 @@ std::vector<MemoryPlan> plan_memory_per_stage(const TrainOptions& options, int w
 namespace {
 
 MemoryPlan plan_rank(MemoryPlan p, int rank, const model::PipelineStage& stage) {
-  const TrainOptions& o = p.options;
   const ParallelPlan& pl = p.parallel;
   p.rank = rank;
   auto add = [&p](MemCategory c, size_t b) { p.bytes[static_cast<size_t>(c)] += b; };
@@ -76,15 +75,15 @@ MemoryPlan plan_rank(MemoryPlan p, int rank, const model::PipelineStage& stage) 
   const bool engine = pl.sharded_engine();
   const bool storage = engine || pl.compute != DType::f32;
   const int pp_rank = pl.pp_rank(rank);
-  const model::GPTMemoryPlan g = model::memory_plan(p.config, o.micro_batch, o.seq_len, !storage,
-                                                         pl.tp.degree, pl.tp.sequence_parallel, o.dropout, stage,
+  const model::GPTMemoryPlan g = model::memory_plan(p.config, pl.micro_batch, pl.seq_len, !storage,
+                                                         pl.tp.degree, pl.tp.sequence_parallel, pl.dropout, stage,
                                                          pl.recompute,
                                                          pl.precision());
   p.num_params = g.num_params;
   for (size_t i = 0; i < kNumMemCategories; ++i)
     add(static_cast<MemCategory>(i), g.bytes(static_cast<MemCategory>(i)));
   // Pipeline: every rank that sends gradients upstream has the executor's ring.
-  add(MemCategory::comm, parallel::PipelineExecutor::grad_ring_bytes(pl.pp.stages, pl.pp.virtual_stages, pp_rank,
+  add(MemCategory::comm, PipelineExecutor::grad_ring_bytes(pl.pp.stages, pl.pp.virtual_stages, pp_rank,
                                                                       boundary_bytes(pl, p.config)));
 
   // Gradient sync: the sharding engine's or the buckets' own buffers (ZeRO-1
@@ -93,12 +92,12 @@ MemoryPlan plan_rank(MemoryPlan p, int rank, const model::PipelineStage& stage) 
   const int dp_rank = pl.dp_rank(rank);
   if (engine) {
     const int S = pl.dp.shard_degree;
-    const auto e = parallel::ShardedEngine::plan(p.config, sharded_config(pl, stage), S, dp_rank % S);
+    const auto e = ShardedEngine::plan(p.config, sharded_config(pl, stage), S, dp_rank % S);
     p.num_params = model::unit_bounds(p.config, pl.tp.degree, stage).back();
     for (size_t i = 0; i < kNumMemCategories; ++i) p.bytes[i] += e.bytes[i];
     p.optimizer_elems = e.state_elems;
   } else if (!pl.dp.parameter_server()) {
-    const auto b = parallel::BucketedSync::plan(bucketed_config(pl, p.config, stage, o), pl.dp.degree, dp_rank);
+    const auto b = BucketedSync::plan(bucketed_config(pl, p.config, stage), pl.dp.degree, dp_rank);
     for (size_t i = 0; i < kNumMemCategories; ++i) p.bytes[i] += b.bytes[i];
     p.optimizer_elems = b.state_elems;
   } else {
@@ -110,7 +109,7 @@ MemoryPlan plan_rank(MemoryPlan p, int rank, const model::PipelineStage& stage) 
   // AdamW m and v, f32 each.
   add(MemCategory::optimizer, 2 * p.optimizer_elems * sizeof(float));
   // Trainer's tokens and targets: (micro_batch, seq_len) int32 each.
-  add(MemCategory::activations, 2 * static_cast<size_t>(o.micro_batch * o.seq_len) * sizeof(int32_t));
+  add(MemCategory::activations, 2 * static_cast<size_t>(pl.micro_batch * pl.seq_len) * sizeof(int32_t));
   return p;
 }
 
@@ -227,4 +226,4 @@ std::string format_zero_formulas(const std::vector<MemoryPlan>& plans) {
   return os.str();
 }
 
-}  // namespace braid::train
+}  // namespace braid::parallel

@@ -1,14 +1,14 @@
-// Model FLOPs utilisation (MFU): achieved model FLOP/s over a ceiling measured
-// on this machine in the same run. Two ceilings: the backend's matmul at the
-// run's own MLP shape and dtype (what the model's matmuls could reach), and the
-// FMA peak of the cores (what the silicon could reach).
+// The ceilings that model FLOPs utilisation (MFU) is measured against, timed on
+// this machine in the same run: the backend's matmul at the run's own MLP shape
+// and dtype (what the model's matmuls could reach), and the FMA peak of the
+// cores (what the silicon could reach).
 #pragma once
 #include <cstdint>
 #include <string>
 
 #include "braid/core/dtype.h"
 
-namespace braid::train {
+namespace braid::kernels {
 
 /// The matmul ceiling of a run: `probes` timings of the forward MLP matmul
 /// out (M, N) = x (M, K) @ W^T (W stored (N, K), as c_fc's weight), M = B*T
@@ -50,4 +50,4 @@ std::string matmul_path(DType compute, bool stored);
 /// an upper bound: a busy core only lowers a window).
 double measure_fma_peak_flops(double seconds = 0.2);
 
-}  // namespace braid::train
+}  // namespace braid::kernels

@@ -1,5 +1,4 @@
-#include "braid/core/stopwatch.h"
-#include "braid/train/mfu.h"
+#include "braid/kernels/cpu/probes.h"
 
 #include <omp.h>
 
@@ -9,9 +8,10 @@
 
 #include "braid/core/error.h"
 #include "braid/core/memory.h"
+#include "braid/core/stopwatch.h"
 #include "braid/kernels/cpu/matmul.h"
 
-namespace braid::train {
+namespace braid::kernels {
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -40,7 +40,7 @@ MatmulCeiling measure_matmul_ceiling(int64_t M, int64_t K, int64_t N, DType dtyp
   Buffer a = operand(M * K, dtype, 0), w = operand(N * K, dtype, 1);
   Buffer c(size_t(M * N) * sizeof(float), MemCategory::workspace);
   auto run = [&] {
-    kernels::gemm_typed(false, true, M, N, K, 1.f, a.data(), w.data(), dtype, 0.f, c.as<float>());
+    gemm_typed(false, true, M, N, K, 1.f, a.data(), w.data(), dtype, 0.f, c.as<float>());
   };
   run();  // creates the primitive and touches the buffers
   const double flop = 2.0 * double(M) * double(N) * double(K);
@@ -70,7 +70,7 @@ std::string matmul_path(DType compute, bool stored) {
   if (compute == DType::f32) return "matmuls run in f32";
   const std::string name = dtype_name(compute);
   if (!stored) return "matmuls run in f32 on " + name + "-rounded operands (--matmul-precision fp32)";
-  if (kernels::half_matmul_supported(compute)) return "matmuls run in " + name + " x " + name + " -> f32 (oneDNN)";
+  if (half_matmul_supported(compute)) return "matmuls run in " + name + " x " + name + " -> f32 (oneDNN)";
   return "matmuls run in f32 on " + name + " operands widened exactly (oneDNN has no " + name +
          " matmul on this CPU)";
 }
@@ -116,4 +116,4 @@ double measure_fma_peak_flops(double seconds) {
   return best;
 }
 
-}  // namespace braid::train
+}  // namespace braid::kernels

@@ -1,4 +1,4 @@
-#include "braid/train/parallel_plan.h"
+#include "braid/parallel/plan.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "braid/parallel/data_parallel/ps_sync.h"
 #include "braid/parallel/data_parallel/sharded_sync.h"
 
-namespace braid::train {
+namespace braid::parallel {
 
 const char* data_parallel_mode_name(DataParallelMode m) {
   switch (m) {
@@ -25,15 +25,15 @@ const char* data_parallel_mode_name(DataParallelMode m) {
 
 namespace {
 
-bool is_ps(const TrainOptions& o) { return o.dp_mode == "ps"; }
+bool is_ps(const LayoutOptions& o) { return o.dp_mode == "ps"; }
 
 // The DP degree the ranks leave once TP and PP are placed (workers under a PS).
-int derived_dp(const TrainOptions& o, int world_size) {
+int derived_dp(const LayoutOptions& o, int world_size) {
   return is_ps(o) ? world_size - 1 : world_size / std::max(1, o.tp * o.pp);
 }
 
 // --dp-mode, the parameter server, ZeRO and FSDP flags on their own.
-void validate_data_parallel_flags(const TrainOptions& o, int world_size) {
+void validate_data_parallel_flags(const LayoutOptions& o, int world_size) {
   BRAID_CONFIG_CHECK(o.dp >= 0, "--dp ", o.dp, " must be >= 0 (0 means all ranks)");
   BRAID_CONFIG_CHECK(o.dp_mode == "ddp" || o.dp_mode == "ps", "--dp-mode '", o.dp_mode,
                      "' is not known; use ddp or ps");
@@ -61,7 +61,7 @@ void validate_data_parallel_flags(const TrainOptions& o, int world_size) {
 }
 
 // The degrees multiply to the world size; --dp and --fsdp-shard-size fit them.
-void validate_degrees(const TrainOptions& o, int world_size) {
+void validate_degrees(const LayoutOptions& o, int world_size) {
   BRAID_CONFIG_CHECK(o.tp >= 1, "--tp ", o.tp, " must be >= 1");
   BRAID_CONFIG_CHECK(o.pp >= 1, "--pp ", o.pp, " must be >= 1");
   BRAID_CONFIG_CHECK(int64_t{o.tp} * o.pp <= world_size, "--tp ", o.tp, " x --pp ", o.pp, " needs at least ",
@@ -88,7 +88,7 @@ void validate_degrees(const TrainOptions& o, int world_size) {
                      "use a divisor of ", dp);
 }
 
-void validate_tensor_parallel(const TrainOptions& o, const model::GPTConfig& cfg) {
+void validate_tensor_parallel(const LayoutOptions& o, const model::GPTConfig& cfg) {
   BRAID_CONFIG_CHECK(!o.sequence_parallel || o.tp > 1, "--sequence-parallel shards over the TP "
                      "group and needs --tp > 1");
   model::validate_tp(cfg, o.tp);
@@ -96,7 +96,7 @@ void validate_tensor_parallel(const TrainOptions& o, const model::GPTConfig& cfg
 
 // Layers per virtual pipeline stage: --pp-layers, or an even split (the first
 // stages take the remainder).
-std::vector<int64_t> stage_layers(const TrainOptions& o, const model::GPTConfig& cfg) {
+std::vector<int64_t> stage_layers(const LayoutOptions& o, const model::GPTConfig& cfg) {
   std::vector<int64_t> n;
   const int64_t Q = int64_t{o.pp} * o.virtual_stages;  // virtual stages
   BRAID_CONFIG_CHECK(Q <= cfg.n_layer, "--pp ", o.pp, " x --virtual-stages ", o.virtual_stages, " = ", Q,
@@ -133,36 +133,42 @@ std::vector<int64_t> stage_layers(const TrainOptions& o, const model::GPTConfig&
   return n;
 }
 
-void validate_pipeline(const TrainOptions& o, const model::GPTConfig& cfg) {
+void validate_pipeline(const LayoutOptions& o, const model::GPTConfig& cfg) {
   BRAID_CONFIG_CHECK(o.pp > 1 || (o.virtual_stages == 1 && o.pp_layers.empty()),
                      o.virtual_stages != 1 ? "--virtual-stages" : "--pp-layers",
                      " splits the layers over pipeline stages; it needs --pp > 1");
-  const auto kind = parallel::parse_schedule(o.schedule);
+  const auto kind = parse_schedule(o.schedule);
   model::parse_recompute(o.recompute);
   if (o.pp == 1) return;
   BRAID_CONFIG_CHECK(!is_ps(o), "--pp ", o.pp, " runs with DDP or ZeRO-1 over the DP group; drop --dp-mode ps");
   BRAID_CONFIG_CHECK(o.virtual_stages >= 1, "--virtual-stages ", o.virtual_stages, " must be >= 1");
-  BRAID_CONFIG_CHECK(o.virtual_stages == 1 || kind == parallel::ScheduleKind::interleaved,
+  BRAID_CONFIG_CHECK(o.virtual_stages == 1 || kind == ScheduleKind::interleaved,
                      "--virtual-stages ", o.virtual_stages, " needs --schedule interleaved (now ",
                      o.schedule, ")");
-  BRAID_CONFIG_CHECK(kind != parallel::ScheduleKind::zb_h1 || o.recompute == "none",
+  BRAID_CONFIG_CHECK(kind != ScheduleKind::zb_h1 || o.recompute == "none",
                      "--schedule zb-h1 keeps the matmul inputs for its deferred weight-gradient pass, "
                      "so it runs with --recompute none (now ", o.recompute, ")");
   stage_layers(o, cfg);
 }
 
-void validate_precision(const TrainOptions& o) {
+void validate_precision(const LayoutOptions& o) {
   BRAID_CONFIG_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "fp16",
                      "--precision '", o.precision, "' is not known; use fp32, bf16 or fp16");
-  if (o.precision == "fp16") o.loss_scale.validate();
   BRAID_CONFIG_CHECK(o.reduce_dtype == "fp32" || o.reduce_dtype == o.precision, "--reduce-dtype ", o.reduce_dtype,
                      " with --precision ", o.precision, ": gradients are reduced in fp32 (the default) or in the "
                      "compute precision; use --reduce-dtype fp32",
                      o.precision == "fp32" ? "" : " or --reduce-dtype " + o.precision);
 }
 
+// The dropout probability and the gradient buckets' size.
+void validate_tuning(const LayoutOptions& o) {
+  BRAID_CONFIG_CHECK(o.dropout >= 0 && o.dropout < 1, "--dropout ", o.dropout, " must be in [0, 1)");
+  BRAID_CONFIG_CHECK(o.bucket_mb > 0 && o.bucket_mb <= 65536, "--bucket-mb ", o.bucket_mb,
+                     " must be in (0, 65536]");
+}
+
 // Batch and sequence sizes against the DP degree and the model.
-void validate_batch(const TrainOptions& o, int dp, const model::GPTConfig& cfg) {
+void validate_batch(const LayoutOptions& o, int dp, const model::GPTConfig& cfg) {
   BRAID_CONFIG_CHECK(o.micro_batch > 0 && o.global_batch > 0, "--batch ", o.global_batch,
                      " and --micro-batch ", o.micro_batch, " must be positive");
   BRAID_CONFIG_CHECK(o.global_batch % (static_cast<int64_t>(dp) * o.micro_batch) == 0,
@@ -176,40 +182,8 @@ void validate_batch(const TrainOptions& o, int dp, const model::GPTConfig& cfg) 
                      " for a longer context");
 }
 
-// The optimizer, the schedule of validation and the flags of the run itself.
-void validate_training(const TrainOptions& o, int world_size) {
-  BRAID_CONFIG_CHECK(o.steps > 0, "--steps ", o.steps, " must be positive");
-  BRAID_CONFIG_CHECK(o.lr > 0 && o.min_lr >= 0 && o.min_lr <= o.lr, "--lr ", o.lr, " and --min-lr ",
-                     o.min_lr, " must satisfy 0 <= min-lr <= lr, lr > 0");
-  BRAID_CONFIG_CHECK(std::isfinite(o.lr) && std::isfinite(o.min_lr), "--lr ", o.lr, " and --min-lr ",
-                     o.min_lr, " must be finite");
-  BRAID_CONFIG_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "--beta1 ", o.beta1,
-                     " and --beta2 ", o.beta2, " must be in [0, 1) (typical: 0.9 and 0.95)");
-  BRAID_CONFIG_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "--weight-decay ",
-                     o.weight_decay, " must be finite and >= 0");
-  BRAID_CONFIG_CHECK(o.warmup_steps >= 0, "--warmup ", o.warmup_steps, " must be >= 0");
-  BRAID_CONFIG_CHECK(o.grad_clip >= 0, "--grad-clip ", o.grad_clip, " must be >= 0 (0 disables)");
-  BRAID_CONFIG_CHECK(o.dropout >= 0 && o.dropout < 1, "--dropout ", o.dropout, " must be in [0, 1)");
-  BRAID_CONFIG_CHECK(o.sample_tokens >= 0, "--sample-tokens ", o.sample_tokens, " must be >= 0");
-  BRAID_CONFIG_CHECK(o.sample_top_k >= 1, "--top-k ", o.sample_top_k,
-                     " must be >= 1 (the k most likely tokens are sampled from; the vocabulary size samples from all)");
-  BRAID_CONFIG_CHECK(std::isfinite(o.sample_temperature) && o.sample_temperature > 0, "--temperature ",
-                     o.sample_temperature, " must be > 0 (1 samples the model's distribution, lower is greedier)");
-  BRAID_CONFIG_CHECK(o.bucket_mb > 0 && o.bucket_mb <= 65536, "--bucket-mb ", o.bucket_mb,
-                     " must be in (0, 65536]");
-  BRAID_CONFIG_CHECK(o.val_every >= 0 && o.val_batches > 0, "--val-every ", o.val_every,
-                     " must be >= 0 and --val-batches ", o.val_batches, " > 0");
-  BRAID_CONFIG_CHECK(o.inject_failure_rank < world_size && o.inject_failure_step < o.steps,
-                     "--inject-failure ", o.inject_failure_rank, ":", o.inject_failure_step,
-                     " names rank/step outside the job's ", world_size, " ranks and ", o.steps,
-                     " steps (steps count from 0)");
-  BRAID_CONFIG_CHECK(o.inject_failure_kind == "throw" || o.inject_failure_kind == "hang" ||
-                         o.inject_failure_kind == "stop" || o.inject_failure_kind == "kill",
-                     "--inject-failure kind '", o.inject_failure_kind, "' is not known; use throw, hang, stop or kill");
-}
-
 // --micro-batches m > 0 sets micro_batch = batch / (dp x m).
-void apply_micro_batches(TrainOptions& o, int world_size) {
+void apply_micro_batches(LayoutOptions& o, int world_size) {
   BRAID_CONFIG_CHECK(o.micro_batches >= 0, "--micro-batches ", o.micro_batches,
                      " must be >= 1 (or 0: derived from --batch and --micro-batch)");
   if (o.micro_batch == kMicroBatchAuto) {
@@ -232,13 +206,16 @@ void apply_micro_batches(TrainOptions& o, int world_size) {
   o.micro_batch = o.global_batch / (dp * o.micro_batches);
 }
 
-DataParallelPlan data_parallel_plan(const TrainOptions& o, int world_size) {
+DataParallelPlan data_parallel_plan(const LayoutOptions& o, int world_size) {
   DataParallelPlan d;
   d.degree = derived_dp(o, world_size);
   d.zero_stage = o.fsdp ? 3 : o.zero;
   d.shard_degree = d.degree;
   d.ps_async = o.ps_async;
   d.staleness = o.staleness;
+  d.bucket_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024);
+  d.overlap = o.overlap;
+  d.zero_copy = o.zero_copy;
   if (is_ps(o)) {
     d.mode = DataParallelMode::parameter_server;
   } else if (o.fsdp && o.fsdp_shard_size > 0 && o.fsdp_shard_size < d.degree) {
@@ -256,17 +233,17 @@ DataParallelPlan data_parallel_plan(const TrainOptions& o, int world_size) {
 
 }  // namespace
 
-void validate_options(const TrainOptions& o, int world_size, const model::GPTConfig& cfg) {
+void validate_layout(const LayoutOptions& o, int world_size, const model::GPTConfig& cfg) {
   validate_data_parallel_flags(o, world_size);
   validate_degrees(o, world_size);
   validate_tensor_parallel(o, cfg);
   validate_pipeline(o, cfg);
   validate_precision(o);
   validate_batch(o, derived_dp(o, world_size), cfg);
-  validate_training(o, world_size);
+  validate_tuning(o);
 }
 
-model::GPTConfig model_config(const TrainOptions& o) {
+model::GPTConfig model_config(const LayoutOptions& o) {
   model::GPTConfig c = model::GPTConfig::preset(o.model);
   BRAID_CONFIG_CHECK(o.vocab_size >= 0 && o.n_layer >= 0 && o.n_head >= 0 && o.n_embd >= 0 && o.block_size >= 0,
                      "--vocab-size, --n-layer, --n-head, --n-embd and --block-size must be >= 0 (0 keeps the preset)");
@@ -281,11 +258,11 @@ model::GPTConfig model_config(const TrainOptions& o) {
   return c;
 }
 
-ParallelPlan resolve_plan(TrainOptions& o, int world_size, const model::GPTConfig& cfg) {
+ParallelPlan resolve_plan(LayoutOptions& o, int world_size, const model::GPTConfig& cfg) {
   BRAID_CONFIG_CHECK(world_size >= 1, "--ranks ", world_size, " must be >= 1");
   if (o.seq_len == 0) o.seq_len = std::min<int64_t>(128, cfg.block_size);
   apply_micro_batches(o, world_size);
-  validate_options(o, world_size, cfg);
+  validate_layout(o, world_size, cfg);
   ParallelPlan p;
   p.world = world_size;
   p.dp = data_parallel_plan(o, world_size);
@@ -293,7 +270,7 @@ ParallelPlan resolve_plan(TrainOptions& o, int world_size, const model::GPTConfi
   p.pp.stages = o.pp;
   p.pp.virtual_stages = o.virtual_stages;
   // Without a pipeline the step is the one-stage program (1F1B with P = 1).
-  p.pp.schedule = o.pp > 1 ? parallel::parse_schedule(o.schedule) : parallel::ScheduleKind::one_f_one_b;
+  p.pp.schedule = o.pp > 1 ? parse_schedule(o.schedule) : ScheduleKind::one_f_one_b;
   p.pp.micro_batches = static_cast<int>(o.global_batch / (static_cast<int64_t>(p.dp.degree) * o.micro_batch));
   p.pp.layers = o.pp > 1 ? stage_layers(o, cfg) : std::vector<int64_t>{cfg.n_layer};
   p.compute = o.precision == "bf16" ? DType::bf16 : o.precision == "fp16" ? DType::f16 : DType::f32;
@@ -304,24 +281,26 @@ ParallelPlan resolve_plan(TrainOptions& o, int world_size, const model::GPTConfi
   p.global_batch = o.global_batch;
   p.micro_batch = o.micro_batch;
   p.seq_len = o.seq_len;
+  p.dropout = o.dropout;
+  p.algo = o.algo;
   return p;
 }
 
-std::vector<parallel::StageProgram> PipelinePlan::programs(parallel::ScheduleStats* stats) const {
-  auto prog = parallel::build_schedule(schedule, stages, micro_batches, virtual_stages);
-  auto st = parallel::check_schedule(prog, stages, micro_batches, virtual_stages);
+std::vector<StageProgram> PipelinePlan::programs(ScheduleStats* stats) const {
+  auto prog = build_schedule(schedule, stages, micro_batches, virtual_stages);
+  auto st = check_schedule(prog, stages, micro_batches, virtual_stages);
   if (stats) *stats = std::move(st);
   return prog;
 }
 
 model::PipelineStage PipelinePlan::stage(int pp_rank) const {
   if (stages == 1) return {};
-  parallel::ScheduleStats st;
+  ScheduleStats st;
   programs(&st);
   return stage(pp_rank, st);
 }
 
-model::PipelineStage PipelinePlan::stage(int pp_rank, const parallel::ScheduleStats& st) const {
+model::PipelineStage PipelinePlan::stage(int pp_rank, const ScheduleStats& st) const {
   if (stages == 1) return {};
   model::PipelineStage out;
   for (int c = 0; c < virtual_stages; ++c) {
@@ -340,9 +319,9 @@ bool ParallelPlan::sharded_engine() const {
   return dp.zero_stage >= 2 || dp.mode == DataParallelMode::fsdp || dp.mode == DataParallelMode::hsdp;
 }
 
-parallel::RankGrid ParallelPlan::grid() const {
-  if (dp.parameter_server()) return parallel::RankGrid(world, 1, world, 1);
-  return parallel::RankGrid(world, tp.degree, dp.degree, pp.stages);
+RankGrid ParallelPlan::grid() const {
+  if (dp.parameter_server()) return RankGrid(world, 1, world, 1);
+  return RankGrid(world, tp.degree, dp.degree, pp.stages);
 }
 
 int ParallelPlan::dp_rank(int rank) const {
@@ -355,7 +334,7 @@ std::string ParallelPlan::describe() const {
   std::string s = "dp=" + std::to_string(dp.degree);
   if (tp.degree > 1) s += " x tp=" + std::to_string(tp.degree) + (tp.sequence_parallel ? "+sp" : "");
   if (pp.stages > 1) {
-    s += " x pp=" + std::to_string(pp.stages) + " (" + parallel::schedule_name(pp.schedule);
+    s += " x pp=" + std::to_string(pp.stages) + " (" + schedule_name(pp.schedule);
     if (pp.virtual_stages > 1) s += ", v=" + std::to_string(pp.virtual_stages);
     s += ")";
   }
@@ -379,14 +358,13 @@ size_t boundary_bytes(const ParallelPlan& p, const model::GPTConfig& cfg) {
   return static_cast<size_t>(rows * cfg.n_embd) * sizeof(float);
 }
 
-parallel::BucketedConfig bucketed_config(const ParallelPlan& p, const model::GPTConfig& cfg,
-                                         const model::PipelineStage& stage, const TrainOptions& opt) {
-  parallel::BucketedConfig bc;
+BucketedConfig bucketed_config(const ParallelPlan& p, const model::GPTConfig& cfg, const model::PipelineStage& stage) {
+  BucketedConfig bc;
   bc.stage = p.dp.zero_stage;
-  bc.bucket_bytes = static_cast<size_t>(opt.bucket_mb * 1024 * 1024);
-  bc.overlap = opt.overlap;
-  bc.algo = opt.algo;
-  bc.zero_copy = opt.zero_copy;
+  bc.bucket_bytes = p.dp.bucket_bytes;
+  bc.overlap = p.dp.overlap;
+  bc.algo = p.algo;
+  bc.zero_copy = p.dp.zero_copy;
   bc.compute = p.compute;
   bc.reduce = p.reduce;
   bc.model = cfg;
@@ -399,29 +377,28 @@ parallel::BucketedConfig bucketed_config(const ParallelPlan& p, const model::GPT
   return bc;
 }
 
-parallel::ShardedConfig sharded_config(const ParallelPlan& p, const model::PipelineStage& stage,
-                                       comm::Algorithm algo, bool zero_copy) {
-  parallel::ShardedConfig sc;
+ShardedConfig sharded_config(const ParallelPlan& p, const model::PipelineStage& stage) {
+  ShardedConfig sc;
   sc.stage = p.dp.zero_stage;
   sc.fsdp = p.dp.mode == DataParallelMode::fsdp || p.dp.mode == DataParallelMode::hsdp;
   sc.compute = p.compute;
   sc.reduce = p.reduce;
-  sc.algo = algo;
-  sc.zero_copy = zero_copy;
+  sc.algo = p.algo;
+  sc.zero_copy = p.dp.zero_copy;
   sc.tp = p.tp.degree;
   sc.pipeline = stage;
   return sc;
 }
 
-std::unique_ptr<parallel::GradSync> make_grad_sync(const ParallelPlan& plan, ParallelContext& ctx,
-                                                   const model::GPTConfig& cfg, const model::PipelineStage& stage,
-                                                   const TrainOptions& opt, MemoryLedger* ledger) {
-  if (plan.dp.parameter_server()) return std::make_unique<parallel::ParameterServerSync>(ctx.world(), ledger);
+std::unique_ptr<GradSync> make_grad_sync(const ParallelPlan& plan, ParallelContext& ctx,
+                                          const model::GPTConfig& cfg, const model::PipelineStage& stage,
+                                          MemoryLedger* ledger) {
+  if (plan.dp.parameter_server()) return std::make_unique<ParameterServerSync>(ctx.world(), ledger);
   if (plan.sharded_engine()) {
-    return std::make_unique<parallel::ShardedSync>(cfg, sharded_config(plan, stage, opt.algo, opt.zero_copy), ctx.shard(),
+    return std::make_unique<ShardedSync>(cfg, sharded_config(plan, stage), ctx.shard(),
                                                    ctx.replicate(), ctx.dp(), ctx.world(), ledger);
   }
-  return std::make_unique<parallel::BucketedSync>(bucketed_config(plan, cfg, stage, opt), ctx.dp(), ctx.world(),
+  return std::make_unique<BucketedSync>(bucketed_config(plan, cfg, stage), ctx.dp(), ctx.world(),
                                                   ledger);
 }
 
@@ -431,7 +408,7 @@ ParallelContext::ParallelContext(const ParallelPlan& plan, comm::Communicator& w
   const int tp = plan.tp.degree, pp = plan.pp.stages;
   if (tp > 1 || pp > 1) {
     // The order of the splits is the same on every rank (each is collective).
-    const parallel::RankGrid grid = plan.grid();
+    const RankGrid grid = plan.grid();
     if (tp > 1) tp_ = world.split(grid.tp_color(r), r);
     dp_own_ = world.split(grid.dp_color(r), r);
     dp_ = dp_own_.get();
@@ -481,4 +458,4 @@ uint64_t ParallelContext::bytes_received() const {
   return b;
 }
 
-}  // namespace braid::train
+}  // namespace braid::parallel

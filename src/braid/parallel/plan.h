@@ -1,8 +1,10 @@
 // The parallel layout of a job, resolved from the options and validated once
 // (after torchtitan's ParallelDims): every degree, the data-parallel mode, the
-// precision, the pipeline schedule and the micro-batching. `braid train`,
-// `braid plan` and `braid schedule` all read it; nothing else derives a degree.
-// ParallelContext holds the communicators of one rank's groups.
+// precision, the pipeline schedule, the micro-batching, and the rank placement
+// (grid(): which ranks form each group). `braid train`, `braid plan` and
+// `braid schedule` all read it; nothing else derives a degree or a placement,
+// and nothing below the CLI reads the options. ParallelContext holds the
+// communicators of one rank's groups.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -17,9 +19,9 @@
 #include "braid/parallel/data_parallel/grad_sync.h"
 #include "braid/parallel/data_parallel/sharded.h"
 #include "braid/parallel/topology.h"
-#include "braid/train/options.h"
+#include "braid/parallel/layout_options.h"
 
-namespace braid::train {
+namespace braid::parallel {
 
 /// How the data-parallel group keeps the model states (ZeRO stages after
 /// Rajbhandari et al. 2020; FSDP and HSDP after Zhao et al. 2023).
@@ -34,6 +36,9 @@ struct DataParallelPlan {
   int shard_degree = 1;  // ranks one copy of the sharded states spans: the DP degree, or the HSDP group
   bool ps_async = false;
   int64_t staleness = 0;
+  size_t bucket_bytes = size_t{4} << 20;  // --bucket-mb: gradient bucket size (DDP, ZeRO-1)
+  bool overlap = true;                    // bucket reductions launched during the backward
+  bool zero_copy = true;                  // through memory the DP ranks of a node share, where they can
   bool parameter_server() const { return mode == DataParallelMode::parameter_server; }
 };
 
@@ -49,18 +54,18 @@ struct PipelinePlan {
   int stages = 1;          // P
   int virtual_stages = 1;  // v: model chunks per pipeline rank (interleaved)
   int micro_batches = 1;   // m per optimizer step and pipeline
-  parallel::ScheduleKind schedule = parallel::ScheduleKind::one_f_one_b;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
   std::vector<int64_t> layers;  // per virtual stage (P x v entries); one entry without a pipeline
 
   /// Every rank's program, checked on its tables (throws braid::Error on a
   /// deadlock, ConfigError on an impossible P, m, v); `stats` (optional)
   /// receives the simulation's findings.
-  std::vector<parallel::StageProgram> programs(parallel::ScheduleStats* stats = nullptr) const;
+  std::vector<StageProgram> programs(ScheduleStats* stats = nullptr) const;
   /// The layers and activation slots of pipeline rank pp_rank: each chunk's
   /// slots are the most micro-batches the schedule's simulation keeps alive.
   model::PipelineStage stage(int pp_rank) const;
   /// The same from a simulation already run (programs(&stats)).
-  model::PipelineStage stage(int pp_rank, const parallel::ScheduleStats& stats) const;
+  model::PipelineStage stage(int pp_rank, const ScheduleStats& stats) const;
 };
 
 /// The resolved layout of a job of `world` ranks.
@@ -83,6 +88,8 @@ struct ParallelPlan {
   int64_t global_batch = 1;  // sequences per optimizer step over all DP ranks
   int64_t micro_batch = 1;   // sequences per forward/backward on one rank
   int64_t seq_len = 1;
+  float dropout = 0.0f;  // embedding and residual dropout probability
+  comm::Algorithm algo = comm::Algorithm::ring;  // --comm-algo: braid's collectives or the backend's
 
   /// True when the sharding engine holds the model states: ZeRO-2/3, FSDP,
   /// HSDP (DDP and ZeRO-1 run through the gradient buckets).
@@ -90,7 +97,7 @@ struct ParallelPlan {
   bool hsdp() const { return dp.mode == DataParallelMode::hsdp; }
   /// TP fastest, then DP, then PP (a parameter server's world is not a grid:
   /// rank 0 serves, ranks 1.. are DP ranks 0..).
-  parallel::RankGrid grid() const;
+  RankGrid grid() const;
   /// This rank's DP coordinate (-1 for a parameter server), TP and PP coordinates.
   int dp_rank(int rank) const;
   int tp_rank(int rank) const;
@@ -103,17 +110,17 @@ struct ParallelPlan {
 
 /// The model config of `opt`: the preset with the size overrides applied.
 /// Throws ConfigError for an unknown preset or invalid sizes.
-model::GPTConfig model_config(const TrainOptions& opt);
+model::GPTConfig model_config(const LayoutOptions& opt);
 
-/// Validates options against the world size and model, strand by strand;
-/// throws ConfigError with the values and the fix. resolve_plan calls it.
-void validate_options(const TrainOptions& opt, int world_size, const model::GPTConfig& cfg);
+/// Validates the layout options against the world size and model, strand by
+/// strand; throws ConfigError with the values and the fix. resolve_plan calls it.
+void validate_layout(const LayoutOptions& opt, int world_size, const model::GPTConfig& cfg);
 
 /// Resolves `opt` for a job of world_size ranks training `cfg`: fills the
 /// model-dependent defaults into `opt` (seq_len 0 -> min(128, block_size);
 /// --micro-batches m -> micro_batch = batch / (dp x m)), validates every strand
 /// and returns the plan. Throws ConfigError naming the values and the fix.
-ParallelPlan resolve_plan(TrainOptions& opt, int world_size, const model::GPTConfig& cfg);
+ParallelPlan resolve_plan(LayoutOptions& opt, int world_size, const model::GPTConfig& cfg);
 
 /// Bytes of one activation (or its gradient) crossing a pipeline stage
 /// boundary: (rows, n_embd) f32, rows = micro_batch x seq_len (/ TP under
@@ -121,12 +128,11 @@ ParallelPlan resolve_plan(TrainOptions& opt, int world_size, const model::GPTCon
 size_t boundary_bytes(const ParallelPlan& plan, const model::GPTConfig& cfg);
 
 /// The gradient buckets' settings (DDP, ZeRO-1) for this plan on a rank holding `stage`.
-parallel::BucketedConfig bucketed_config(const ParallelPlan& plan, const model::GPTConfig& cfg,
-                                         const model::PipelineStage& stage, const TrainOptions& opt);
+BucketedConfig bucketed_config(const ParallelPlan& plan, const model::GPTConfig& cfg,
+                               const model::PipelineStage& stage);
 /// The sharding engine's settings for this plan on a rank holding `stage`
-/// (zero_copy: gather and reduce through memory the shard group shares).
-parallel::ShardedConfig sharded_config(const ParallelPlan& plan, const model::PipelineStage& stage,
-                                       comm::Algorithm algo = comm::Algorithm::ring, bool zero_copy = true);
+/// (with dp.zero_copy: gather and reduce through memory the shard group shares).
+ShardedConfig sharded_config(const ParallelPlan& plan, const model::PipelineStage& stage);
 
 class ParallelContext;
 
@@ -134,9 +140,9 @@ class ParallelContext;
 /// ZeRO-1), ShardedSync (ZeRO-2/3, FSDP, HSDP; builds the sharding engine for
 /// pipeline stage `stage`) or ParameterServerSync, all in the plan's
 /// precision. Call before building the model over its storage().
-std::unique_ptr<parallel::GradSync> make_grad_sync(const ParallelPlan& plan, ParallelContext& ctx,
-                                                   const model::GPTConfig& cfg, const model::PipelineStage& stage,
-                                                   const TrainOptions& opt, MemoryLedger* ledger);
+std::unique_ptr<GradSync> make_grad_sync(const ParallelPlan& plan, ParallelContext& ctx,
+                                         const model::GPTConfig& cfg, const model::PipelineStage& stage,
+                                         MemoryLedger* ledger);
 
 /// The communicators of one rank's groups under a plan. Construction is
 /// collective over the world (every rank builds its context together).
@@ -172,4 +178,4 @@ class ParallelContext {
   int dp_rank_ = 0, tp_rank_ = 0, pp_rank_ = 0;
 };
 
-}  // namespace braid::train
+}  // namespace braid::parallel

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace braid::train {
+namespace braid::formats {
 
 /// File layout, version 2 (little-endian, as x86 stores it):
 ///   offset 0    8 bytes  magic "BRAIDCKP"
@@ -69,4 +69,4 @@ CheckpointInfo read_checkpoint_header(const std::string& path);
 /// payload (it is streamed in 1 MiB pieces). Throws DataError as load_checkpoint.
 CheckpointInfo verify_checkpoint(const std::string& path);
 
-}  // namespace braid::train
+}  // namespace braid::formats

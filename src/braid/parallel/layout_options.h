@@ -1,0 +1,52 @@
+// The options that fix a job's model and parallel layout, as the CLI fills them:
+// the model preset and its sizes, the batch, every strand's degree and mode, the
+// precision. ParallelPlan (plan.h) resolves and validates them once; everything
+// below the CLI reads the plan, not these.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "braid/comm/communicator.h"
+
+namespace braid::parallel {
+
+/// --micro-batch auto: batch / dp, or with a pipeline of P stages the largest
+/// micro-batch that leaves at least P micro-batches per step (resolve_plan).
+inline constexpr int64_t kMicroBatchAuto = -1;
+
+struct LayoutOptions {
+  std::string model = "small";
+  // Overrides of the preset's sizes (0: keep the preset's); the vocabulary is
+  // padded to a multiple of 64 again.
+  int64_t vocab_size = 0, n_layer = 0, n_head = 0, n_embd = 0;
+  int64_t block_size = 0;  // context length: positions in wpe (0: the preset's)
+  int64_t global_batch = 16;  // sequences per optimizer step, over all DP ranks
+  int64_t micro_batch = 8;    // sequences per forward/backward on one rank (kMicroBatchAuto: resolved by the plan)
+  int64_t seq_len = 0;        // 0: min(128, block_size)
+  int dp = 0;  // 0: all ranks / tp
+  int tp = 1;  // tensor-parallel degree (TP groups are consecutive ranks)
+  bool sequence_parallel = false;  // shard LayerNorm/dropout/residual rows over TP
+  float dropout = 0.0f;            // embedding and residual dropout probability
+  int pp = 1;                      // pipeline stages (consecutive layer ranges)
+  std::string pp_layers;           // explicit layers per stage, e.g. "3,5" (empty: even split)
+  std::string schedule = "1f1b";   // naive | gpipe | 1f1b | interleaved | zb-h1
+  int virtual_stages = 1;          // interleaved: model chunks per pipeline rank
+  int64_t micro_batches = 0;       // micro-batches per step per pipeline (0: batch / (dp x micro-batch))
+  std::string recompute = "none";  // activation checkpointing: none | selective | full
+  double bucket_mb = 4.0;          // gradient bucket size (DDP, ZeRO-1), MiB
+  bool overlap = true;             // launch bucket reductions during the backward
+  bool zero_copy = true;  // DP reductions / gathers through memory the DP ranks of a node share
+  int zero = 0;  // ZeRO stage 0 (DDP), 1 (moments sharded), 2 (+ gradients), 3 (+ parameters)
+  bool fsdp = false;            // FSDP: stage 3 with one flat parameter per unit (block)
+  int fsdp_shard_size = 0;      // HSDP: shard within groups of this many ranks (0: all DP ranks)
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (compute copies; master weights f32)
+  std::string reduce_dtype = "fp32";  // gradient accumulation and reduction: fp32 | the precision
+  bool fp32_residual = false;  // keep the residual stream in f32 under --precision bf16|fp16
+  std::string matmul_precision = "half";  // half: matmuls in the precision where oneDNN can | fp32: on rounded values
+  std::string dp_mode = "ddp";  // "ddp" (all-reduce) or "ps" (rank 0 is a parameter server)
+  bool ps_async = false;        // ps: apply each worker's gradient as it arrives
+  int64_t staleness = 0;        // ps async: a worker runs at most this many iterations ahead
+  comm::Algorithm algo = comm::Algorithm::ring;
+};
+
+}  // namespace braid::parallel
