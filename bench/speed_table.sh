@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every speed figure of docs/BENCHMARKS.md ("As fast as the silicon") in one
-# run, each beside its ceiling or peer measured in the same run, then a table:
+# Every speed figure of docs/BENCHMARKS.md ("Step speed and MFU", "Precision",
+# "Collectives") in one run, each beside its ceiling or peer measured in the
+# same run, then a table:
 #   step    bench-step, gpt2, one rank, THREADS threads: fp32 and bf16 at B=8 T=128
 #           and B=4 T=64, bf16 with 4 micro-batches; with BASELINE set (another
 #           braid binary), its fp32 and bf16 steps alternated with ours

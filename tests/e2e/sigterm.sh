@@ -108,7 +108,7 @@ expect_stop usr1 SIGUSR1
 # the job ends and a checkpoint, if written, is whole (written atomically).
 interrupt mpiterm 2 TERM mpirun
 [ $rc -ne 124 ] || fail "mpiterm: the job hung after SIGTERM to mpirun"
-[ $rc -ne 0 ] || fail "mpiterm: mpirun exited 0 after SIGTERM (OpenMPI's behaviour changed: update README)"
+[ $rc -ne 0 ] || fail "mpiterm: mpirun exited 0 after SIGTERM (OpenMPI's behaviour changed: update docs/USAGE.md, \"Stopping a run\")"
 # --save creates its directory at start-up: resume only if a checkpoint was
 # written into it before the job was killed (under load it may not have been).
 if compgen -G "$tmp/mpiterm.ckpt/step_*.ckpt" > /dev/null; then

@@ -17,7 +17,7 @@
 //      peer may still read or write it.
 // Pushing rather than pulling results matters: reading data a peer has just written
 // costs a cache-to-cache transfer, which on some hosts runs at a third of memory speed
-// (docs/BENCHMARKS.md, part 9).
+// (docs/BENCHMARKS.md, "Collectives").
 // Waits spin, yield the core every few polls (ranks may outnumber cores) and poll
 // poll_signals() and the group's health, so a deadline or a failed peer ends them
 // (watchdog.h).

@@ -36,7 +36,7 @@ class RankFailure : public Error {
   explicit RankFailure(const std::string& msg) : Error(msg) {}
 };
 
-/// The process exit codes of the braid CLI (documented in README, "Exit codes").
+/// The process exit codes of the braid CLI (documented in docs/USAGE.md, "Exit codes").
 enum class ExitCode : int {
   ok = 0,
   error = 1,         // an internal error (a failed invariant: a bug to report)

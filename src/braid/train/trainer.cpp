@@ -380,7 +380,7 @@ std::vector<StepRecord> Trainer::run_steps(RunLog& log, bool validate) {
 bool Trainer::stop_agreed() {
   // One float per step over the world: a message this small takes the
   // collectives' latency path (about a microsecond between two processes of
-  // one host; see README), nothing next to a step.
+  // one host; see docs/USAGE.md, "Stopping a run"), nothing next to a step.
   float sig = static_cast<float>(stop_signal());
   if (world_.size() > 1) world_.all_reduce(&sig, &sig, 1, DType::f32, comm::ReduceOp::max, opt_.algo);
   stop_signal_ = static_cast<int>(sig);

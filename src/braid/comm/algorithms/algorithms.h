@@ -33,7 +33,7 @@ struct RingOptions {
   // 8 MiB on a host whose memcpy runs at ~19 GB/s (0.80-0.82 of memcpy at 2-4 MiB
   // against the ring's 0.45; 0.67 against 0.45 at 8 MiB; the ring wins from 16 MiB),
   // while an earlier host at ~5.5 GB/s had it 20-30 % behind the ring at 2-4 MiB
-  // (docs/BENCHMARKS.md, part 8); with 4 ranks doubling wins up to ~64 KiB,
+  // (docs/BENCHMARKS.md, "Messages on private buffers"); with 4 ranks doubling wins up to ~64 KiB,
   // Rabenseifner to ~1 MiB, the ring above. Environment overrides:
   // BRAID_COMM_ALLREDUCE_DOUBLING_MAX_BYTES[_2RANKS] (apply_env).
   size_t doubling_all_reduce_max_bytes = size_t{128} << 10;
@@ -72,7 +72,7 @@ void apply_env(RingOptions& opts, const std::function<const char*(const char*)>&
 /// Throws ConfigError naming the variable and the known ones when a name in `set`
 /// (the environment's variable names) starts with BRAID_COMM_ but is not one of them.
 void check_env_names(const std::vector<std::string>& set);
-/// Every variable apply_env reads, in docs/USAGE.md's order.
+/// Every variable apply_env reads, in docs/CONFIGURATION.md's order.
 std::vector<std::string> env_names();
 
 /// Grow-only scratch memory owned by a communicator (pre-touched, huge pages advised
