@@ -163,95 +163,110 @@ void print_prediction(const train::TrainOptions& opt, int ranks, const plan::Clu
               c.name.c_str(), c.accelerators_per_node, 100 * c.matmul_fraction, plan::format_prediction(p).c_str());
   if (tokens > 0) std::printf("%s", tokens_line(tokens, p, ranks).c_str());
 }
+
+// --json without --search: the layout, its largest rank's peak and the prediction.
+void print_prediction_json(const PlanArgs& a, const plan::Cluster& c) {
+  const plan::StepPrediction p = plan::predict_step(a.opt, a.ranks, c);
+  nlohmann::json j = {{"cluster", c.name}, {"accelerators", a.ranks},
+                      {"layout", plan::describe_layout(a.opt, a.ranks)},
+                      {"peak_bytes", static_cast<uint64_t>(plan::largest_rank_bytes(a.opt, a.ranks))},
+                      {"prediction", to_json(p)}};
+  if (a.tokens > 0) j["tokens"] = tokens_json(a.tokens, p, a.ranks);
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+// The ranks whose tables are printed: every rank with --all-ranks or up to 8,
+// else rank 0 and the largest.
+std::vector<parallel::MemoryPlan> shown_ranks(const std::vector<parallel::MemoryPlan>& all, bool all_ranks) {
+  if (all_ranks || all.size() <= 8) return all;
+  std::vector<parallel::MemoryPlan> shown{all[0]};
+  auto mx = std::max_element(all.begin(), all.end(), [](const auto& x, const auto& y) { return x.total() < y.total(); });
+  if (mx->rank != 0) shown.push_back(*mx);
+  return shown;
+}
+
+// The memory plan: the model and layout line, the per-rank tables, the totals,
+// the ledger lines `braid train` would print and the ZeRO formulas.
+void print_memory_plan(const PlanArgs& a) {
+  std::vector<parallel::MemoryPlan> all;
+  all.reserve(static_cast<size_t>(a.ranks));
+  for (int r = 0; r < a.ranks; ++r) all.push_back(parallel::plan_memory(a.opt, a.ranks, r));
+  const std::vector<parallel::MemoryPlan> shown = shown_ranks(all, a.all_ranks);
+  const parallel::MemoryPlan& p0 = all[0];
+  const auto& cfg = p0.config;
+  const auto& pl = p0.parallel;
+  std::printf("braid plan | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params) | ranks %d "
+              "(%s) | batch %lld = %d x %lld x %lld accum | T=%lld | bucket %.2f MiB\n",
+              cfg.name.c_str(), (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
+              (long long)cfg.vocab_size, (long long)cfg.padded_vocab_size, p0.num_params / 1e6,
+              a.ranks, pl.describe().c_str(), (long long)pl.global_batch, pl.dp.degree,
+              (long long)pl.micro_batch, (long long)pl.pp.micro_batches, (long long)pl.seq_len, p0.options.bucket_mb);
+  std::printf("\npredicted peak MemoryLedger bytes per rank (%s):\n%s",
+              shown.size() == all.size() ? "every rank" : "rank 0 and the largest rank",
+              parallel::format_plan_table(shown).c_str());
+  size_t sum = 0, mx = 0;
+  for (const auto& p : all) sum += p.total(), mx = std::max(mx, p.total());
+  std::printf("total over %d ranks: %zu bytes (%s); largest rank: %zu bytes (%s)\n\n", a.ranks, sum,
+              format_bytes(static_cast<double>(sum)).c_str(), mx, format_bytes(static_cast<double>(mx)).c_str());
+  for (const auto& p : shown)
+    std::printf("as `braid train` prints it, rank %d: %s\n", p.rank, parallel::format_ledger_line(p).c_str());
+  std::printf("\n%s\n%s.\n", parallel::format_zero_formulas(shown).c_str(), parallel::kNotInLedger);
+}
+
+// The ranks of the job and the step-time model's flags (--cluster and what goes with it).
+void add_plan_options(CLI::App* c, PlanArgs& a) {
+  c->add_option("--ranks,--accelerators", a.ranks, "Ranks of the job (TP x DP x PP): one per accelerator")
+      ->capture_default_str();
+  c->add_flag("--all-ranks", a.all_ranks, "Print every rank (default: every rank up to 8, else rank 0 and the largest)");
+  c->add_option("--cluster", a.cluster,
+                "Also predict the step time on this cluster: a preset (a100-80gb, h100-80gb, h200), this-machine "
+                "(measured now; run it under mpirun as the job will run) or a TOML file")
+      ->group("Time");
+  c->add_option("--print-cluster", a.print_cluster, "Print a preset's TOML, or this-machine's measured figures (a start for a file of your own), and exit")
+      ->group("Time");
+  c->add_flag("--search", a.search, "With --cluster: rank the layouts that fit (TP, PP, schedule, DP, micro-batch, ZeRO or FSDP/HSDP, "
+              "SP, recompute) by predicted step time")->group("Time");
+  c->add_option("--top", a.top, "With --search: how many layouts to show")->check(CLI::Range(1, 100))
+      ->capture_default_str()->group("Time");
+  c->add_option("--tokens", a.tokens, "With --cluster: the time and accelerator-hours to train on this many tokens")
+      ->check(CLI::PositiveNumber)->group("Time");
+  c->add_flag("--json", a.json, "With --cluster: print the prediction (or the search) as JSON")->group("Time");
+}
+
+// `braid plan`: a cluster's TOML (--print-cluster), the search, the JSON
+// prediction, or the memory plan and, with --cluster, the predicted step.
+void run_plan(const PlanArgs& a) {
+  std::optional<plan::Cluster> measured;
+  const std::string& wanted = a.print_cluster.empty() ? a.cluster : a.print_cluster;
+  if (wanted == "this-machine") {
+    measured = measure_this_machine_once();
+    if (!measured) return;  // a rank other than 0 of mpirun: measured, nothing to print
+  }
+  if (!a.print_cluster.empty()) {
+    std::printf("%s", measured ? ("# measured by braid on this machine\n" + plan::format_cluster(*measured)).c_str()
+                               : plan::cluster_preset_text(a.print_cluster).c_str());
+    return;
+  }
+  BRAID_CONFIG_CHECK(a.ranks >= 1, "--ranks ", a.ranks, " must be >= 1");
+  BRAID_CONFIG_CHECK(!a.cluster.empty() || !(a.search || a.json || a.tokens > 0),
+                     "--search, --json and --tokens need --cluster (a preset: a100-80gb, h100-80gb, h200, or a file)");
+  // A cluster that does not load is refused before any table is printed.
+  const plan::Cluster cl = measured ? *measured : a.cluster.empty() ? plan::Cluster{} : plan::load_cluster(a.cluster);
+  if (a.search) return print_search(a, cl);
+  if (a.json) return print_prediction_json(a, cl);
+  print_memory_plan(a);
+  if (!a.cluster.empty()) print_prediction(a.opt, a.ranks, cl, a.tokens);
+}
 }  // namespace
 
 void add_plan(CLI::App& app) {
   auto a = std::make_shared<PlanArgs>();
-  auto& o = a->opt;
   CLI::App* c = app.add_subcommand(
       "plan", "Predict the per-rank peak memory by category of `braid train` (allocates nothing)");
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  add_model_and_layout_options(c, o);
-  c->add_option("--ranks,--accelerators", a->ranks, "Ranks of the job (TP x DP x PP): one per accelerator")
-      ->capture_default_str();
-  c->add_flag("--all-ranks", a->all_ranks, "Print every rank (default: every rank up to 8, else rank 0 and the largest)");
-  c->add_option("--cluster", a->cluster,
-                "Also predict the step time on this cluster: a preset (a100-80gb, h100-80gb, h200), this-machine "
-                "(measured now; run it under mpirun as the job will run) or a TOML file")
-      ->group("Time");
-  c->add_option("--print-cluster", a->print_cluster, "Print a preset's TOML, or this-machine's measured figures (a start for a file of your own), and exit")
-      ->group("Time");
-  c->add_flag("--search", a->search, "With --cluster: rank the layouts that fit (TP, PP, schedule, DP, micro-batch, ZeRO or FSDP/HSDP, "
-              "SP, recompute) by predicted step time")->group("Time");
-  c->add_option("--top", a->top, "With --search: how many layouts to show")->check(CLI::Range(1, 100))
-      ->capture_default_str()->group("Time");
-  c->add_option("--tokens", a->tokens, "With --cluster: the time and accelerator-hours to train on this many tokens")
-      ->check(CLI::PositiveNumber)->group("Time");
-  c->add_flag("--json", a->json, "With --cluster: print the prediction (or the search) as JSON")->group("Time");
-
-  c->callback([a] {
-    std::optional<plan::Cluster> measured;
-    const std::string& wanted = a->print_cluster.empty() ? a->cluster : a->print_cluster;
-    if (wanted == "this-machine") {
-      measured = measure_this_machine_once();
-      if (!measured) return;  // a rank other than 0 of mpirun: measured, nothing to print
-    }
-    if (!a->print_cluster.empty()) {
-      std::printf("%s", measured ? ("# measured by braid on this machine\n" + plan::format_cluster(*measured)).c_str()
-                                 : plan::cluster_preset_text(a->print_cluster).c_str());
-      return;
-    }
-    BRAID_CONFIG_CHECK(a->ranks >= 1, "--ranks ", a->ranks, " must be >= 1");
-    BRAID_CONFIG_CHECK(!a->cluster.empty() || !(a->search || a->json || a->tokens > 0),
-                       "--search, --json and --tokens need --cluster (a preset: a100-80gb, h100-80gb, h200, or a file)");
-    // A cluster that does not load is refused before any table is printed.
-    const plan::Cluster cl = measured ? *measured : a->cluster.empty() ? plan::Cluster{} : plan::load_cluster(a->cluster);
-    if (a->search) return print_search(*a, cl);
-    if (a->json) {
-      const plan::StepPrediction p = plan::predict_step(a->opt, a->ranks, cl);
-      nlohmann::json j = {{"cluster", cl.name}, {"accelerators", a->ranks},
-                          {"layout", plan::describe_layout(a->opt, a->ranks)},
-                          {"peak_bytes", static_cast<uint64_t>(plan::largest_rank_bytes(a->opt, a->ranks))},
-                          {"prediction", to_json(p)}};
-      if (a->tokens > 0) j["tokens"] = tokens_json(a->tokens, p, a->ranks);
-      std::printf("%s\n", j.dump(2).c_str());
-      return;
-    }
-    train::TrainOptions opt = a->opt;
-    std::vector<parallel::MemoryPlan> all;
-    all.reserve(static_cast<size_t>(a->ranks));
-    for (int r = 0; r < a->ranks; ++r) all.push_back(parallel::plan_memory(opt, a->ranks, r));
-    std::vector<parallel::MemoryPlan> shown;
-    if (a->all_ranks || a->ranks <= 8) {
-      shown = all;
-    } else {
-      shown.push_back(all[0]);
-      auto mx = std::max_element(all.begin(), all.end(),
-                                 [](const auto& x, const auto& y) { return x.total() < y.total(); });
-      if (mx->rank != 0) shown.push_back(*mx);
-    }
-    const parallel::MemoryPlan& p0 = all[0];
-    const auto& cfg = p0.config;
-    const auto& ro = p0.options;
-    const auto& pl = p0.parallel;
-    std::printf("braid plan | model %s (L=%lld H=%lld C=%lld V=%lld->%lld, %.2fM params) | ranks %d "
-                "(%s) | batch %lld = %d x %lld x %lld accum | T=%lld | bucket %.2f MiB\n",
-                cfg.name.c_str(), (long long)cfg.n_layer, (long long)cfg.n_head, (long long)cfg.n_embd,
-                (long long)cfg.vocab_size, (long long)cfg.padded_vocab_size, p0.num_params / 1e6,
-                a->ranks, pl.describe().c_str(), (long long)pl.global_batch, pl.dp.degree,
-                (long long)pl.micro_batch, (long long)pl.pp.micro_batches, (long long)pl.seq_len, ro.bucket_mb);
-    std::printf("\npredicted peak MemoryLedger bytes per rank (%s):\n%s",
-                shown.size() == all.size() ? "every rank" : "rank 0 and the largest rank",
-                parallel::format_plan_table(shown).c_str());
-    size_t sum = 0, mx = 0;
-    for (const auto& p : all) sum += p.total(), mx = std::max(mx, p.total());
-    std::printf("total over %d ranks: %zu bytes (%s); largest rank: %zu bytes (%s)\n\n", a->ranks, sum,
-                format_bytes(static_cast<double>(sum)).c_str(), mx, format_bytes(static_cast<double>(mx)).c_str());
-    for (const auto& p : shown)
-      std::printf("as `braid train` prints it, rank %d: %s\n", p.rank, parallel::format_ledger_line(p).c_str());
-    std::printf("\n%s\n%s.\n", parallel::format_zero_formulas(shown).c_str(), parallel::kNotInLedger);
-    if (!a->cluster.empty()) print_prediction(a->opt, a->ranks, cl, a->tokens);
-  });
+  add_model_and_layout_options(c, a->opt);
+  add_plan_options(c, *a);
+  c->callback([a] { run_plan(*a); });
 }
 
 }  // namespace braid::cli

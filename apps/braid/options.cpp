@@ -23,8 +23,11 @@ CLI::Validator one_of(std::vector<std::string> names) {
       desc);
 }
 
-void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
-  const std::string model = "Model", layout = "Parallel layout", batch = "Batch", precision = "Precision";
+namespace {
+
+// The preset and the sizes that override it.
+void add_model_options(CLI::App* c, train::TrainOptions& o) {
+  const std::string model = "Model";
   c->add_option("--model", o.model, "Model preset: tiny (2 layers, C=64), small (4, 256), gpt2 (12, 768: 124M)")
       ->transform(one_of({"tiny", "small", "gpt2"}))
       ->capture_default_str()
@@ -43,20 +46,28 @@ void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
       ->check(CLI::NonNegativeNumber)->capture_default_str()->group(model);
   c->add_option("--dropout", o.dropout, "Embedding and residual dropout probability, in [0, 1)")
       ->capture_default_str()->group(model);
+}
 
+// --micro-batch N|auto into o.micro_batch (kMicroBatchAuto for auto).
+void parse_micro_batch(const std::string& s, train::TrainOptions& o) {
+  uint64_t n = 0;
+  if (s == "auto") {
+    o.micro_batch = parallel::kMicroBatchAuto;
+    return;
+  }
+  BRAID_CONFIG_CHECK(parse_count(s, n) && n >= 1 && n < (uint64_t{1} << 40), "--micro-batch '", s,
+                     "' is not a positive integer or auto");
+  o.micro_batch = static_cast<int64_t>(n);
+}
+
+// The global batch, how it splits into micro-batches, and the sequence length.
+void add_batch_options(CLI::App* c, train::TrainOptions& o) {
+  const std::string batch = "Batch";
   c->add_option("--batch", o.global_batch, "Global batch in sequences (over all DP ranks)")
       ->capture_default_str()->group(batch);
   auto* micro_batch =
       c->add_option("--micro-batch", [&o](const std::vector<std::string>& v) {
-           const std::string& s = v.at(0);
-           uint64_t n = 0;
-           if (s == "auto") {
-             o.micro_batch = parallel::kMicroBatchAuto;
-           } else {
-             BRAID_CONFIG_CHECK(parse_count(s, n) && n >= 1 && n < (uint64_t{1} << 40), "--micro-batch '", s,
-                                "' is not a positive integer or auto");
-             o.micro_batch = static_cast<int64_t>(n);
-           }
+           parse_micro_batch(v.at(0), o);
            return true;
          }, "Sequences per forward/backward on one rank, or auto: batch / dp (with --pp P, the largest that "
             "leaves at least P micro-batches)")
@@ -69,7 +80,12 @@ void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
       ->group(batch);
   c->add_option("--seq-len", o.seq_len, "Sequence length T (0: min(128, the model's block size))")
       ->check(CLI::NonNegativeNumber)->capture_default_str()->group(batch);
+}
 
+// Data, tensor and pipeline parallelism: degrees, sharding, schedule,
+// recomputation and how gradients travel.
+void add_layout_options(CLI::App* c, train::TrainOptions& o) {
+  const std::string layout = "Parallel layout";
   c->add_option("--dp-mode", o.dp_mode, "ddp (ring all-reduce) or ps (rank 0 is a parameter server, the others workers)")
       ->transform(one_of({"ddp", "ps"}))->capture_default_str()->group(layout);
   c->add_option("--dp", o.dp, "Data-parallel degree (0: derived: ranks / (tp x pp), or ranks - 1 with --dp-mode ps)")
@@ -102,7 +118,10 @@ void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
               "private memory, instead of through memory the data-parallel ranks of a node share, where each "
               "reads and writes its peers' directly")
       ->group(layout);
+}
 
+void add_precision_options(CLI::App* c, train::TrainOptions& o) {
+  const std::string precision = "Precision";
   c->add_option("--precision", o.precision, "Compute copies of parameters and matmul operands (master weights and AdamW moments stay fp32)")
       ->transform(one_of({"fp32", "bf16", "fp16"}))->capture_default_str()->group(precision);
   c->add_option("--reduce-dtype", o.reduce_dtype, "Gradients accumulated and reduced in fp32 (default) or, opted in, in the --precision dtype (half the gradient traffic and memory)")
@@ -111,6 +130,15 @@ void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
       ->transform(one_of({"half", "fp32"}))->capture_default_str()->group(precision);
   c->add_flag("--fp32-residual", o.fp32_residual, "Keep the residual stream in f32 under --precision bf16|fp16 (as torch autocast; Megatron-LM's --fp32-residual-connection): by default it is rounded to the compute dtype after each add and stored in it")
       ->group(precision);
+}
+
+}  // namespace
+
+void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o) {
+  add_model_options(c, o);
+  add_batch_options(c, o);
+  add_layout_options(c, o);
+  add_precision_options(c, o);
 }
 
 }  // namespace braid::cli

@@ -50,6 +50,12 @@ grep -q "model small" "$tmp/plan.txt" || { cat "$tmp/plan.txt"; fail "plan did n
 # plan takes train's layout flags, --dp among them.
 "$BRAID" plan --ranks 3 --dp-mode ps --dp 2 > "$tmp/plan_ps.txt" 2>&1 || { cat "$tmp/plan_ps.txt"; fail "plan --dp"; }
 grep -q "dp=2 + parameter server" "$tmp/plan_ps.txt" || { cat "$tmp/plan_ps.txt"; fail "plan --dp 2 --dp-mode ps"; }
+# A model given by its sizes is named by them, or by its preset and what changed.
+"$BRAID" plan --model small --n-layer 8 > "$tmp/plan_l8.txt" 2>&1 || { cat "$tmp/plan_l8.txt"; fail "plan --n-layer 8"; }
+grep -q "model small with n_layer=8 (L=8 " "$tmp/plan_l8.txt" || { cat "$tmp/plan_l8.txt"; fail "plan names a changed preset"; }
+"$BRAID" plan --n-layer 105 --n-head 128 --n-embd 20480 --block-size 2048 --seq-len 2048 --tp 8 --pp 35 --ranks 280 \
+  --batch 280 > "$tmp/plan_530b.txt" 2>&1 || { cat "$tmp/plan_530b.txt"; fail "plan of a 530B model"; }
+grep -q "model L=105 H=128 C=20480 with block_size=2048 (" "$tmp/plan_530b.txt" || { cat "$tmp/plan_530b.txt"; fail "plan names a model by its sizes"; }
 
 # The metrics file drawn: loss, throughput and per-rank memory (2 ranks).
 "$PY" "$SRC/tools/plot_metrics.py" "$tmp/m.jsonl" --out "$tmp/plots" > "$tmp/plots.txt" || fail "plot_metrics"

@@ -172,9 +172,29 @@ TEST(MemoryPlan, BlockSizeOverridesTheContextLength) {
   o.vocab_size = 51200;
   const auto p = parallel::plan_memory(o, 1, 0);
   EXPECT_EQ(p.config.block_size, 2048);
-  EXPECT_EQ(p.config.name, "gpt2*");
+  EXPECT_EQ(p.config.name, "gpt2 with vocab_size=51200, block_size=2048");
   const size_t C = 768;
   EXPECT_EQ(p.num_params, 51200 * C + 2048 * C + 12 * (12 * C * C + 13 * C) + 2 * C);
+}
+
+// A model given by its sizes is named by them, or by its preset and what
+// changed, never by a bare preset name it no longer matches.
+TEST(MemoryPlan, ModelNamedByWhatChanged) {
+  train::TrainOptions o;
+  o.model = "small";
+  EXPECT_EQ(parallel::model_config(o).name, "small");
+  o.n_layer = 4;  // the preset's own value: nothing changed
+  EXPECT_EQ(parallel::model_config(o).name, "small");
+  o.n_layer = 8;
+  EXPECT_EQ(parallel::model_config(o).name, "small with n_layer=8");
+  o.block_size = 512;
+  EXPECT_EQ(parallel::model_config(o).name, "small with n_layer=8, block_size=512");
+  o = train::TrainOptions{};
+  o.model = "small";
+  o.n_layer = 105, o.n_head = 128, o.n_embd = 20480;  // MT-NLG 530B (Smith et al. 2022)
+  EXPECT_EQ(parallel::model_config(o).name, "L=105 H=128 C=20480");
+  o.block_size = 2048;
+  EXPECT_EQ(parallel::model_config(o).name, "L=105 H=128 C=20480 with block_size=2048");
 }
 
 // The sharding degree N of the ZeRO formula is the DP degree, which the

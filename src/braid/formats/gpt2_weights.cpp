@@ -55,11 +55,10 @@ void transpose(float* dst, const float* src, int64_t rows, int64_t cols) {
 model::GPTConfig shape_config(const std::string& preset, int64_t block, int64_t V, int64_t L, int64_t H,
                               int64_t C) {
   model::GPTConfig c = model::GPTConfig::preset(preset);
-  const bool changed = c.vocab_size != V || c.n_layer != L || c.n_head != H || c.n_embd != C || c.block_size != block;
   c.block_size = block;
   c.vocab_size = V, c.n_layer = L, c.n_head = H, c.n_embd = C;
   c.padded_vocab_size = model::GPTConfig::pad_vocab(V);
-  if (changed) c.name += "*";
+  c.name = c.name_from(preset);
   c.validate();
   return c;
 }

@@ -25,6 +25,27 @@ int64_t GPTConfig::pad_vocab(int64_t v, int64_t multiple) {
   return (v + multiple - 1) / multiple * multiple;
 }
 
+std::string GPTConfig::name_from(const std::string& base) const {
+  const GPTConfig b = preset(base);
+  std::string changes;  // "key=value" of each size that differs, comma-separated
+  auto note = [&](const char* key, int64_t v, int64_t was) {
+    if (v != was) changes += (changes.empty() ? "" : ", ") + std::string(key) + "=" + std::to_string(v);
+  };
+  if (n_layer != b.n_layer && n_head != b.n_head && n_embd != b.n_embd) {
+    note("vocab_size", vocab_size, b.vocab_size);
+    note("block_size", block_size, b.block_size);
+    const std::string sizes =
+        "L=" + std::to_string(n_layer) + " H=" + std::to_string(n_head) + " C=" + std::to_string(n_embd);
+    return changes.empty() ? sizes : sizes + " with " + changes;
+  }
+  note("n_layer", n_layer, b.n_layer);
+  note("n_head", n_head, b.n_head);
+  note("n_embd", n_embd, b.n_embd);
+  note("vocab_size", vocab_size, b.vocab_size);
+  note("block_size", block_size, b.block_size);
+  return changes.empty() ? base : base + " with " + changes;
+}
+
 void GPTConfig::validate() const {
   const std::string who = "model '" + name + "': ";
   BRAID_CONFIG_CHECK(vocab_size > 0 && block_size > 0 && n_layer > 0 && n_head > 0 && n_embd > 0,

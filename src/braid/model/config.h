@@ -27,6 +27,11 @@ struct GPTConfig {
   void validate() const;
   /// v rounded up to a multiple of `multiple` (64 keeps the head GEMM aligned).
   static int64_t pad_vocab(int64_t v, int64_t multiple = 64);
+  /// The name of this configuration when it was built from preset `base` with
+  /// some sizes changed: `base` when none differs; its sizes ("L=105 H=128
+  /// C=20480", then any other change) when layers, heads and width all differ;
+  /// else the preset and what changed ("small with n_layer=8, block_size=512").
+  std::string name_from(const std::string& base) const;
 };
 
 /// One model chunk of a pipeline rank: blocks [first_layer, last_layer) with

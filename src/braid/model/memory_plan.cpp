@@ -53,35 +53,36 @@ void check_sizes(const GPTConfig& cfg, int64_t max_B, int64_t max_T, int tp, boo
 
 size_t half_grad_elems(size_t BT, size_t rows, size_t C, size_t Cl) { return std::max(BT * 4 * Cl, rows * C); }
 
-GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bool owns_state, int tp, bool sp,
-                          float dropout, const PipelineStage& stage, Recompute recompute,
-                          const Precision& precision) {
-  const std::vector<PipelineChunk> chunks = stage.resolved(cfg.n_layer);
-  check_sizes(cfg, max_B, max_T, tp, sp, chunks);
-  GPTMemoryPlan m;
-  std::vector<ParamInfo> table;
-  std::vector<size_t> layer_begin;
-  m.num_params = build_param_table(cfg, tp, stage, &table, &layer_begin);
-  m.params_bytes = owns_state ? m.num_params * sizeof(float) : 0;
-  m.grads_bytes = owns_state ? m.num_params * sizeof(float) : 0;
+namespace {
 
-  const size_t P = size_t(tp);
-  const size_t C = size_t(cfg.n_embd), Vpl = size_t(cfg.padded_vocab_size) / P;
-  const size_t Cl = C / P, NHl = size_t(cfg.n_head) / P;
-  const size_t BT = size_t(max_B * max_T), rows = sp ? BT / P : BT;
-  // Per block (see layer_acts): ln1, attproj, res2, ln2, fcproj, res3 (rows x C
-  // each: token rows of this rank); qkv, qkvr (BT x 3C/tp each), atty (BT x C/tp),
-  // fch, fch_gelu (BT x 4C/tp each); 4 LayerNorm statistics of rows; the
-  // attention matrix B x NH/tp x T x T. All but the statistics are stored in
-  // the operand dtype, the residual stream (res2, res3) too unless it stays
-  // f32 (Precision::fp32_residual; GPT::compute_dtype).
-  const DType op = precision.operands;
-  const bool half_res = precision.residual() != DType::f32;
-  const size_t att = operand_floats(size_t(max_B) * NHl * size_t(max_T * max_T), op);
-  const size_t atty = operand_floats(BT * Cl, op), fch_gelu = operand_floats(4 * BT * Cl, op);
-  const size_t qkv = operand_floats(3 * BT * Cl, op), res = operand_floats(rows * C, precision.residual());
-  const size_t all_floats = 4 * operand_floats(rows * C, op) + 2 * res + 2 * qkv + operand_floats(4 * BT * Cl, op) +
-                            atty + fch_gelu + 4 * rows + att;
+// The sizes of one rank's share of a micro-batch: tp shards of width and
+// vocabulary, and the token rows (all, or 1/tp under sequence parallelism).
+struct RankDims {
+  size_t C, Vpl, Cl, NHl, BT, rows;
+  int64_t B, T;
+  DType op;  // the matmul operands' storage dtype
+};
+
+RankDims rank_dims(const GPTConfig& cfg, int64_t max_B, int64_t max_T, int tp, bool sp, const Precision& precision) {
+  const size_t P = size_t(tp), BT = size_t(max_B * max_T);
+  return {size_t(cfg.n_embd), size_t(cfg.padded_vocab_size) / P, size_t(cfg.n_embd) / P, size_t(cfg.n_head) / P,
+          BT, sp ? BT / P : BT, max_B, max_T, precision.operands};
+}
+
+// Per block (see layer_acts): ln1, attproj, res2, ln2, fcproj, res3 (rows x C
+// each: token rows of this rank); qkv, qkvr (BT x 3C/tp each), atty (BT x C/tp),
+// fch, fch_gelu (BT x 4C/tp each); 4 LayerNorm statistics of rows; the
+// attention matrix B x NH/tp x T x T. All but the statistics are stored in
+// the operand dtype, the residual stream (res2, res3) too unless it stays
+// f32 (Precision::fp32_residual; GPT::compute_dtype). Sets the floats a block
+// keeps per slot and the recomputation workspace all blocks share.
+void plan_block_activations(const RankDims& d, const Precision& precision, Recompute recompute, GPTMemoryPlan& m) {
+  const DType op = d.op;
+  const size_t att = operand_floats(size_t(d.B) * d.NHl * size_t(d.T * d.T), op);
+  const size_t atty = operand_floats(d.BT * d.Cl, op), fch_gelu = operand_floats(4 * d.BT * d.Cl, op);
+  const size_t qkv = operand_floats(3 * d.BT * d.Cl, op), res = operand_floats(d.rows * d.C, precision.residual());
+  const size_t all_floats = 4 * operand_floats(d.rows * d.C, op) + 2 * res + 2 * qkv +
+                            operand_floats(4 * d.BT * d.Cl, op) + atty + fch_gelu + 4 * d.rows + att;
   // Recomputed tensors live once, in a workspace shared by all blocks and slots.
   const size_t recomputed_selective = qkv + atty + fch_gelu + att;
   switch (recompute) {
@@ -95,51 +96,80 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
       m.shared_act_floats = all_floats - res;
       break;
   }
-  // Per slot: the local blocks, the stage input `encoded` (rows x C) and, with
-  // the residual stream kept in a half dtype, the stage output in f32 (rows x C: what the next
-  // stage receives and the head reads); on the last stage the head: lnf
-  // (rows x C, operand dtype), lnf_mean, lnf_rstd (rows each), lse, losses (BT
-  // each), logits (BT x Vp/tp, operand dtype).
-  size_t S = 0;  // slots over all chunks
-  bool head = false;
+}
+
+// Per slot: the local blocks, the stage input `encoded` (rows x C) and, with
+// the residual stream kept in a half dtype, the stage output in f32 (rows x C: what the next
+// stage receives and the head reads); on the last stage the head: lnf
+// (rows x C, operand dtype), lnf_mean, lnf_rstd (rows each), lse, losses (BT
+// each), logits (BT x Vp/tp, operand dtype). Sets act_floats; returns the
+// slots over all chunks.
+size_t plan_stage_activations(const RankDims& d, bool half_res, int64_t n_layer,
+                              const std::vector<PipelineChunk>& chunks, GPTMemoryPlan& m) {
+  size_t S = 0;
   for (const auto& c : chunks) {
-    const bool has_head = c.last_layer == cfg.n_layer;
-    const size_t slot = m.layer_act_floats * size_t(c.last_layer - c.first_layer) + rows * C +
-                        (half_res ? rows * C : 0) +
-                        (has_head ? operand_floats(rows * C, op) + rows * 2 + BT * 2 + operand_floats(BT * Vpl, op)
-                                  : 0);
+    const bool has_head = c.last_layer == n_layer;
+    const size_t slot =
+        m.layer_act_floats * size_t(c.last_layer - c.first_layer) + d.rows * d.C + (half_res ? d.rows * d.C : 0) +
+        (has_head ? operand_floats(d.rows * d.C, d.op) + d.rows * 2 + d.BT * 2 + operand_floats(d.BT * d.Vpl, d.op)
+                  : 0);
     m.act_floats += slot * size_t(c.slots);
     S += size_t(c.slots);
-    head = head || has_head;
   }
   m.act_floats += m.shared_act_floats;
-  m.acts_bytes = m.act_floats * sizeof(float);
+  return S;
+}
+
+// Backward's scratch: dres (rows x C), dln (BT x C), datty (BT x C/tp), dqkv (3
+// BT x C/tp), dfch (4 BT x C/tp), dlogits (BT x Vp/tp), attention scratch, the
+// linear layers' copies; with TP > 1 the vocab-parallel loss statistics (3 BT)
+// and, with sequence parallelism, a gather buffer (BT x C); with dropout a
+// masked-gradient buffer (rows x C). Sets scratch_floats and matmul_scratch_floats.
+void plan_scratch(const RankDims& d, int tp, bool sp, float dropout, bool head, bool half_res, GPTMemoryPlan& m) {
+  const size_t C = d.C, Cl = d.Cl, BT = d.BT, rows = d.rows;
   const size_t att_scratch =
-      std::max(k::attention_forward_scratch_floats(max_B, max_T, int64_t(Cl), int64_t(NHl), op),
-               k::attention_backward_scratch_floats(max_B, max_T, int64_t(Cl), int64_t(NHl), op));
+      std::max(k::attention_forward_scratch_floats(d.B, d.T, int64_t(Cl), int64_t(d.NHl), d.op),
+               k::attention_backward_scratch_floats(d.B, d.T, int64_t(Cl), int64_t(d.NHl), d.op));
   // The linear layers' backward copies (kernels::matmul_backward): the largest
   // over this rank's (in, out) features: c_attn, attn.c_proj, c_fc, mlp.c_proj, head.
-  const std::pair<size_t, size_t> linears[] = {{C, 3 * Cl}, {Cl, C}, {C, 4 * Cl}, {4 * Cl, C}, {C, Vpl}};
+  const std::pair<size_t, size_t> linears[] = {{C, 3 * Cl}, {Cl, C}, {C, 4 * Cl}, {4 * Cl, C}, {C, d.Vpl}};
   const size_t n_linears = head ? 5 : 4;
   for (size_t i = 0; i < n_linears; ++i)
     m.matmul_scratch_floats =
         std::max(m.matmul_scratch_floats, k::matmul_backward_scratch_floats(int64_t(BT), int64_t(linears[i].first),
                                                                           int64_t(linears[i].second)));
-  // dres (rows x C), dln (BT x C), datty (BT x C/tp), dqkv (3 BT x C/tp), dfch
-  // (4 BT x C/tp), dlogits (BT x Vp/tp), attention scratch, the linear layers'
-  // copies; with TP > 1 the vocab-parallel loss statistics (3 BT) and, with
-  // sequence parallelism, a gather buffer (BT x C); with dropout a
-  // masked-gradient buffer (rows x C).
-  m.scratch_floats = rows * C + BT * C + BT * Cl * 8 + (head ? BT * Vpl : 0) + att_scratch + m.matmul_scratch_floats;
+  m.scratch_floats = rows * C + BT * C + BT * Cl * 8 + (head ? BT * d.Vpl : 0) + att_scratch + m.matmul_scratch_floats;
   if (tp > 1) m.scratch_floats += 3 * BT;
   if (sp) m.scratch_floats += BT * C;
   if (dropout > 0) m.scratch_floats += rows * C;
   // Half-precision operands: a block's matmul output gradient in their dtype;
   // a half residual stream: its working values in f32 (x and res2, rows x C each).
-  if (op != DType::f32) m.scratch_floats += operand_floats(half_grad_elems(BT, rows, C, Cl), op);
+  if (d.op != DType::f32) m.scratch_floats += operand_floats(half_grad_elems(BT, rows, C, Cl), d.op);
   if (half_res) m.scratch_floats += 2 * rows * C;
+}
+
+}  // namespace
+
+GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bool owns_state, int tp, bool sp,
+                          float dropout, const PipelineStage& stage, Recompute recompute,
+                          const Precision& precision) {
+  const std::vector<PipelineChunk> chunks = stage.resolved(cfg.n_layer);
+  check_sizes(cfg, max_B, max_T, tp, sp, chunks);
+  GPTMemoryPlan m;
+  std::vector<ParamInfo> table;
+  std::vector<size_t> layer_begin;
+  m.num_params = build_param_table(cfg, tp, stage, &table, &layer_begin);
+  m.params_bytes = owns_state ? m.num_params * sizeof(float) : 0;
+  m.grads_bytes = owns_state ? m.num_params * sizeof(float) : 0;
+  const RankDims d = rank_dims(cfg, max_B, max_T, tp, sp, precision);
+  const bool half_res = precision.residual() != DType::f32;
+  const bool head = std::any_of(chunks.begin(), chunks.end(), [&](const auto& c) { return c.last_layer == cfg.n_layer; });
+  plan_block_activations(d, precision, recompute, m);
+  const size_t slots = plan_stage_activations(d, half_res, cfg.n_layer, chunks, m);
+  m.acts_bytes = m.act_floats * sizeof(float);
+  plan_scratch(d, tp, sp, dropout, head, half_res, m);
   m.workspace_bytes = m.scratch_floats * sizeof(float);
-  m.tokens_bytes = 2 * BT * sizeof(int32_t) * S;
+  m.tokens_bytes = 2 * d.BT * sizeof(int32_t) * slots;
   return m;
 }
 

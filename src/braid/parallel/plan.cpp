@@ -253,7 +253,7 @@ model::GPTConfig model_config(const LayoutOptions& o) {
   if (o.n_embd > 0) c.n_embd = o.n_embd;
   if (o.block_size > 0) c.block_size = o.block_size;
   c.padded_vocab_size = model::GPTConfig::pad_vocab(c.vocab_size);
-  if (o.vocab_size || o.n_layer || o.n_head || o.n_embd || o.block_size) c.name += "*";  // sizes changed
+  c.name = c.name_from(o.model);
   c.validate();
   return c;
 }

@@ -17,9 +17,7 @@ namespace {
 
 // Vendors' figures; where a figure is ours (latency, achievable fractions) the
 // comment says so.
-const std::map<std::string, std::string>& presets() {
-  static const std::map<std::string, std::string> p = {
-      {"a100-80gb", R"(# DGX A100 nodes: 8 x A100 80GB SXM on NVSwitch, 8 HDR InfiniBand links.
+constexpr const char* kA100 = R"(# DGX A100 nodes: 8 x A100 80GB SXM on NVSwitch, 8 HDR InfiniBand links.
 # Sources: NVIDIA A100 Tensor Core GPU datasheet (80GB SXM: 312 TFLOPS BF16/FP16
 # dense, 19.5 TFLOPS FP32, 2,039 GB/s HBM2e, NVLink 600 GB/s per GPU counting
 # both directions); NVIDIA DGX A100 datasheet (8 single-port ConnectX-6 HDR
@@ -48,16 +46,11 @@ latency_us = 5        # ours: a ring step's latency, not a vendor figure
 bandwidth_gbs = 25    # HDR InfiniBand, 200 Gb/s per link
 latency_us = 10       # ours, as above
 links_per_node = 8
-)"},
-      {"h100-80gb", R"(# DGX H100 nodes: 8 x H100 SXM5 80GB on NVSwitch, 8 NDR InfiniBand links.
-# Sources: NVIDIA H100 Tensor Core GPU datasheet (SXM: 989 TFLOPS BF16/FP16 dense,
-# 67 TFLOPS FP32, 3.35 TB/s HBM3, NVLink 900 GB/s per GPU counting both
-# directions); NVIDIA DGX H100 datasheet (8 ConnectX-7 400 Gb/s = 50 GB/s).
-name = "h100-80gb"
-accelerators_per_node = 8
-memory_gib = 80
-memory_bandwidth_gbs = 3350
-matmul_fraction = 0.634   # ours: the a100-80gb fit, no published row fitted here
+)";
+
+// What DGX H100 and DGX H200 nodes share: the fit, the peaks, NVLink 4 and NDR
+// InfiniBand.
+constexpr const char* kHopperNode = R"(matmul_fraction = 0.634   # ours: the a100-80gb fit, no published row fitted here
 kernel_overhead_us = 5    # ours, as for a100-80gb
 
 [peak_tflops]
@@ -73,8 +66,19 @@ latency_us = 5        # ours
 bandwidth_gbs = 50    # NDR InfiniBand, 400 Gb/s per link
 latency_us = 10       # ours
 links_per_node = 8
-)"},
-      {"h200", R"(# DGX H200 nodes: 8 x H200 SXM 141GB on NVSwitch, 8 NDR InfiniBand links.
+)";
+
+constexpr const char* kH100 = R"(# DGX H100 nodes: 8 x H100 SXM5 80GB on NVSwitch, 8 NDR InfiniBand links.
+# Sources: NVIDIA H100 Tensor Core GPU datasheet (SXM: 989 TFLOPS BF16/FP16 dense,
+# 67 TFLOPS FP32, 3.35 TB/s HBM3, NVLink 900 GB/s per GPU counting both
+# directions); NVIDIA DGX H100 datasheet (8 ConnectX-7 400 Gb/s = 50 GB/s).
+name = "h100-80gb"
+accelerators_per_node = 8
+memory_gib = 80
+memory_bandwidth_gbs = 3350
+)";
+
+constexpr const char* kH200 = R"(# DGX H200 nodes: 8 x H200 SXM 141GB on NVSwitch, 8 NDR InfiniBand links.
 # Sources: NVIDIA H200 Tensor Core GPU datasheet (SXM: 989 TFLOPS BF16/FP16 dense,
 # 67 TFLOPS FP32, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s per GPU counting both
 # directions); NVIDIA DGX H200 datasheet (8 ConnectX-7 400 Gb/s = 50 GB/s).
@@ -82,23 +86,13 @@ name = "h200"
 accelerators_per_node = 8
 memory_gib = 141
 memory_bandwidth_gbs = 4800
-matmul_fraction = 0.634   # ours: the a100-80gb fit, no published row fitted here
-kernel_overhead_us = 5    # ours, as for a100-80gb
+)";
 
-[peak_tflops]
-bf16 = 989
-fp16 = 989
-fp32 = 67
-
-[intra_node]
-bandwidth_gbs = 450
-latency_us = 5        # ours
-
-[inter_node]
-bandwidth_gbs = 50
-latency_us = 10       # ours
-links_per_node = 8
-)"},
+const std::map<std::string, std::string>& presets() {
+  static const std::map<std::string, std::string> p = {
+      {"a100-80gb", kA100},
+      {"h100-80gb", std::string(kH100) + kHopperNode},
+      {"h200", std::string(kH200) + kHopperNode},
   };
   return p;
 }

@@ -144,121 +144,164 @@ double rank_params(const model::GPTConfig& cfg, double layers, bool first, bool 
 
 }  // namespace
 
-StepPrediction predict_step(const parallel::LayoutOptions& options, int world, const Cluster& c, bool simulate) {
-  parallel::LayoutOptions opt = options;
-  const model::GPTConfig cfg = parallel::model_config(opt);
-  const parallel::ParallelPlan plan = parallel::resolve_plan(opt, world, cfg);
-  BRAID_CONFIG_CHECK(!plan.dp.parameter_server(), "braid plan does not model a parameter server (--dp-mode ps)");
-  const int t = plan.tp.degree, P = plan.pp.stages, v = plan.pp.virtual_stages, d = plan.dp.degree;
-  const int m = plan.pp.micro_batches;
-  const DType ct = plan.compute;
-  Shape x{static_cast<double>(plan.micro_batch), static_cast<double>(plan.seq_len), static_cast<double>(cfg.n_embd),
-          static_cast<double>(cfg.n_head), static_cast<double>(cfg.padded_vocab_size), static_cast<double>(t),
-          static_cast<double>(dtype_size(ct)), plan.tp.sequence_parallel, opt.dropout > 0};
+namespace {
 
-  // One block: forward, backward (twice the forward), recomputation.
+Shape shape_of(const parallel::ParallelPlan& plan, const model::GPTConfig& cfg, const parallel::LayoutOptions& opt) {
+  return {static_cast<double>(plan.micro_batch), static_cast<double>(plan.seq_len), static_cast<double>(cfg.n_embd),
+          static_cast<double>(cfg.n_head), static_cast<double>(cfg.padded_vocab_size),
+          static_cast<double>(plan.tp.degree), static_cast<double>(dtype_size(plan.compute)),
+          plan.tp.sequence_parallel, opt.dropout > 0};
+}
+
+// One block on one rank, seconds per micro-batch.
+struct BlockCost {
+  double forward = 0, backward = 0;  // each with its TP collectives and kernel launches
+  double tp_all_reduce = 0;          // one TP collective (= reduce-scatter + all-gather under SP)
+  double recompute_comm = 0;         // full recomputation's repeated forward collectives
+};
+
+// Forward, backward (twice the forward's matmuls) and recomputation of one block.
+BlockCost block_cost(const Shape& x, const parallel::ParallelPlan& plan, const Cluster& c) {
+  const DType ct = plan.compute;
+  const bool full = plan.recompute == model::Recompute::full;
   const Work fwd = block_forward(x);
   Work recompute;
-  if (plan.recompute == model::Recompute::full) recompute = fwd;
+  if (full) recompute = fwd;
   if (plan.recompute == model::Recompute::selective)
     recompute = {4.0 * x.b * x.s * x.s * x.h / x.t, x.b * x.s * (x.a / x.t) * x.s * 2 * x.e};
-  const Placement tp_group = place(t, 1, c.accelerators_per_node);
-  const double tp_ar = all_reduce(tp_message(x), tp_group, c);  // = reduce-scatter + all-gather under SP
-  const double recompute_ar = plan.recompute == model::Recompute::full ? 2 * tp_ar : 0.0;
+  BlockCost k;
+  k.tp_all_reduce = all_reduce(tp_message(x), place(plan.tp.degree, 1, c.accelerators_per_node), c);
+  k.recompute_comm = full ? 2 * k.tp_all_reduce : 0.0;
   // Each kernel a block launches also pays a fixed cost (launch and dispatch):
   // its forward runs kBlockKernels, backward twice as many.
   const double launch = kBlockKernels * c.kernel_overhead;
-  const double block_f = fwd.seconds(c, ct) + 2 * tp_ar + launch;
-  const double block_b = (2.0 * fwd).seconds(c, ct, true) + recompute.seconds(c, ct) + 2 * tp_ar + recompute_ar +
-                         (2 + (plan.recompute == model::Recompute::full ? 1 : 0)) * launch;
+  k.forward = fwd.seconds(c, ct) + 2 * k.tp_all_reduce + launch;
+  k.backward = (2.0 * fwd).seconds(c, ct, true) + recompute.seconds(c, ct) + 2 * k.tp_all_reduce +
+               k.recompute_comm + (2 + (full ? 1 : 0)) * launch;
+  return k;
+}
 
-  // The slowest stage sets the pace (the schedule is simulated with its costs on every stage).
-  StepPrediction r;
-  double stage_f = 0, stage_b = 0, stage_params = 0, stage_tp = 0;
+// The pipeline stage with the most work per micro-batch: it sets the pace.
+struct StageCost {
+  double forward = 0, backward = 0;  // seconds per micro-batch
+  double params = 0;                 // parameters one of its ranks holds
+  double tp_comm = 0;                // seconds of TP collectives within forward + backward
+};
+
+StageCost slowest_stage(const Shape& x, const parallel::ParallelPlan& plan, const model::GPTConfig& cfg,
+                        const BlockCost& k, const Cluster& c) {
+  const int P = plan.pp.stages, v = plan.pp.virtual_stages;
+  StageCost slowest;
   for (int s = 0; s < P; ++s) {
     double layers = 0;
-    for (int k = 0; k < v; ++k) layers += static_cast<double>(plan.pp.layers[static_cast<size_t>(k * P + s)]);
+    for (int j = 0; j < v; ++j) layers += static_cast<double>(plan.pp.layers[static_cast<size_t>(j * P + s)]);
     const bool first = s == 0, last = s == P - 1;
-    double f = layers * block_f, b = layers * block_b;
+    double f = layers * k.forward, b = layers * k.backward;
     if (last) {
-      const Work head = head_forward(x);
-      f += head.seconds(c, ct);
-      b += head_backward(x).seconds(c, ct, true);
+      f += head_forward(x).seconds(c, plan.compute);
+      b += head_backward(x).seconds(c, plan.compute, true);
     }
-    if (f + b > stage_f + stage_b) {
-      stage_f = f, stage_b = b;
-      stage_tp = layers * (4 * tp_ar + recompute_ar);
-      stage_params = rank_params(cfg, layers, first, last, t);
+    if (f + b > slowest.forward + slowest.backward) {
+      slowest.forward = f, slowest.backward = b;
+      slowest.tp_comm = layers * (4 * k.tp_all_reduce + k.recompute_comm);
+      slowest.params = rank_params(cfg, layers, first, last, plan.tp.degree);
     }
   }
-  // Activations between stages: each TP rank sends its 1/t slice over the
-  // inter-node link, then the slices are all-gathered inside the node
-  // (Megatron-LM's scatter-gather); forward and backward each pay one transfer.
-  double p2p = 0;
-  if (P > 1) {
-    const Placement next = place(2, t * d, c.accelerators_per_node);
-    const Link link = next.nodes > 1 ? c.inter_node_per_accelerator() : c.intra_node;
-    const double n = tp_message(x);
-    p2p = link.time(n / t) + all_gather(n, tp_group, c);
-  }
-  const double f_cost = stage_f + p2p, b_cost = stage_b + p2p;
-  double pipeline = 0;
-  if (simulate) {
-    pipeline = parallel::check_schedule(plan.pp.programs(), P, m, v, f_cost, b_cost).makespan;
-  } else {
-    pipeline = m * (f_cost + b_cost) / (1.0 - parallel::theoretical_bubble(plan.pp.schedule, P, m, v));
-  }
+  return slowest;
+}
 
-  // Gradient sync over DP in the reduce dtype.
+// Activations between stages, one way: each TP rank sends its 1/t slice over
+// the link to the next stage, then the slices are all-gathered inside the node
+// (Megatron-LM's scatter-gather). 0 without a pipeline.
+double stage_transfer(const Shape& x, const parallel::ParallelPlan& plan, const Cluster& c) {
+  if (plan.pp.stages <= 1) return 0;
+  const int t = plan.tp.degree;
+  const Placement next = place(2, t * plan.dp.degree, c.accelerators_per_node);
+  const Link link = next.nodes > 1 ? c.inter_node_per_accelerator() : c.intra_node;
+  const double n = tp_message(x);
+  return link.time(n / t) + all_gather(n, place(t, 1, c.accelerators_per_node), c);
+}
+
+// Seconds of one step's data-parallel communication, in the reduce dtype
+// (gradients) and the compute dtype (parameters), before any overlap.
+double dp_sync(const parallel::ParallelPlan& plan, double stage_params, const Cluster& c) {
+  const int t = plan.tp.degree, d = plan.dp.degree, m = plan.pp.micro_batches;
   const Placement dp_group = place(d, t, c.accelerators_per_node);
   const double grad_bytes = stage_params * static_cast<double>(dtype_size(plan.reduce));
-  const double param_bytes = stage_params * static_cast<double>(dtype_size(ct));
-  double dp = 0, hidden = 0;
+  const double param_bytes = stage_params * static_cast<double>(dtype_size(plan.compute));
   switch (plan.dp.mode) {
     case parallel::DataParallelMode::ddp:
-      dp = all_reduce(grad_bytes, dp_group, c);
-      break;
+      return all_reduce(grad_bytes, dp_group, c);
     case parallel::DataParallelMode::zero1:
     case parallel::DataParallelMode::zero2:
-      dp = all_gather(grad_bytes, dp_group, c) + all_gather(param_bytes, dp_group, c);
-      break;
+      return all_gather(grad_bytes, dp_group, c) + all_gather(param_bytes, dp_group, c);
     default: {  // ZeRO-3, FSDP, HSDP: parameters gathered for forward and backward of every micro-batch
       // over the shard group (the DP group, or HSDP's S consecutive DP ranks),
       // whose reduced shards HSDP then all-reduces across the d / S replicas.
       const int S = plan.dp.shard_degree;
       const Placement shard = place(S, t, c.accelerators_per_node);
-      dp = all_gather(grad_bytes, shard, c) + m * 2 * all_gather(param_bytes, shard, c);
+      double dp = all_gather(grad_bytes, shard, c) + m * 2 * all_gather(param_bytes, shard, c);
       if (S < d) dp += all_reduce(grad_bytes / S, place(d / S, t * S, c.accelerators_per_node), c);
-      break;
+      return dp;
     }
   }
-  // Buckets and prefetches run during backward only without a pipeline (a
-  // pipeline syncs after its flush); ZeRO-3's gathers hide behind all of compute.
-  // On a cluster whose communication shares the compute cores nothing is hidden.
-  if (opt.overlap && P == 1 && c.comm_overlaps_compute) {
-    const bool gathers = plan.sharded_engine() && plan.dp.zero_stage == 3;
-    hidden = gathers ? m * (stage_f + stage_b) : stage_b;
-  }
-  r.dp_exposed = std::max(0.0, dp - hidden);
-  // AdamW and the norm over this rank's state.
-  const double state = plan.dp.zero_stage >= 1 ? stage_params / plan.dp.shard_degree : stage_params;
-  r.optimizer = state * optimizer_bytes_per_element(ct, plan.reduce) / c.memory_bandwidth;
+}
 
-  r.micro_batches = m;
-  r.stage_forward_s = f_cost;
-  r.stage_backward_s = b_cost;
-  r.compute = m * (stage_f + stage_b - stage_tp);
-  r.tp_comm = m * stage_tp;
-  r.pp_comm = m * 2 * p2p;
-  r.bubble = std::max(0.0, pipeline - m * (f_cost + b_cost));
-  r.step_s = pipeline + r.dp_exposed + r.optimizer;
+// Seconds of compute the DP sync can hide behind. Buckets and prefetches run
+// during backward only without a pipeline (a pipeline syncs after its flush);
+// ZeRO-3's gathers hide behind all of compute. On a cluster whose
+// communication shares the compute cores nothing is hidden.
+double dp_hidden(const parallel::ParallelPlan& plan, const parallel::LayoutOptions& opt, const StageCost& st,
+                 const Cluster& c) {
+  if (!opt.overlap || plan.pp.stages != 1 || !c.comm_overlaps_compute) return 0;
+  const bool gathers = plan.sharded_engine() && plan.dp.zero_stage == 3;
+  return gathers ? plan.pp.micro_batches * (st.forward + st.backward) : st.backward;
+}
+
+// Tokens/s, model FLOPs (braid's MFU count: 6N + attention per token),
+// TFLOP/s per computing accelerator and MFU of a step of r.step_s.
+void add_throughput(StepPrediction& r, const Shape& x, const parallel::ParallelPlan& plan,
+                    const model::GPTConfig& cfg, const Cluster& c) {
   const double tokens = static_cast<double>(plan.global_batch) * x.s;
   const double L = static_cast<double>(cfg.n_layer);
   const double per_token = 6.0 * (12.0 * L * x.h * x.h + x.V * x.h) + 12.0 * L * x.h * x.s;
   r.tokens_per_s = tokens / r.step_s;
   r.model_flops = per_token * tokens;
   r.tflops_per_accelerator = r.model_flops / (r.step_s * plan.compute_ranks()) / 1e12;
-  r.mfu = r.tflops_per_accelerator * 1e12 / c.peak_flops(ct);
+  r.mfu = r.tflops_per_accelerator * 1e12 / c.peak_flops(plan.compute);
+}
+
+}  // namespace
+
+StepPrediction predict_step(const parallel::LayoutOptions& options, int world, const Cluster& c, bool simulate) {
+  parallel::LayoutOptions opt = options;
+  const model::GPTConfig cfg = parallel::model_config(opt);
+  const parallel::ParallelPlan plan = parallel::resolve_plan(opt, world, cfg);
+  BRAID_CONFIG_CHECK(!plan.dp.parameter_server(), "braid plan does not model a parameter server (--dp-mode ps)");
+  const int P = plan.pp.stages, v = plan.pp.virtual_stages, m = plan.pp.micro_batches;
+  const Shape x = shape_of(plan, cfg, opt);
+  const StageCost st = slowest_stage(x, plan, cfg, block_cost(x, plan, c), c);
+  // Forward and backward each pay one transfer between stages; the schedule is
+  // simulated with these costs on every stage.
+  const double p2p = stage_transfer(x, plan, c);
+  const double f_cost = st.forward + p2p, b_cost = st.backward + p2p;
+  const double pipeline =
+      simulate ? parallel::check_schedule(plan.pp.programs(), P, m, v, f_cost, b_cost).makespan
+               : m * (f_cost + b_cost) / (1.0 - parallel::theoretical_bubble(plan.pp.schedule, P, m, v));
+  StepPrediction r;
+  r.dp_exposed = std::max(0.0, dp_sync(plan, st.params, c) - dp_hidden(plan, opt, st, c));
+  // AdamW and the norm over this rank's state.
+  const double state = plan.dp.zero_stage >= 1 ? st.params / plan.dp.shard_degree : st.params;
+  r.optimizer = state * optimizer_bytes_per_element(plan.compute, plan.reduce) / c.memory_bandwidth;
+  r.micro_batches = m;
+  r.stage_forward_s = f_cost;
+  r.stage_backward_s = b_cost;
+  r.compute = m * (st.forward + st.backward - st.tp_comm);
+  r.tp_comm = m * st.tp_comm;
+  r.pp_comm = m * 2 * p2p;
+  r.bubble = std::max(0.0, pipeline - m * (f_cost + b_cost));
+  r.step_s = pipeline + r.dp_exposed + r.optimizer;
+  add_throughput(r, x, plan, cfg, c);
   return r;
 }
 

@@ -27,4 +27,19 @@ int32_t sample_token(const float* logits, int64_t V, int64_t top_k, float temper
   return cand[static_cast<size_t>(k - 1)].second;
 }
 
+std::vector<int32_t> generate(const std::vector<int32_t>& prompt, int64_t n, const Generation& g, size_t row_size,
+                              const LastLogits& last_logits, Rng& rng) {
+  std::vector<int32_t> seq = prompt, context;
+  std::vector<float> row(row_size);
+  const int64_t P = g.multiple;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t len = std::min<int64_t>(static_cast<int64_t>(seq.size()), g.max_context);
+    context.assign(seq.end() - len, seq.end());
+    context.resize(static_cast<size_t>((len + P - 1) / P * P), context.back());
+    last_logits(context, len, row.data());
+    seq.push_back(sample_token(row.data(), g.vocab, g.top_k, g.temperature, rng));
+  }
+  return seq;
+}
+
 }  // namespace braid::train

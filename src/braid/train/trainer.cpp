@@ -1,19 +1,20 @@
 #include "braid/train/trainer.h"
 
 #include <algorithm>
-#include <chrono>
+#include <functional>
 #include <cmath>
-#include <filesystem>
 #include <cstdio>
 #include <limits>
 
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
 #include "braid/train/checkpoint_dir.h"
+#include "braid/train/evaluation.h"
 #include "braid/train/input_checks.h"
 #include "braid/train/memory_check.h"
 #include "braid/train/preemption.h"
 #include "braid/train/replica_check.h"
+#include "braid/train/resume.h"
 #include "braid/train/sampling.h"
 
 namespace braid::train {
@@ -39,7 +40,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   check_checkpoint_flags(opt);
   if (!opt.save_dir.empty() && world.rank() == 0) prepare_save_dir(opt.save_dir, !opt.resume.empty(), opt.verbose);
   // A checkpoint that cannot continue this run is refused before anything is allocated.
-  resume_from_ = opt.resume.empty() ? "" : resume_file();
+  resume_from_ = opt.resume.empty() ? "" : find_resume_file(opt, world);
   if (!resume_from_.empty())
     check_resume_header(formats::read_checkpoint_header(resume_from_).header, resume_from_, opt, cfg, false);
   compute_ = plan_.compute;
@@ -124,133 +125,74 @@ void Trainer::update(StepRecord& r) {
                      "; training diverged: lower --lr (now ", opt_.lr, ") or raise --warmup");
 }
 
-float Trainer::evaluate() {
-  BRAID_CHECK(!val_.empty(), "no validation data");
-  model_->set_training(false);
-  struct Restore {
-    model::GPT& m;
-    ~Restore() { m.set_training(true); }
-  } restore{*model_};
-  const int64_t B = opt_.micro_batch, T = opt_.seq_len;
-  const size_t windows = val_.size() - static_cast<size_t>(T);
-  // Under a parameter server the server evaluates alone; otherwise each DP rank
-  // takes its slice and the losses are averaged.
-  const int eval_size = ps_ ? 1 : dp_size_;
-  const int eval_rank = ps_ ? 0 : dp_rank_;
-  const int64_t per_rank = opt_.global_batch / eval_size;
-  double sum = 0;
-  int64_t count = 0;
-  std::vector<size_t> offs(static_cast<size_t>(B));
-  for (int64_t vb = 0; vb < opt_.val_batches; ++vb) {
-    for (int64_t micro = 0; micro < per_rank / B; ++micro) {
-      for (int64_t b = 0; b < B; ++b) {
-        // Fixed, evenly spaced windows: the same validation set every time.
-        const int64_t j = vb * opt_.global_batch + eval_rank * per_rank + micro * B + b;
-        offs[static_cast<size_t>(b)] = static_cast<size_t>(j * T) % windows;
-      }
-      if (model_->is_first_stage() || model_->is_last_stage())
-        data::gather_batch(val_.data(), offs.data(), B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
-      float l = forward_pass(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
-      // The loss lives on the last stage.
-      if (pp_size_ > 1) ctx_->pp()->broadcast(&l, 1, DType::f32, pp_size_ - 1);
-      sum += l;
-      ++count;
-    }
-  }
-  float loss = static_cast<float>(sum / static_cast<double>(count));
-  if (eval_size > 1) ctx_->dp().all_reduce(&loss, &loss, 1, DType::f32, comm::ReduceOp::avg);
-  return loss;
+namespace {
+// Evaluation mode (no dropout) for the life of the guard.
+struct EvalMode {
+  explicit EvalMode(model::GPT& m) : m(m) { m.set_training(false); }
+  ~EvalMode() { m.set_training(true); }
+  model::GPT& m;
+};
+}  // namespace
+
+float Trainer::batch_loss(std::span<const uint16_t> tokens, const size_t* offsets, int64_t B, int64_t T) {
+  if (model_->is_first_stage() || model_->is_last_stage())
+    data::gather_batch(tokens.data(), offsets, B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
+  float l = forward_pass(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
+  // The loss lives on the last stage.
+  if (pp_size_ > 1) ctx_->pp()->broadcast(&l, 1, DType::f32, pp_size_ - 1);
+  return l;
 }
 
-Trainer::WindowLoss Trainer::evaluate_windows(std::span<const uint16_t> tokens, int64_t max_windows) {
+float Trainer::evaluate() {
+  BRAID_CHECK(!val_.empty(), "no validation data");
+  EvalMode eval(*model_);
+  // Under a parameter server the server evaluates alone; otherwise each DP rank
+  // takes its slice and the losses are averaged.
+  const int size = ps_ ? 1 : dp_size_, rank = ps_ ? 0 : dp_rank_;
+  const ValidationShape shape{opt_.global_batch, opt_.micro_batch, opt_.seq_len, opt_.val_batches};
+  return validation_loss(val_, shape, rank, size, std::bind_front(&Trainer::batch_loss, this),
+                         size > 1 ? &ctx_->dp() : nullptr);
+}
+
+WindowLoss Trainer::evaluate_windows(std::span<const uint16_t> tokens, int64_t max_windows) {
   BRAID_CONFIG_CHECK(!ps_, "evaluation runs without a parameter server; drop --dp-mode ps");
-  const int64_t T = opt_.seq_len, B = opt_.micro_batch;
-  int64_t W = tokens.size() > 0 ? static_cast<int64_t>((tokens.size() - 1) / static_cast<size_t>(T)) : 0;
-  if (max_windows > 0) W = std::min(W, max_windows);
+  const int64_t T = opt_.seq_len;
   // A window may run alone (the last ones), so its T rows must split over TP.
   BRAID_CONFIG_CHECK(!opt_.sequence_parallel || T % opt_.tp == 0, "--sequence-parallel shards a window's ", T,
                      " token rows over --tp ", opt_.tp, "; evaluate with a --seq-len divisible by ", opt_.tp);
-  BRAID_CONFIG_CHECK(W >= 1, "the token file holds ", tokens.size(), " tokens: not one window of --seq-len ", T,
-                     " + 1; use a shorter --seq-len or a longer file");
-  model_->set_training(false);
-  struct Restore {
-    model::GPT& m;
-    ~Restore() { m.set_training(true); }
-  } restore{*model_};
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<size_t> offs(static_cast<size_t>(B));
-  double sum = 0;  // this rank's sum of per-window mean losses
-  // Windows [first, first + b) in one forward; a rank with nothing left runs
-  // window 0 uncounted, so collective forwards (ZeRO-3, FSDP) stay in step.
-  auto score = [&](int64_t first, int64_t b, bool counted) {
-    for (int64_t i = 0; i < b; ++i) offs[static_cast<size_t>(i)] = static_cast<size_t>((first + i) * T);
-    if (model_->is_first_stage() || model_->is_last_stage())
-      data::gather_batch(tokens.data(), offs.data(), b, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
-    float l = forward_pass(tokens_.as<int32_t>(), targets_.as<int32_t>(), b, T);
-    if (pp_size_ > 1) ctx_->pp()->broadcast(&l, 1, DType::f32, pp_size_ - 1);
-    if (counted) sum += static_cast<double>(l) * static_cast<double>(b);
-  };
-  // Whole micro-batches round-robin over the DP ranks, then the rest one window at a time.
-  const int64_t D = dp_size_, r = dp_rank_, full = W / B, rest = W - full * B;
-  for (int64_t k = 0; k < (full + D - 1) / D; ++k) {
-    const int64_t j = k * D + r;
-    score(j < full ? j * B : 0, B, j < full);
-  }
-  for (int64_t k = 0; k < (rest + D - 1) / D; ++k) {
-    const int64_t j = k * D + r;
-    score(j < rest ? full * B + j : 0, 1, j < rest);
-  }
-  // Each rank's double travels as raw bits (an all-gather copies without
-  // arithmetic); every rank adds them in rank order, so all agree exactly.
-  double total = sum;
-  if (D > 1) {
-    std::vector<double> all(static_cast<size_t>(D));
-    ctx_->dp().all_gather(&sum, all.data(), 2, DType::f32);
-    total = 0;
-    for (double x : all) total += x;
-  }
-  WindowLoss out;
-  out.loss = total / static_cast<double>(W);
-  out.windows = W;
-  out.tokens = W * T;
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return out;
+  EvalMode eval(*model_);
+  return window_loss(tokens, T, opt_.micro_batch, max_windows, dp_rank_, dp_size_,
+                     std::bind_front(&Trainer::batch_loss, this), dp_size_ > 1 ? &ctx_->dp() : nullptr);
 }
 
-std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed) {
-  model_->set_training(false);
-  const int64_t Vp = model_->config().padded_vocab_size, V = model_->config().vocab_size;
-  std::vector<int32_t> seq = prompt;
-  Rng rng(seed);
+void Trainer::last_logits(const std::vector<int32_t>& context, int64_t len, float* row) {
   // Under TP each rank holds a slice of the vocabulary's logits: the last
   // stage's TP ranks gather the last position's row and send it back along the
   // pipeline, so every rank sees the full row and picks the same token.
-  const int64_t P = tp_size_, Vpl = Vp / P;
-  std::vector<float> row(static_cast<size_t>(Vp)), mine(static_cast<size_t>(Vpl));
-  // Sequence parallelism splits the token rows over TP: round the context up
-  // to a multiple of TP with trailing filler tokens, which causal attention
-  // keeps from influencing the positions before them.
-  const int64_t max_len = opt_.sequence_parallel ? opt_.seq_len / P * P : opt_.seq_len;
-  std::vector<int32_t> ctx_buf;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t len = std::min<int64_t>(static_cast<int64_t>(seq.size()), max_len);
-    ctx_buf.assign(seq.end() - len, seq.end());
-    const int64_t T = opt_.sequence_parallel ? (len + P - 1) / P * P : len;
-    ctx_buf.resize(static_cast<size_t>(T), ctx_buf.back());
-    forward_pass(ctx_buf.data(), nullptr, 1, T);
-    if (model_->is_last_stage()) {
-      if (P > 1) {
-        model_->logits_to_f32(mine.data(), len - 1, 1);
-        ctx_->tp()->all_gather(mine.data(), row.data(), static_cast<size_t>(Vpl), DType::f32);
-      } else {
-        model_->logits_to_f32(row.data(), len - 1, 1);
-      }
+  const int64_t Vp = model_->config().padded_vocab_size, Vpl = Vp / tp_size_;
+  forward_pass(context.data(), nullptr, 1, static_cast<int64_t>(context.size()));
+  if (model_->is_last_stage()) {
+    if (tp_size_ > 1) {
+      std::vector<float> mine(static_cast<size_t>(Vpl));
+      model_->logits_to_f32(mine.data(), len - 1, 1);
+      ctx_->tp()->all_gather(mine.data(), row, static_cast<size_t>(Vpl), DType::f32);
+    } else {
+      model_->logits_to_f32(row, len - 1, 1);
     }
-    if (pp_size_ > 1) ctx_->pp()->broadcast(row.data(), static_cast<size_t>(Vp), DType::f32, pp_size_ - 1);
-    seq.push_back(sample_token(row.data(), V, opt_.sample_top_k, opt_.sample_temperature, rng));
   }
-  model_->set_training(true);
-  return seq;
+  if (pp_size_ > 1) ctx_->pp()->broadcast(row, static_cast<size_t>(Vp), DType::f32, pp_size_ - 1);
+}
+
+std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed) {
+  EvalMode eval(*model_);
+  // Sequence parallelism splits the token rows over TP: the context is rounded
+  // up to a multiple of TP with trailing filler tokens.
+  const int64_t P = opt_.sequence_parallel ? tp_size_ : 1;
+  const Generation g{model_->config().vocab_size, opt_.seq_len / P * P, P, opt_.sample_top_k,
+                     opt_.sample_temperature};
+  Rng rng(seed);
+  return generate(prompt, n, g, static_cast<size_t>(model_->config().padded_vocab_size),
+                  std::bind_front(&Trainer::last_logits, this), rng);
 }
 
 void Trainer::save(const std::string& path, int64_t next_step) { checkpoint_->save(path, next_step); }
@@ -264,42 +206,6 @@ std::string Trainer::save_to_dir(int64_t next_step) {
   return path;
 }
 
-std::string Trainer::resume_file() {
-  const std::string& spec = opt_.resume;
-  std::error_code ec;
-  if (spec != "auto" && !std::filesystem::is_directory(spec, ec)) return spec;
-  const std::string dir = spec == "auto" ? opt_.save_dir : spec;
-  // Rank 0 verifies the candidates and tells the others what it found: a step,
-  // or why there is none (so no rank waits on a rank 0 that failed).
-  constexpr int64_t kEmpty = -1, kNoneVerifies = -2, kUnreadable = -3;
-  int64_t found = kEmpty;
-  std::string why;
-  if (world_.rank() == 0) {
-    try {
-      if (!list_checkpoints(dir).empty()) {
-        auto e = newest_verified(dir, [](const std::string& w) {
-          std::fprintf(stderr, "braid train: skipping a checkpoint that does not verify: %s\n", w.c_str());
-        });
-        found = e ? e->step : kNoneVerifies;
-      }
-    } catch (const std::exception& e) {
-      found = kUnreadable;
-      why = e.what();
-    }
-  }
-  // Raw 64-bit words travel as f32 pairs; broadcast copies bits.
-  if (world_.size() > 1) world_.broadcast(&found, 2, DType::f32, 0);
-  if (found >= 0) return checkpoint_path(dir, found);
-  BRAID_CHECK(found != kUnreadable, "--resume ", dir, ": rank 0 could not read the directory: ", why);
-  if (found == kNoneVerifies)
-    throw DataError(detail::concat("--resume ", dir, ": none of its ", list_checkpoints(dir).size(),
-                                   " checkpoints verifies (each is named above with the reason); pass an older "
-                                   "checkpoint file, or start afresh in an empty --save directory"));
-  BRAID_CONFIG_CHECK(spec == "auto", "--resume ", dir, " holds no step_<N>.ckpt checkpoint; pass a directory "
-                     "that `braid train --save` wrote, a checkpoint file, or drop --resume to start afresh");
-  return "";  // auto, nothing saved yet: a fresh start
-}
-
 int64_t Trainer::load(const std::string& path) { return checkpoint_->load(path); }
 
 int64_t Trainer::load_weights(const std::string& path) { return checkpoint_->load_weights(path); }
@@ -310,23 +216,8 @@ std::vector<StepRecord> Trainer::run() {
   tracer_->start(world_, print);
   trace_into(tracer_->enabled() ? tracer_ : nullptr);
   log.pipeline_summary(simulated_bubble_);
-  const std::string& from = resume_from_;
-  if (!from.empty()) {
-    start_step_ = load(from);
-    if (print) {
-      std::printf("resumed from %s at step %lld\n", from.c_str(), static_cast<long long>(start_step_));
-      const int64_t planned = checkpoint_->saved_total_steps();
-      if (!checkpoint_->source().empty())
-        std::printf("fine-tuning weights imported from %s: step 0, fresh AdamW state\n",
-                    checkpoint_->source().c_str());
-      else if (planned > 0 && planned != opt_.steps)
-        std::printf("the saved run planned %lld steps; this one trains to --steps %lld, so warm-up and cosine "
-                    "decay follow the new total from here on\n",
-                    static_cast<long long>(planned), static_cast<long long>(opt_.steps));
-    }
-  } else if (print && opt_.resume == "auto") {
-    std::printf("--resume auto: no checkpoint in %s yet; starting at step 0\n", opt_.save_dir.c_str());
-  }
+  if (!resume_from_.empty()) start_step_ = load(resume_from_);
+  if (print) print_start_point(resume_from_, start_step_, *checkpoint_, opt_);
   log.open(start_step_);
   const bool validate = !val_.empty() && opt_.val_every > 0;
   if (validate && start_step_ == 0) validate_now(log, 0);  // the starting point of the curve

@@ -18,6 +18,7 @@
 #include "braid/parallel/pipeline/schedule.h"
 #include "braid/parallel/pipeline/executor.h"
 #include "braid/parallel/topology.h"
+#include "braid/train/evaluation.h"
 #include "braid/train/fault_injection.h"
 #include "braid/train/trace.h"
 #include "braid/train/training_checkpoint.h"
@@ -52,19 +53,12 @@ class Trainer {
   StepRecord train_step(int64_t step);
   /// Mean validation loss over opt.val_batches global batches (same on all ranks).
   float evaluate();
-  /// Loss over consecutive windows of a token stream (Trainer::evaluate_windows).
-  struct WindowLoss {
-    double loss = 0;        // mean cross-entropy per token (nats)
-    int64_t windows = 0;    // windows scored
-    int64_t tokens = 0;     // predicted tokens (windows x seq_len)
-    double seconds = 0;     // wall time of the forwards
-  };
-  /// Scores `tokens` as llm.c and nanoGPT evaluate: window w predicts
-  /// tokens[w·T + 1, w·T + T] from tokens[w·T, w·T + T), T = seq_len, for the
-  /// first min(max_windows, (size − 1) / T) windows (max_windows 0: all), split
-  /// over the DP ranks in micro-batches. Collective over the world (every rank
-  /// calls it; the result is the same on all). Throws ConfigError when the
-  /// stream holds no whole window.
+  using WindowLoss = train::WindowLoss;
+  /// Scores `tokens` as llm.c and nanoGPT evaluate (window_loss, T = seq_len,
+  /// micro-batches of micro_batch over the DP ranks). Collective over the
+  /// world (every rank calls it; the result is the same on all). Throws
+  /// ConfigError when the stream holds no whole window or, under sequence
+  /// parallelism, when T does not divide by --tp.
   WindowLoss evaluate_windows(std::span<const uint16_t> tokens, int64_t max_windows);
   /// Samples `n` tokens after `prompt` (rank-local; deterministic from the seed).
   std::vector<int32_t> sample(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed);
@@ -147,6 +141,12 @@ class Trainer {
   /// pipeline rank calls it); the loss on the last stage when targets are
   /// given, else 0. Leaves the logits on the last stage.
   float forward_pass(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T);
+  /// Gathers the (B, T) windows at `offsets` of `tokens` and runs forward_pass;
+  /// the loss on every pipeline rank (evaluation.h's BatchLoss).
+  float batch_loss(std::span<const uint16_t> tokens, const size_t* offsets, int64_t B, int64_t T);
+  /// Forward over `context`; the full logits row of position len - 1 into
+  /// `row` (padded_vocab_size floats) on every rank (sampling.h's LastLogits).
+  void last_logits(const std::vector<int32_t>& context, int64_t len, float* row);
   std::string resume_from_;  // the checkpoint --resume names ("" for a fresh start)
   std::shared_ptr<TraceRecorder> tracer_;  // --trace-out (shared with the communicators while tracing)
   /// Records span `what` (+ index when >= 0) if --trace-out is set.
@@ -172,9 +172,6 @@ class Trainer {
   /// Saves save_dir/step_<next_step>.ckpt (with the test fault of that step),
   /// then prunes to --keep-last; returns the file's path. Collective.
   std::string save_to_dir(int64_t next_step);
-  /// The file --resume names: itself, or the newest that verifies in its
-  /// directory (or --save's for "auto"; "" when that holds none yet). Collective.
-  std::string resume_file();
   int stop_signal_ = 0;
   int64_t stopped_at_ = -1;
 };
