@@ -214,34 +214,32 @@ StepPrediction predict_step(const train::TrainOptions& options, int world, const
   const double grad_bytes = stage_params * static_cast<double>(dtype_size(plan.reduce));
   const double param_bytes = stage_params * static_cast<double>(dtype_size(ct));
   double dp = 0, hidden = 0;
-  switch (plan.dp.mode) {
-    case train::DataParallelMode::ddp:
-      dp = all_reduce(grad_bytes, dp_group, c);
-      break;
-    case train::DataParallelMode::zero1:
-    case train::DataParallelMode::zero2:
-      dp = all_gather(grad_bytes, dp_group, c) + all_gather(param_bytes, dp_group, c);
-      break;
-    default: {  // ZeRO-3, FSDP, HSDP: parameters gathered for forward and backward of every micro-batch
-      // over the shard group (the DP group, or HSDP's S consecutive DP ranks),
-      // whose reduced shards HSDP then all-reduces across the d / S replicas.
-      const int S = plan.dp.shard_degree;
-      const Placement shard = place(S, t, c.accelerators_per_node);
-      dp = all_gather(grad_bytes, shard, c) + m * 2 * all_gather(param_bytes, shard, c);
-      if (S < d) dp += all_reduce(grad_bytes / S, place(d / S, t * S, c.accelerators_per_node), c);
-      break;
-    }
+  // What the mode shards decides its traffic (DataParallelMode::sharding).
+  const parallel::Sharding& held = plan.dp.mode->sharding;
+  const bool sharded_params = held.params == parallel::Holding::shard;
+  if (sharded_params) {
+    // Parameters gathered for forward and backward of every micro-batch over the
+    // shard group (the DP group, or HSDP's S consecutive DP ranks), whose reduced
+    // shards are then all-reduced across the d / S replicas.
+    const int S = plan.dp.shard_degree;
+    const Placement shard = place(S, t, c.accelerators_per_node);
+    dp = all_gather(grad_bytes, shard, c) + m * 2 * all_gather(param_bytes, shard, c);
+    if (S < d) dp += all_reduce(grad_bytes / S, place(d / S, t * S, c.accelerators_per_node), c);
+  } else if (held.optimizer == parallel::Holding::shard) {
+    // Gradients reduce-scattered to the optimizer's shards, parameters all-gathered.
+    dp = all_gather(grad_bytes, dp_group, c) + all_gather(param_bytes, dp_group, c);
+  } else {
+    dp = all_reduce(grad_bytes, dp_group, c);
   }
   // Buckets and prefetches run during backward only without a pipeline (a
   // pipeline syncs after its flush); ZeRO-3's gathers hide behind all of compute.
   // On a cluster whose communication shares the compute cores nothing is hidden.
   if (opt.overlap && P == 1 && c.comm_overlaps_compute) {
-    const bool gathers = plan.sharded_engine() && plan.dp.zero_stage == 3;
-    hidden = gathers ? m * (stage_f + stage_b) : stage_b;
+    hidden = sharded_params ? m * (stage_f + stage_b) : stage_b;
   }
   r.dp_exposed = std::max(0.0, dp - hidden);
   // AdamW and the norm over this rank's state.
-  const double state = plan.dp.zero_stage >= 1 ? stage_params / plan.dp.shard_degree : stage_params;
+  const double state = held.optimizer == parallel::Holding::shard ? stage_params / plan.dp.shard_degree : stage_params;
   r.optimizer = state * optimizer_bytes_per_element(ct, plan.reduce) / c.memory_bandwidth;
 
   r.micro_batches = m;
