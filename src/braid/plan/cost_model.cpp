@@ -142,6 +142,31 @@ double rank_params(const model::GPTConfig& cfg, double layers, bool first, bool 
   return p;
 }
 
+// Seconds of one step's data-parallel traffic for a stage of `stage_params`
+// parameters over m micro-batches: what the mode shards decides it
+// (DataParallelMode::sharding).
+double dp_sync_seconds(const train::ParallelPlan& plan, const Cluster& c, int m, double stage_params) {
+  const int t = plan.tp.degree, d = plan.dp.degree;
+  const Placement dp_group = place(d, t, c.accelerators_per_node);
+  const double grad_bytes = stage_params * static_cast<double>(dtype_size(plan.reduce));
+  const double param_bytes = stage_params * static_cast<double>(dtype_size(plan.compute));
+  const parallel::Sharding& held = plan.dp.mode->sharding;
+  if (held.params == parallel::Holding::shard) {
+    // Parameters gathered for forward and backward of every micro-batch over the
+    // shard group (the DP group, or HSDP's S consecutive DP ranks), whose reduced
+    // shards are then all-reduced across the d / S replicas.
+    const int S = plan.dp.shard_degree;
+    const Placement shard = place(S, t, c.accelerators_per_node);
+    double s = all_gather(grad_bytes, shard, c) + m * 2 * all_gather(param_bytes, shard, c);
+    if (S < d) s += all_reduce(grad_bytes / S, place(d / S, t * S, c.accelerators_per_node), c);
+    return s;
+  }
+  // Gradients reduce-scattered to the optimizer's shards, parameters all-gathered.
+  if (held.optimizer == parallel::Holding::shard)
+    return all_gather(grad_bytes, dp_group, c) + all_gather(param_bytes, dp_group, c);
+  return all_reduce(grad_bytes, dp_group, c);
+}
+
 }  // namespace
 
 StepPrediction predict_step(const train::TrainOptions& options, int world, const Cluster& c, bool simulate) {
@@ -210,27 +235,9 @@ StepPrediction predict_step(const train::TrainOptions& options, int world, const
   }
 
   // Gradient sync over DP in the reduce dtype.
-  const Placement dp_group = place(d, t, c.accelerators_per_node);
-  const double grad_bytes = stage_params * static_cast<double>(dtype_size(plan.reduce));
-  const double param_bytes = stage_params * static_cast<double>(dtype_size(ct));
-  double dp = 0, hidden = 0;
-  // What the mode shards decides its traffic (DataParallelMode::sharding).
+  double dp = dp_sync_seconds(plan, c, m, stage_params), hidden = 0;
   const parallel::Sharding& held = plan.dp.mode->sharding;
   const bool sharded_params = held.params == parallel::Holding::shard;
-  if (sharded_params) {
-    // Parameters gathered for forward and backward of every micro-batch over the
-    // shard group (the DP group, or HSDP's S consecutive DP ranks), whose reduced
-    // shards are then all-reduced across the d / S replicas.
-    const int S = plan.dp.shard_degree;
-    const Placement shard = place(S, t, c.accelerators_per_node);
-    dp = all_gather(grad_bytes, shard, c) + m * 2 * all_gather(param_bytes, shard, c);
-    if (S < d) dp += all_reduce(grad_bytes / S, place(d / S, t * S, c.accelerators_per_node), c);
-  } else if (held.optimizer == parallel::Holding::shard) {
-    // Gradients reduce-scattered to the optimizer's shards, parameters all-gathered.
-    dp = all_gather(grad_bytes, dp_group, c) + all_gather(param_bytes, dp_group, c);
-  } else {
-    dp = all_reduce(grad_bytes, dp_group, c);
-  }
   // Buckets and prefetches run during backward only without a pipeline (a
   // pipeline syncs after its flush); ZeRO-3's gathers hide behind all of compute.
   // On a cluster whose communication shares the compute cores nothing is hidden.
