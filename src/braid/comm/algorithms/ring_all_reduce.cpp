@@ -12,9 +12,8 @@ void ring_all_reduce(Communicator& comm, Workspace& ws, const RingOptions& opts,
   const size_t esz = dtype_size(dtype);
   ring::Ring R(comm, dtype, opts.chunk_bytes);
   R.split_uneven(count);
-  const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);
-  ring::Stream S = ring::reducing_stream(R, 2 * (n - 1), op, in);
+  ring::Stream S = ring::reducing_stream(R, 2 * (n - 1), op, send);
   S.dst = [&](int, int j) { return out + R.off[j] * esz; };
   // The all-gather receive of step t overwrites the segment sent at step t-(n-1): a
   // partial in `out`, or (step 0) `in`, which is the same memory only when in place.

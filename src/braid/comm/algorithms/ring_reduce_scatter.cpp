@@ -8,19 +8,17 @@ void ring_reduce_scatter(Communicator& comm, Workspace& ws, const RingOptions& o
                          const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
   if (ring::trivial_reduction(comm, send, recv, count, dtype)) return;
   const int n = comm.size();
-  const size_t esz = dtype_size(dtype);
   ring::Ring R(comm, dtype, opts.chunk_bytes);
   R.split_blocks(count);
-  const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);
   // Partials of steps < n-2 alternate between two scratch blocks; the last step
   // writes the final block straight into recv.
   std::byte* scratch =
-      n > 2 ? static_cast<std::byte*>(ws.get(1, 2 * count * esz)) : nullptr;
-  ring::Stream S = ring::reducing_stream(R, n - 1, op, in);
+      n > 2 ? static_cast<std::byte*>(ws.get(1, 2 * count * R.esz)) : nullptr;
+  ring::Stream S = ring::reducing_stream(R, n - 1, op, send);
   S.dst = [&, n](int t, int) -> std::byte* {
     if (t == n - 2) return out;
-    return scratch + static_cast<size_t>(t % 2) * count * esz;
+    return scratch + static_cast<size_t>(t % 2) * count * R.esz;
   };
   // Scratch block t%2 was last written at step t-2 and read by the send of step t-1.
   S.hazard_send_step_on_reduce = [](int t) { return t >= 2 ? t - 1 : -1; };

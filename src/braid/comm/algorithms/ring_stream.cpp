@@ -7,7 +7,8 @@
 
 namespace braid::comm::algo::ring {
 
-Stream reducing_stream(const Ring& R, int steps, ReduceOp op, const std::byte* in) {
+Stream reducing_stream(const Ring& R, int steps, ReduceOp op, const void* send) {
+  const auto* in = static_cast<const std::byte*>(send);
   const int n = R.c.size();
   Stream S;
   S.steps = steps;

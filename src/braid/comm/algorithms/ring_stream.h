@@ -65,8 +65,8 @@ struct Stream {
 };
 
 /// A stream of `steps` ring steps whose first n-1 reduce (op; avg divides on
-/// the last of them) the input `in`, segment j starting at element R.off[j].
-Stream reducing_stream(const Ring& R, int steps, ReduceOp op, const std::byte* in);
+/// the last of them) the input `send`, segment j starting at element R.off[j].
+Stream reducing_stream(const Ring& R, int steps, ReduceOp op, const void* send);
 
 /// Runs the stream's steps over R (ws: scratch for the reduce steps; null without them).
 void run_stream(Ring& R, Workspace* ws, const RingOptions& o, const Stream& S);
