@@ -141,7 +141,7 @@ def zero1_shard(psi, n, bucket_mb):
 # ---------------------------------------------------------------- traffic
 
 def ar_sent(n, count, esz=F32):
-    """Bytes one rank sends in Communicator::all_reduce (ring_all_reduce's dispatch)."""
+    """Bytes one rank sends in Communicator::all_reduce (comm/algorithms/selector.cpp's choice)."""
     b = count * esz
     if n == 1 or count == 0:
         return 0, ""

@@ -328,7 +328,7 @@ void CommBase::check_same_call(uint64_t id) {
   std::vector<Fingerprint> all(static_cast<size_t>(size()));
   // The check's own traffic is a debugging aid, not the job's: left out of the counts.
   const uint64_t sent0 = bytes_sent_.load(), received0 = bytes_received_.load();
-  algo::all_gather(*this, ring_opts_, &f, all.data(), sizeof(Fingerprint) / 4, DType::f32);
+  run_ours(algo::Collective::all_gather, {.send = &f, .recv = all.data(), .count = sizeof(Fingerprint) / 4});
   bytes_sent_ -= bytes_sent_.load() - sent0;
   bytes_received_ -= bytes_received_.load() - received0;
   std::vector<std::pair<Fingerprint, std::vector<int>>> calls;
@@ -479,7 +479,7 @@ SharedBuffer CommBase::alloc_shared(size_t bytes) {
     // Every rank must ask for the same size: the blocks are laid out alike.
     std::vector<uint64_t> all(static_cast<size_t>(size()));
     const uint64_t mine = bytes;
-    algo::all_gather(*this, ring_opts_, &mine, all.data(), 2, DType::f32);
+    run_ours(algo::Collective::all_gather, {.send = &mine, .recv = all.data(), .count = 2});
     for (int q = 0; q < size(); ++q)
       BRAID_CHECK(all[static_cast<size_t>(q)] == bytes, "alloc_shared: rank ", rank(), " asked for ", bytes,
                   " bytes, rank ", q, " for ", all[static_cast<size_t>(q)], "; every rank must pass the same size");
@@ -520,7 +520,7 @@ std::unique_ptr<SharedMapping> CommBase::map_in_process(size_t block_bytes) {
   const std::shared_ptr<Buffer>* mine = &mem;
   std::vector<const std::shared_ptr<Buffer>*> all(static_cast<size_t>(size()));
   static_assert(sizeof(mine) == 8);
-  algo::all_gather(*this, ring_opts_, &mine, all.data(), 2, DType::f32);
+  run_ours(algo::Collective::all_gather, {.send = &mine, .recv = all.data(), .count = 2});
   auto m = std::make_unique<InProcessMapping>();
   for (const auto* p : all) {
     m->keep.push_back(*p);
@@ -568,7 +568,7 @@ void CommBase::do_all_reduce(const void* send, void* recv, size_t count, DType d
   if (algo == Algorithm::native)
     native_all_reduce(send, recv, count, dtype, op);
   else
-    algo::ring_all_reduce(*this, workspace_, ring_opts_, send, recv, count, dtype, op);
+    run_ours(algo::Collective::all_reduce, {send, recv, count, dtype, op});
 }
 
 void CommBase::do_all_gather(const void* send, void* recv, size_t count, DType dtype,
@@ -582,7 +582,7 @@ void CommBase::do_all_gather(const void* send, void* recv, size_t count, DType d
   if (algo == Algorithm::native)
     native_all_gather(send, recv, count, dtype);
   else
-    algo::all_gather(*this, ring_opts_, send, recv, count, dtype);
+    run_ours(algo::Collective::all_gather, {send, recv, count, dtype});
 }
 
 void CommBase::do_reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
@@ -596,7 +596,7 @@ void CommBase::do_reduce_scatter(const void* send, void* recv, size_t count, DTy
   if (algo == Algorithm::native)
     native_reduce_scatter(send, recv, count, dtype, op);
   else
-    algo::ring_reduce_scatter(*this, workspace_, ring_opts_, send, recv, count, dtype, op);
+    run_ours(algo::Collective::reduce_scatter, {send, recv, count, dtype, op});
 }
 
 OpRecord CommBase::split_record() {
@@ -652,7 +652,7 @@ void CommBase::do_all_to_all(const void* send, void* recv, size_t count, DType d
   if (algo == Algorithm::native)
     native_all_to_all(send, recv, count, dtype);
   else
-    algo::all_to_all(*this, ring_opts_, send, recv, count, dtype);
+    run_ours(algo::Collective::all_to_all, {send, recv, count, dtype});
 }
 
 void CommBase::broadcast(void* buf, size_t count, DType dtype, int root, Algorithm algo) {
@@ -667,7 +667,7 @@ void CommBase::broadcast(void* buf, size_t count, DType dtype, int root, Algorit
     if (algo == Algorithm::native)
       native_broadcast(buf, count, dtype, root);
     else
-      algo::broadcast(*this, ring_opts_, buf, count, dtype, root);
+      run_ours(algo::Collective::broadcast, {.recv = buf, .count = count, .dtype = dtype, .root = root});
   });
 }
 
@@ -695,25 +695,32 @@ WorkPtr CommBase::reduce_scatter_async(const void* send, void* recv, size_t coun
                  [=, this] { do_reduce_scatter(send, recv, count, dtype, op, algo); });
 }
 
+// ---- ours: the algorithm the selector picks ----
+
+void CommBase::run_ours(algo::Collective op, const algo::CollectiveArgs& a) {
+  const algo::CollectiveShape shape{op, a.count, dtype_size(a.dtype), size(), node_map_};
+  algo::select_algorithm(shape, ring_opts_).run(*this, workspace_, ring_opts_, a);
+}
+
 // ---- default "native" = ours ----
 
 void CommBase::native_all_reduce(const void* send, void* recv, size_t count, DType dtype,
                                  ReduceOp op) {
-  algo::ring_all_reduce(*this, workspace_, ring_opts_, send, recv, count, dtype, op);
+  run_ours(algo::Collective::all_reduce, {send, recv, count, dtype, op});
 }
 void CommBase::native_all_gather(const void* send, void* recv, size_t count, DType dtype) {
-  algo::all_gather(*this, ring_opts_, send, recv, count, dtype);
+  run_ours(algo::Collective::all_gather, {send, recv, count, dtype});
 }
 void CommBase::native_reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
                                      ReduceOp op) {
-  algo::ring_reduce_scatter(*this, workspace_, ring_opts_, send, recv, count, dtype, op);
+  run_ours(algo::Collective::reduce_scatter, {send, recv, count, dtype, op});
 }
 void CommBase::native_all_to_all(const void* send, void* recv, size_t count, DType dtype) {
-  algo::all_to_all(*this, ring_opts_, send, recv, count, dtype);
+  run_ours(algo::Collective::all_to_all, {send, recv, count, dtype});
 }
 void CommBase::native_broadcast(void* buf, size_t count, DType dtype, int root) {
-  algo::broadcast(*this, ring_opts_, buf, count, dtype, root);
+  run_ours(algo::Collective::broadcast, {.recv = buf, .count = count, .dtype = dtype, .root = root});
 }
-void CommBase::native_barrier() { algo::dissemination_barrier(*this); }
+void CommBase::native_barrier() { run_ours(algo::Collective::barrier, {}); }
 
 }  // namespace braid::comm

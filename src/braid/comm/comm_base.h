@@ -72,6 +72,8 @@ class CommBase : public Communicator {
   /// Tuning of the ring algorithms (chunk size in bytes, receives in flight). Defaults
   /// come from the BRAID_COMM_* variables when set (algo::apply_env).
   algo::RingOptions& ring_options() { return ring_opts_; }
+  /// Where this group's ranks live, for the selector (default: one node).
+  void set_node_map(algo::NodeMap m) { node_map_ = m; }
 
   /// This communicator's identity and flight record (null when unmonitored).
   const std::shared_ptr<CommState>& state() const { return state_; }
@@ -96,6 +98,9 @@ class CommBase : public Communicator {
   virtual void native_all_to_all(const void* send, void* recv, size_t count, DType dtype);
   virtual void native_broadcast(void* buf, size_t count, DType dtype, int root);
   virtual void native_barrier();
+  /// Runs `op` with the algorithm algo::select_algorithm picks for its size, this
+  /// group's size and node map (comm_base.cpp's one path to our algorithms).
+  void run_ours(algo::Collective op, const algo::CollectiveArgs& a);
 
   /// Runs fn as the collective `op` (its name, count, dtype, reduce, root filled in):
   /// recorded with the next sequence number, checked against the group's call when
@@ -161,6 +166,7 @@ class CommBase : public Communicator {
   std::shared_ptr<Monitor> monitor_;
   std::shared_ptr<CommState> state_;
   algo::RingOptions ring_opts_;
+  algo::NodeMap node_map_;
   mutable std::mutex meta_mu_;  // name_, sink_, next_label_
   std::string name_ = "world";
   std::shared_ptr<SpanSink> sink_;

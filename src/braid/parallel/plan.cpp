@@ -4,24 +4,8 @@
 #include <cmath>
 
 #include "braid/core/error.h"
-#include "braid/parallel/data_parallel/bucketed_sync.h"
-#include "braid/parallel/data_parallel/ps_sync.h"
-#include "braid/parallel/data_parallel/sharded_sync.h"
 
 namespace braid::parallel {
-
-const char* data_parallel_mode_name(DataParallelMode m) {
-  switch (m) {
-    case DataParallelMode::ddp: return "ddp";
-    case DataParallelMode::zero1: return "zero1";
-    case DataParallelMode::zero2: return "zero2";
-    case DataParallelMode::zero3: return "zero3";
-    case DataParallelMode::fsdp: return "fsdp";
-    case DataParallelMode::hsdp: return "hsdp";
-    case DataParallelMode::parameter_server: return "ps";
-  }
-  return "?";
-}
 
 namespace {
 
@@ -32,16 +16,19 @@ int derived_dp(const LayoutOptions& o, int world_size) {
   return is_ps(o) ? world_size - 1 : world_size / std::max(1, o.tp * o.pp);
 }
 
-// --dp-mode, the parameter server, ZeRO and FSDP flags on their own.
+// The data-parallel flags as the mode registry reads them.
+DataParallelFlags dp_flags(const LayoutOptions& o, int world_size) {
+  return {o.dp_mode, o.zero, o.fsdp, o.fsdp_shard_size, o.precision, o.tp, o.pp, world_size,
+          derived_dp(o, world_size)};
+}
+
+// --dp-mode, the parameter server, ZeRO and FSDP flags on their own; then the
+// rules of the mode they select.
 void validate_data_parallel_flags(const LayoutOptions& o, int world_size) {
   BRAID_CONFIG_CHECK(o.dp >= 0, "--dp ", o.dp, " must be >= 0 (0 means all ranks)");
   BRAID_CONFIG_CHECK(o.dp_mode == "ddp" || o.dp_mode == "ps", "--dp-mode '", o.dp_mode,
                      "' is not known; use ddp or ps");
   const bool ps = is_ps(o);
-  BRAID_CONFIG_CHECK(!ps || world_size >= 2, "--dp-mode ps needs at least 2 ranks (1 server + "
-                     "workers) but the job has ", world_size, "; launch with mpirun -np 2 or more");
-  BRAID_CONFIG_CHECK(!ps || o.zero == 0, "--zero ", o.zero, " shards over DP ranks, but with "
-                     "--dp-mode ps the server holds the optimizer; use --zero 0");
   BRAID_CONFIG_CHECK(!o.ps_async || ps, "--ps-async needs --dp-mode ps");
   BRAID_CONFIG_CHECK(o.staleness >= 0, "--staleness ", o.staleness, " must be >= 0");
   BRAID_CONFIG_CHECK(o.staleness == 0 || o.ps_async, "--staleness ", o.staleness,
@@ -55,9 +42,7 @@ void validate_data_parallel_flags(const LayoutOptions& o, int world_size) {
   BRAID_CONFIG_CHECK(o.fsdp_shard_size >= 0, "--fsdp-shard-size ", o.fsdp_shard_size, " must be >= 0");
   BRAID_CONFIG_CHECK(o.fsdp_shard_size == 0 || o.fsdp, "--fsdp-shard-size ", o.fsdp_shard_size,
                      " (hybrid sharding) needs --fsdp");
-  BRAID_CONFIG_CHECK(!ps || (o.precision == "fp32" && !o.fsdp), "--dp-mode ps runs in fp32 "
-                     "without sharding; drop ", o.fsdp ? "--fsdp" : "--precision " + o.precision);
-  BRAID_CONFIG_CHECK(!ps || o.tp == 1, "--dp-mode ps runs without tensor parallelism; drop --tp ", o.tp);
+  parallel::resolve_data_parallel_mode(dp_flags(o, world_size));
 }
 
 // The degrees multiply to the world size; --dp and --fsdp-shard-size fit them.
@@ -140,7 +125,6 @@ void validate_pipeline(const LayoutOptions& o, const model::GPTConfig& cfg) {
   const auto kind = parse_schedule(o.schedule);
   model::parse_recompute(o.recompute);
   if (o.pp == 1) return;
-  BRAID_CONFIG_CHECK(!is_ps(o), "--pp ", o.pp, " runs with DDP or ZeRO-1 over the DP group; drop --dp-mode ps");
   BRAID_CONFIG_CHECK(o.virtual_stages >= 1, "--virtual-stages ", o.virtual_stages, " must be >= 1");
   BRAID_CONFIG_CHECK(o.virtual_stages == 1 || kind == ScheduleKind::interleaved,
                      "--virtual-stages ", o.virtual_stages, " needs --schedule interleaved (now ",
@@ -207,27 +191,17 @@ void apply_micro_batches(LayoutOptions& o, int world_size) {
 }
 
 DataParallelPlan data_parallel_plan(const LayoutOptions& o, int world_size) {
+  const DataParallelFlags flags = dp_flags(o, world_size);
   DataParallelPlan d;
-  d.degree = derived_dp(o, world_size);
-  d.zero_stage = o.fsdp ? 3 : o.zero;
-  d.shard_degree = d.degree;
+  d.degree = flags.dp;
+  d.mode = &parallel::resolve_data_parallel_mode(flags);
+  d.zero_stage = d.mode->zero_stage;
+  d.shard_degree = d.mode->shard_degree(flags);
   d.ps_async = o.ps_async;
   d.staleness = o.staleness;
   d.bucket_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024);
   d.overlap = o.overlap;
   d.zero_copy = o.zero_copy;
-  if (is_ps(o)) {
-    d.mode = DataParallelMode::parameter_server;
-  } else if (o.fsdp && o.fsdp_shard_size > 0 && o.fsdp_shard_size < d.degree) {
-    d.mode = DataParallelMode::hsdp;
-    d.shard_degree = o.fsdp_shard_size;
-  } else if (o.fsdp) {
-    d.mode = DataParallelMode::fsdp;
-  } else {
-    constexpr DataParallelMode by_stage[] = {DataParallelMode::ddp, DataParallelMode::zero1,
-                                             DataParallelMode::zero2, DataParallelMode::zero3};
-    d.mode = by_stage[o.zero];
-  }
   return d;
 }
 
@@ -315,9 +289,7 @@ model::PipelineStage PipelinePlan::stage(int pp_rank, const ScheduleStats& st) c
   return out;
 }
 
-bool ParallelPlan::sharded_engine() const {
-  return dp.zero_stage >= 2 || dp.mode == DataParallelMode::fsdp || dp.mode == DataParallelMode::hsdp;
-}
+bool ParallelPlan::sharded_engine() const { return dp.mode->sharded_engine; }
 
 RankGrid ParallelPlan::grid() const {
   if (dp.parameter_server()) return RankGrid(world, 1, world, 1);
@@ -340,9 +312,8 @@ std::string ParallelPlan::describe() const {
   }
   if (dp.parameter_server()) s += dp.ps_async ? " + async parameter server" : " + parameter server";
   s += ", zero=" + std::to_string(dp.zero_stage);
-  if (dp.mode == DataParallelMode::fsdp || dp.mode == DataParallelMode::hsdp)
-    s += std::string(", ") + data_parallel_mode_name(dp.mode);
-  if (dp.mode == DataParallelMode::hsdp) s += " (shard groups of " + std::to_string(dp.shard_degree) + ")";
+  if (dp.mode->unit_sharding) s += std::string(", ") + dp.mode->name;
+  if (dp.mode->shard_groups) s += " (shard groups of " + std::to_string(dp.shard_degree) + ")";
   s += compute == DType::f32 ? ", fp32" : compute == DType::bf16 ? ", bf16" : ", fp16";
   if (compute == DType::f32) return s;
   s += reduce == DType::f32 ? " (fp32 gradients" : " (half-precision gradients";
@@ -380,7 +351,7 @@ BucketedConfig bucketed_config(const ParallelPlan& p, const model::GPTConfig& cf
 ShardedConfig sharded_config(const ParallelPlan& p, const model::PipelineStage& stage) {
   ShardedConfig sc;
   sc.stage = p.dp.zero_stage;
-  sc.fsdp = p.dp.mode == DataParallelMode::fsdp || p.dp.mode == DataParallelMode::hsdp;
+  sc.fsdp = p.dp.mode->unit_sharding;
   sc.compute = p.compute;
   sc.reduce = p.reduce;
   sc.algo = p.algo;
@@ -391,15 +362,12 @@ ShardedConfig sharded_config(const ParallelPlan& p, const model::PipelineStage& 
 }
 
 std::unique_ptr<GradSync> make_grad_sync(const ParallelPlan& plan, ParallelContext& ctx,
-                                          const model::GPTConfig& cfg, const model::PipelineStage& stage,
-                                          MemoryLedger* ledger) {
-  if (plan.dp.parameter_server()) return std::make_unique<ParameterServerSync>(ctx.world(), ledger);
-  if (plan.sharded_engine()) {
-    return std::make_unique<ShardedSync>(cfg, sharded_config(plan, stage), ctx.shard(),
-                                                   ctx.replicate(), ctx.dp(), ctx.world(), ledger);
-  }
-  return std::make_unique<BucketedSync>(bucketed_config(plan, cfg, stage), ctx.dp(), ctx.world(),
-                                                  ledger);
+                                         const model::GPTConfig& cfg, const model::PipelineStage& stage,
+                                         MemoryLedger* ledger) {
+  const BucketedConfig bucketed = bucketed_config(plan, cfg, stage);
+  const ShardedConfig sharded = sharded_config(plan, stage);
+  return plan.dp.mode->make(
+      {cfg, bucketed, sharded, ctx.world(), ctx.dp(), ctx.shard(), ctx.replicate(), ledger});
 }
 
 ParallelContext::ParallelContext(const ParallelPlan& plan, comm::Communicator& world)

@@ -17,21 +17,17 @@
 #include "braid/parallel/pipeline/schedule.h"
 #include "braid/parallel/data_parallel/bucketed_sync.h"
 #include "braid/parallel/data_parallel/grad_sync.h"
+#include "braid/parallel/data_parallel/registry.h"
 #include "braid/parallel/data_parallel/sharded.h"
 #include "braid/parallel/topology.h"
 #include "braid/parallel/layout_options.h"
 
 namespace braid::parallel {
 
-/// How the data-parallel group keeps the model states (ZeRO stages after
-/// Rajbhandari et al. 2020; FSDP and HSDP after Zhao et al. 2023).
-enum class DataParallelMode : uint8_t { ddp, zero1, zero2, zero3, fsdp, hsdp, parameter_server };
-const char* data_parallel_mode_name(DataParallelMode m);
-
 /// The data-parallel strand.
 struct DataParallelPlan {
   int degree = 1;  // DP ranks (the workers under a parameter server)
-  DataParallelMode mode = DataParallelMode::ddp;
+  const DataParallelMode* mode = &kDdpMode;  // how the group keeps the model states
   int zero_stage = 0;    // sharded model states: 0 none, 1 moments, 2 + gradients, 3 + parameters
   int shard_degree = 1;  // ranks one copy of the sharded states spans: the DP degree, or the HSDP group
   bool ps_async = false;
@@ -39,7 +35,7 @@ struct DataParallelPlan {
   size_t bucket_bytes = size_t{4} << 20;  // --bucket-mb: gradient bucket size (DDP, ZeRO-1)
   bool overlap = true;                    // bucket reductions launched during the backward
   bool zero_copy = true;                  // through memory the DP ranks of a node share, where they can
-  bool parameter_server() const { return mode == DataParallelMode::parameter_server; }
+  bool parameter_server() const { return mode->dedicated_server; }
 };
 
 /// The tensor-parallel strand (Shoeybi et al. 2019; sequence parallelism:
@@ -94,7 +90,7 @@ struct ParallelPlan {
   /// True when the sharding engine holds the model states: ZeRO-2/3, FSDP,
   /// HSDP (DDP and ZeRO-1 run through the gradient buckets).
   bool sharded_engine() const;
-  bool hsdp() const { return dp.mode == DataParallelMode::hsdp; }
+  bool hsdp() const { return dp.mode->shard_groups; }
   /// TP fastest, then DP, then PP (a parameter server's world is not a grid:
   /// rank 0 serves, ranks 1.. are DP ranks 0..).
   RankGrid grid() const;
@@ -136,10 +132,9 @@ ShardedConfig sharded_config(const ParallelPlan& plan, const model::PipelineStag
 
 class ParallelContext;
 
-/// The gradient sync the plan's data-parallel mode runs: BucketedSync (DDP,
-/// ZeRO-1), ShardedSync (ZeRO-2/3, FSDP, HSDP; builds the sharding engine for
-/// pipeline stage `stage`) or ParameterServerSync, all in the plan's
-/// precision. Call before building the model over its storage().
+/// The gradient sync the plan's data-parallel mode builds (DataParallelMode::make:
+/// BucketedSync, ShardedSync for pipeline stage `stage`, ParameterServerSync), in
+/// the plan's precision. Call before building the model over its storage().
 std::unique_ptr<GradSync> make_grad_sync(const ParallelPlan& plan, ParallelContext& ctx,
                                          const model::GPTConfig& cfg, const model::PipelineStage& stage,
                                          MemoryLedger* ledger);

@@ -6,8 +6,7 @@
 #include "braid/core/error.h"
 #include "braid/parallel/pipeline/schedule.h"
 #include "braid/parallel/pipeline/executor.h"
-#include "braid/parallel/data_parallel/sharded.h"
-#include "braid/parallel/data_parallel/grad_buckets.h"
+#include "braid/parallel/data_parallel/registry.h"
 
 namespace braid::parallel {
 
@@ -86,26 +85,16 @@ MemoryPlan plan_rank(MemoryPlan p, int rank, const model::PipelineStage& stage) 
   add(MemCategory::comm, PipelineExecutor::grad_ring_bytes(pl.pp.stages, pl.pp.virtual_stages, pp_rank,
                                                                       boundary_bytes(pl, p.config)));
 
-  // Gradient sync: the sharding engine's or the buckets' own buffers (ZeRO-1
-  // owns a shard and may stage the lowest bucket; half precision keeps its
-  // compute copies, gradients and master weights), the same sizes they allocate.
-  const int dp_rank = pl.dp_rank(rank);
-  if (engine) {
-    const int S = pl.dp.shard_degree;
-    const auto e = ShardedEngine::plan(p.config, sharded_config(pl, stage), S, dp_rank % S);
-    p.num_params = model::unit_bounds(p.config, pl.tp.degree, stage).back();
-    for (size_t i = 0; i < kNumMemCategories; ++i) p.bytes[i] += e.bytes[i];
-    p.optimizer_elems = e.state_elems;
-  } else if (!pl.dp.parameter_server()) {
-    const auto b = BucketedSync::plan(bucketed_config(pl, p.config, stage), pl.dp.degree, dp_rank);
-    for (size_t i = 0; i < kNumMemCategories; ++i) p.bytes[i] += b.bytes[i];
-    p.optimizer_elems = b.state_elems;
-  } else {
-    // Parameter server: the server (rank 0) holds the moments and a receive
-    // buffer for pushed gradients; workers hold no optimizer state.
-    p.optimizer_elems = rank == 0 ? g.num_params : 0;
-    if (rank == 0) add(MemCategory::comm, g.num_params * sizeof(float));
-  }
+  // Gradient sync: what the mode's sync allocates (DataParallelMode::plan_memory:
+  // the sharding engine's or the buckets' buffers, a server's moments), the same
+  // sizes they allocate.
+  const BucketedConfig bucketed = bucketed_config(pl, p.config, stage);
+  const ShardedConfig sharded = sharded_config(pl, stage);
+  const SyncMemory sync = pl.dp.mode->plan_memory(
+      {p.config, bucketed, sharded, pl.dp.degree, pl.dp.shard_degree, pl.dp_rank(rank), rank, g.num_params});
+  for (size_t i = 0; i < kNumMemCategories; ++i) p.bytes[i] += sync.bytes[i];
+  p.optimizer_elems = sync.optimizer_elems;
+  if (sync.num_params > 0) p.num_params = sync.num_params;
   // AdamW m and v, f32 each.
   add(MemCategory::optimizer, 2 * p.optimizer_elems * sizeof(float));
   // Trainer's tokens and targets: (micro_batch, seq_len) int32 each.

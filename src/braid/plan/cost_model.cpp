@@ -142,6 +142,31 @@ double rank_params(const model::GPTConfig& cfg, double layers, bool first, bool 
   return p;
 }
 
+// Seconds of one step's data-parallel traffic for a stage of `stage_params`
+// parameters over m micro-batches: what the mode shards decides it
+// (DataParallelMode::sharding).
+double dp_sync_seconds(const parallel::ParallelPlan& plan, const Cluster& c, int m, double stage_params) {
+  const int t = plan.tp.degree, d = plan.dp.degree;
+  const Placement dp_group = place(d, t, c.accelerators_per_node);
+  const double grad_bytes = stage_params * static_cast<double>(dtype_size(plan.reduce));
+  const double param_bytes = stage_params * static_cast<double>(dtype_size(plan.compute));
+  const parallel::Sharding& held = plan.dp.mode->sharding;
+  if (held.params == parallel::Holding::shard) {
+    // Parameters gathered for forward and backward of every micro-batch over the
+    // shard group (the DP group, or HSDP's S consecutive DP ranks), whose reduced
+    // shards are then all-reduced across the d / S replicas.
+    const int S = plan.dp.shard_degree;
+    const Placement shard = place(S, t, c.accelerators_per_node);
+    double s = all_gather(grad_bytes, shard, c) + m * 2 * all_gather(param_bytes, shard, c);
+    if (S < d) s += all_reduce(grad_bytes / S, place(d / S, t * S, c.accelerators_per_node), c);
+    return s;
+  }
+  // Gradients reduce-scattered to the optimizer's shards, parameters all-gathered.
+  if (held.optimizer == parallel::Holding::shard)
+    return all_gather(grad_bytes, dp_group, c) + all_gather(param_bytes, dp_group, c);
+  return all_reduce(grad_bytes, dp_group, c);
+}
+
 }  // namespace
 
 namespace {
@@ -222,31 +247,6 @@ double stage_transfer(const Shape& x, const parallel::ParallelPlan& plan, const 
   return link.time(n / t) + all_gather(n, place(t, 1, c.accelerators_per_node), c);
 }
 
-// Seconds of one step's data-parallel communication, in the reduce dtype
-// (gradients) and the compute dtype (parameters), before any overlap.
-double dp_sync(const parallel::ParallelPlan& plan, double stage_params, const Cluster& c) {
-  const int t = plan.tp.degree, d = plan.dp.degree, m = plan.pp.micro_batches;
-  const Placement dp_group = place(d, t, c.accelerators_per_node);
-  const double grad_bytes = stage_params * static_cast<double>(dtype_size(plan.reduce));
-  const double param_bytes = stage_params * static_cast<double>(dtype_size(plan.compute));
-  switch (plan.dp.mode) {
-    case parallel::DataParallelMode::ddp:
-      return all_reduce(grad_bytes, dp_group, c);
-    case parallel::DataParallelMode::zero1:
-    case parallel::DataParallelMode::zero2:
-      return all_gather(grad_bytes, dp_group, c) + all_gather(param_bytes, dp_group, c);
-    default: {  // ZeRO-3, FSDP, HSDP: parameters gathered for forward and backward of every micro-batch
-      // over the shard group (the DP group, or HSDP's S consecutive DP ranks),
-      // whose reduced shards HSDP then all-reduces across the d / S replicas.
-      const int S = plan.dp.shard_degree;
-      const Placement shard = place(S, t, c.accelerators_per_node);
-      double dp = all_gather(grad_bytes, shard, c) + m * 2 * all_gather(param_bytes, shard, c);
-      if (S < d) dp += all_reduce(grad_bytes / S, place(d / S, t * S, c.accelerators_per_node), c);
-      return dp;
-    }
-  }
-}
-
 // Seconds of compute the DP sync can hide behind. Buckets and prefetches run
 // during backward only without a pipeline (a pipeline syncs after its flush);
 // ZeRO-3's gathers hide behind all of compute. On a cluster whose
@@ -254,7 +254,7 @@ double dp_sync(const parallel::ParallelPlan& plan, double stage_params, const Cl
 double dp_hidden(const parallel::ParallelPlan& plan, const parallel::LayoutOptions& opt, const StageCost& st,
                  const Cluster& c) {
   if (!opt.overlap || plan.pp.stages != 1 || !c.comm_overlaps_compute) return 0;
-  const bool gathers = plan.sharded_engine() && plan.dp.zero_stage == 3;
+  const bool gathers = plan.dp.mode->sharding.params == parallel::Holding::shard;
   return gathers ? plan.pp.micro_batches * (st.forward + st.backward) : st.backward;
 }
 
@@ -289,9 +289,9 @@ StepPrediction predict_step(const parallel::LayoutOptions& options, int world, c
       simulate ? parallel::check_schedule(plan.pp.programs(), P, m, v, f_cost, b_cost).makespan
                : m * (f_cost + b_cost) / (1.0 - parallel::theoretical_bubble(plan.pp.schedule, P, m, v));
   StepPrediction r;
-  r.dp_exposed = std::max(0.0, dp_sync(plan, st.params, c) - dp_hidden(plan, opt, st, c));
+  r.dp_exposed = std::max(0.0, dp_sync_seconds(plan, c, plan.pp.micro_batches, st.params) - dp_hidden(plan, opt, st, c));
   // AdamW and the norm over this rank's state.
-  const double state = plan.dp.zero_stage >= 1 ? st.params / plan.dp.shard_degree : st.params;
+  const double state = plan.dp.mode->sharding.optimizer == parallel::Holding::shard ? st.params / plan.dp.shard_degree : st.params;
   r.optimizer = state * optimizer_bytes_per_element(plan.compute, plan.reduce) / c.memory_bandwidth;
   r.micro_batches = m;
   r.stage_forward_s = f_cost;

@@ -1,18 +1,25 @@
 // Collective algorithms written once over Communicator point-to-point calls
-// (send / recv / isend / irecv / sendrecv), independent of the transport.
-// Each call must be made by every rank of `comm` with matching arguments.
-// All traffic uses tag kCollectiveTag.
+// (send / recv / isend / irecv / sendrecv), independent of the transport, one file
+// each in this folder. Each call must be made by every rank of `comm` with matching
+// arguments. All traffic uses tag kCollectiveTag. Which one runs a given call is
+// decided in one place, select_algorithm (selector.h).
+//
+// Adding an algorithm: its file (the function and its CollectiveAlgorithm entry),
+// one `extern` line below, its rule in selector.cpp and its case in
+// tests/unit/test_comm_selector.cpp.
 //
 // Sources: ring reduce-scatter + all-gather all-reduce (Patarasuk & Yuan 2009; gloo
-// allreduce_ring_chunked), binomial-tree broadcast and dissemination barrier
-// (Hensgen, Finkel & Manber 1988), pairwise-exchange all-to-all (Thakur et al. 2005).
+// allreduce_ring_chunked), recursive doubling and halving (Thakur, Rabenseifner & Gropp
+// 2005), binomial-tree broadcast and dissemination barrier (Hensgen, Finkel & Manber
+// 1988), scatter + all-gather broadcast (van de Geijn et al. 1997), pairwise-exchange
+// all-to-all (Thakur et al. 2005).
 #pragma once
 #include <cstddef>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "braid/comm/algorithms/selector.h"
 #include "braid/comm/communicator.h"
 #include "braid/core/memory.h"
 
@@ -21,59 +28,6 @@ namespace braid::comm::algo {
 /// Tag reserved for collective traffic; user point-to-point tags must be smaller.
 /// (MPI guarantees tags up to 32767.)
 constexpr int kCollectiveTag = 32000;
-
-struct RingOptions {
-  size_t chunk_bytes = size_t{1} << 20;  // pipelining unit of the rings, bytes
-  int depth = 4;                         // receives posted ahead of the one being reduced
-  size_t chain_broadcast_min_bytes = size_t{256} << 10;  // pipelined chain above this
-  // All-reduce of at most this many bytes on a power-of-two group uses recursive
-  // doubling (log2 n rounds instead of 2(n-1): fewer round trips where latency
-  // dominates). Thresholds measured on the 2-core dev machines (OpenMPI 4.1, vader/CMA):
-  // with 2 ranks a single whole-buffer exchange beats the ring's two phases up to
-  // 8 MiB on a host whose memcpy runs at ~19 GB/s (0.80-0.82 of memcpy at 2-4 MiB
-  // against the ring's 0.45; 0.67 against 0.45 at 8 MiB; the ring wins from 16 MiB),
-  // while an earlier host at ~5.5 GB/s had it 20-30 % behind the ring at 2-4 MiB
-  // (docs/BENCHMARKS.md, "Messages on private buffers"); with 4 ranks doubling wins up to ~64 KiB,
-  // Rabenseifner to ~1 MiB, the ring above. Environment overrides:
-  // BRAID_COMM_ALLREDUCE_DOUBLING_MAX_BYTES[_2RANKS] (apply_env).
-  size_t doubling_all_reduce_max_bytes = size_t{128} << 10;
-  size_t doubling_all_reduce_max_bytes_2ranks = size_t{8} << 20;
-  // Above that and up to this, power-of-two groups of more than 2 ranks use
-  // Rabenseifner's algorithm (2 log2 n steps instead of the ring's 2(n-1)).
-  size_t halving_all_reduce_max_bytes = size_t{1} << 20;
-  // All-gather with more than 2 ranks (output bytes = size() * count * elem): power-of-two
-  // groups use recursive doubling up to doubling_all_gather_max_bytes (log2 n exchanges of
-  // whole block ranges); otherwise direct (every block posted to every peer at once) up to
-  // direct_all_gather_max_bytes; the pipelined ring above. With 2 ranks all are one
-  // exchange: direct, with the local copy overlapping it.
-  size_t doubling_all_gather_max_bytes = size_t{32} << 20;
-  size_t direct_all_gather_max_bytes = size_t{32} << 20;
-  // All-to-all: post every receive and send at once (one round) instead of n-1 pairwise
-  // sendrecv rounds.
-  bool direct_all_to_all = true;
-  // Broadcast with more than 2 ranks of at least chain_broadcast_min_bytes and below
-  // this: scatter + all-gather (van de Geijn); the pipelined chain from here on.
-  size_t scatter_broadcast_max_bytes = size_t{32} << 20;
-  // Broadcast with more than 2 ranks up to this: flat tree (the root posts a send to
-  // every rank at once). Single-copy shared-memory transports (CMA/XPMEM) let each
-  // receiver copy in parallel, so this beats the binomial tree at mid sizes.
-  size_t flat_broadcast_max_bytes = size_t{4} << 20;  // inclusive
-};
-
-/// Overrides `opts` from the environment as read by `getenv` (std::getenv in a
-/// communicator; a map in tests). Each variable names the member it sets:
-/// BRAID_COMM_RING_CHUNK_BYTES, BRAID_COMM_RING_RECVS_AHEAD (1..64),
-/// BRAID_COMM_{ALLREDUCE,ALLGATHER,BROADCAST}_*_MAX_BYTES, BRAID_COMM_ALLTOALL_ONE_ROUND
-/// (0/1); env_names() lists them all. Byte values are plain digits.
-/// Throws ConfigError naming the variable, its value and the fix when a value does
-/// not parse, or when a variable is set under the name it had before (so that a
-/// setting is never silently ignored).
-void apply_env(RingOptions& opts, const std::function<const char*(const char*)>& getenv);
-/// Throws ConfigError naming the variable and the known ones when a name in `set`
-/// (the environment's variable names) starts with BRAID_COMM_ but is not one of them.
-void check_env_names(const std::vector<std::string>& set);
-/// Every variable apply_env reads, in docs/CONFIGURATION.md's order.
-std::vector<std::string> env_names();
 
 /// Grow-only scratch memory owned by a communicator (pre-touched, huge pages advised
 /// for large blocks; category comm in `ledger` when one is given). Slot i is an
@@ -88,29 +42,56 @@ class Workspace {
   Buffer bufs_[4];
 };
 
-/// recv[i] = op over ranks of send[i]; send == recv in place. Dispatches to
-/// doubling_all_reduce for small messages on power-of-two groups (see RingOptions),
-/// otherwise ring reduce-scatter then
+/// The arguments of any collective, as the communicator received them: `count`
+/// per the collective's contract; op for the reductions, root for broadcast (whose
+/// buffer is recv).
+struct CollectiveArgs {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  DType dtype = DType::f32;
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+};
+
+/// One algorithm as the selector returns it: its name (for tests and traces), the
+/// collective it implements and how to run it.
+struct CollectiveAlgorithm {
+  const char* name;
+  Collective op;
+  void (*run)(Communicator& comm, Workspace& ws, const RingOptions& opts, const CollectiveArgs& a);
+};
+
+// The entries, one per file.
+extern const CollectiveAlgorithm kRingAllReduce, kDoublingAllReduce, kHalvingDoublingAllReduce;
+extern const CollectiveAlgorithm kRingReduceScatter;
+extern const CollectiveAlgorithm kRingAllGather, kDoublingAllGather, kDirectAllGather;
+extern const CollectiveAlgorithm kDirectAllToAll, kPairwiseAllToAll;
+extern const CollectiveAlgorithm kNoBroadcast, kFlatBroadcast, kBinomialBroadcast, kScatterAllGatherBroadcast,
+    kChainBroadcast;
+extern const CollectiveAlgorithm kDisseminationBarrier;
+
+/// recv[i] = op over ranks of send[i]; send == recv in place. Ring reduce-scatter then
 /// ring all-gather over count split into size() segments (uneven when count % size != 0),
 /// each cut into chunks of opts.chunk_bytes which are forwarded as soon as they are
 /// reduced, so reduction of one chunk overlaps the transfer of the next. The final
 /// value of segment j is computed on rank j only and then copied, so all ranks end
-/// bitwise identical. avg: f32 sum, divided by size() once on the final step.
-/// Traffic per rank: 2 (n-1)/n * count * elem bytes sent and received.
+/// bitwise identical. avg: f32 sum, divided by size() once on the final step. One
+/// rank or count 0: a copy. Traffic per rank: 2 (n-1)/n * count * elem bytes each way.
 void ring_all_reduce(Communicator& comm, Workspace& ws, const RingOptions& opts, const void* send,
                      void* recv, size_t count, DType dtype, ReduceOp op);
 
-/// Recursive doubling (Thakur, Rabenseifner & Gropp 2005), power-of-two sizes only:
-/// round k exchanges the whole partial with rank ^ 2^k. Each pair combines in rank
-/// order (lower op higher), so both partners compute identical bits and all ranks end
-/// bitwise identical. Traffic: log2(n) * count elements each way per rank.
+/// Recursive doubling, power-of-two sizes only: round k exchanges the whole partial
+/// with rank ^ 2^k. Each pair combines in rank order (lower op higher), so both
+/// partners compute identical bits and all ranks end bitwise identical.
+/// Traffic: log2(n) * count elements each way per rank.
 void doubling_all_reduce(Communicator& comm, Workspace& ws, const void* send, void* recv,
                          size_t count, DType dtype, ReduceOp op);
 
-/// Rabenseifner (Thakur, Rabenseifner & Gropp 2005), power-of-two sizes only:
-/// reduce-scatter by recursive halving (rank r ends with the final value of segment r,
-/// computed there only) then all-gather by recursive doubling. Same traffic as the
-/// ring, (n-1)/n * count each way per phase, in log2(n) steps per phase.
+/// Rabenseifner, power-of-two sizes only: reduce-scatter by recursive halving (rank r
+/// ends with the final value of segment r, computed there only) then all-gather by
+/// recursive doubling. Same traffic as the ring, (n-1)/n * count each way per phase,
+/// in log2(n) steps per phase.
 void halving_doubling_all_reduce(Communicator& comm, Workspace& ws, const void* send,
                                  void* recv, size_t count, DType dtype, ReduceOp op);
 
@@ -120,17 +101,12 @@ void ring_reduce_scatter(Communicator& comm, Workspace& ws, const RingOptions& o
                          const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
 
 /// recv (size()*count) = concat of every rank's send (count); send may equal
-/// recv + rank*count.
+/// recv + rank*count. Pipelined ring in chunks of opts.chunk_bytes.
 void ring_all_gather(Communicator& comm, const RingOptions& opts, const void* send, void* recv,
                      size_t count, DType dtype);
 
-/// Dispatcher used by the communicators: recursive doubling, direct or ring all-gather
-/// (see RingOptions). Same contract as ring_all_gather.
-void all_gather(Communicator& comm, const RingOptions& opts, const void* send, void* recv,
-                size_t count, DType dtype);
-
-/// Recursive doubling all-gather (Thakur, Rabenseifner & Gropp 2005), power-of-two
-/// sizes only: round k exchanges the 2^k blocks held so far with rank ^ 2^k.
+/// Recursive doubling all-gather, power-of-two sizes only: round k exchanges the 2^k
+/// blocks held so far with rank ^ 2^k. Same contract as ring_all_gather.
 void doubling_all_gather(Communicator& comm, const void* send, void* recv, size_t count,
                          DType dtype);
 
@@ -138,10 +114,6 @@ void doubling_all_gather(Communicator& comm, const void* send, void* recv, size_
 /// once and waits for them (one round, n-1 messages each way).
 void direct_all_gather(Communicator& comm, const void* send, void* recv, size_t count,
                        DType dtype);
-
-/// Dispatcher used by the communicators: direct or pairwise (see RingOptions).
-void all_to_all(Communicator& comm, const RingOptions& opts, const void* send, void* recv,
-                size_t count, DType dtype);
 
 /// An all-to-all's n blocks of `blk` bytes in send (`in`) and recv (`out`), this
 /// rank's block copied already. Throws braid::Error when the buffers overlap.
@@ -168,15 +140,40 @@ void direct_all_to_all(Communicator& comm, const void* send, void* recv, size_t 
 void pairwise_all_to_all(Communicator& comm, const void* send, void* recv, size_t count,
                          DType dtype);
 
-/// More than 2 ranks and at most opts.flat_broadcast_max_bytes: flat tree (root sends to all
-/// at once). Otherwise binomial tree below opts.chain_broadcast_min_bytes (or with 2 ranks); scatter of the
-/// buffer in n-1 pieces to the non-roots then a direct all-gather among them below
-/// opts.scatter_broadcast_max_bytes; pipelined chain (chunks of opts.chunk_bytes
-/// forwarded root -> root+1 -> ...) above.
-void broadcast(Communicator& comm, const RingOptions& opts, void* buf, size_t count, DType dtype,
-               int root);
+/// Broadcasts of `bytes` bytes at `buf` from `root` (every rank passes the same root).
+/// This rank's place relative to the root, (rank - root) mod n. Throws braid::Error
+/// naming the root when it is outside the group.
+int broadcast_rank(Communicator& comm, int root);
+/// Flat tree: the root posts a send to every rank at once.
+void flat_broadcast(Communicator& comm, void* buf, size_t bytes, int root);
+/// Binomial tree: log2(n) rounds, the latency-optimal choice for small messages.
+void binomial_broadcast(Communicator& comm, void* buf, size_t bytes, int root);
+/// Scatter of the buffer in n-1 pieces to the non-roots, then a direct all-gather
+/// among them: the root sends the buffer once, each non-root receives it once.
+void scatter_allgather_broadcast(Communicator& comm, void* buf, size_t bytes, int root);
+/// Pipelined chain root -> root+1 -> ... in chunks of chunk_bytes, each forwarded as
+/// soon as it arrives: bandwidth-optimal for large buffers.
+void chain_broadcast(Communicator& comm, void* buf, size_t bytes, size_t chunk_bytes, int root);
 
 /// Dissemination barrier: ceil(log2 n) rounds of 1-byte sendrecv.
 void dissemination_barrier(Communicator& comm);
+
+// Adapters from an algorithm's own signature to CollectiveAlgorithm::run.
+template <void (*F)(Communicator&, const void*, void*, size_t, DType)>
+void run_copying(Communicator& c, Workspace&, const RingOptions&, const CollectiveArgs& a) {
+  F(c, a.send, a.recv, a.count, a.dtype);
+}
+template <void (*F)(Communicator&, Workspace&, const void*, void*, size_t, DType, ReduceOp)>
+void run_reducing(Communicator& c, Workspace& ws, const RingOptions&, const CollectiveArgs& a) {
+  F(c, ws, a.send, a.recv, a.count, a.dtype, a.op);
+}
+template <void (*F)(Communicator&, Workspace&, const RingOptions&, const void*, void*, size_t, DType, ReduceOp)>
+void run_ring_reducing(Communicator& c, Workspace& ws, const RingOptions& o, const CollectiveArgs& a) {
+  F(c, ws, o, a.send, a.recv, a.count, a.dtype, a.op);
+}
+template <void (*F)(Communicator&, void*, size_t, int)>
+void run_broadcast(Communicator& c, Workspace&, const RingOptions&, const CollectiveArgs& a) {
+  F(c, a.recv, a.count * dtype_size(a.dtype), a.root);
+}
 
 }  // namespace braid::comm::algo

@@ -1,6 +1,6 @@
 #include <string>
 
-#include "braid/comm/algorithms/algorithms.h"
+#include "braid/comm/algorithms/selector.h"
 #include "braid/core/error.h"
 #include "braid/core/parse.h"
 

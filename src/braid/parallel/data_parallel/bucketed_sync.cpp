@@ -8,6 +8,7 @@
 #include "braid/kernels/cpu/convert.h"
 #include "braid/model/gpt.h"
 #include "braid/parallel/data_parallel/group_buffer.h"
+#include "braid/parallel/data_parallel/registry.h"
 
 namespace braid::parallel {
 
@@ -216,5 +217,35 @@ uint64_t BucketedSync::hash_params() {
 void BucketedSync::inject_inf_once() {
   if (half_) half_->inject_inf_once();
 }
+
+// ---- the modes this class runs ----
+
+namespace {
+
+std::unique_ptr<GradSync> make_bucketed(const GradSyncInputs& in) {
+  return std::make_unique<BucketedSync>(in.bucketed, in.dp, in.world, in.ledger);
+}
+
+SyncMemory plan_bucketed(const SyncPlanInputs& in) {
+  const BucketedSync::Plan b = BucketedSync::plan(in.bucketed, in.dp_degree, in.dp_rank);
+  SyncMemory m;
+  m.bytes = b.bytes;
+  m.optimizer_elems = b.state_elems;
+  return m;
+}
+
+}  // namespace
+
+const DataParallelMode kDdpMode{
+    "ddp", "every rank keeps every model state; gradients all-reduced in buckets", 0,
+    {Holding::replica, Holding::replica, Holding::replica}, false, false, false, false,
+    [](const DataParallelFlags& f) { return f.zero == 0; }, no_mode_rules, shard_over_dp, make_bucketed,
+    plan_bucketed};
+
+extern const DataParallelMode kZero1Mode{
+    "zero1", "ZeRO-1: the AdamW moments sharded over DP; gradients reduce-scattered, parameters all-gathered", 1,
+    {Holding::replica, Holding::replica, Holding::shard}, false, false, false, false,
+    [](const DataParallelFlags& f) { return f.zero == 1; }, no_mode_rules, shard_over_dp, make_bucketed,
+    plan_bucketed};
 
 }  // namespace braid::parallel

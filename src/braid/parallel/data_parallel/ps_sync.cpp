@@ -6,6 +6,7 @@
 #include "braid/core/error.h"
 #include "braid/core/hash.h"
 #include "braid/model/gpt.h"
+#include "braid/parallel/data_parallel/registry.h"
 
 namespace braid::parallel {
 
@@ -79,5 +80,42 @@ void ParameterServerSync::after_update(StepScalars& s) {
   s.grad_norm = pull.grad_norm;
   s.lr = pull.lr;
 }
+
+
+// ---- the mode this class runs ----
+
+namespace {
+
+void validate_parameter_server(const DataParallelFlags& f) {
+  BRAID_CONFIG_CHECK(f.world >= 2, "--dp-mode ps needs at least 2 ranks (1 server + workers) but the job has ",
+                     f.world, "; launch with mpirun -np 2 or more");
+  BRAID_CONFIG_CHECK(f.zero == 0, "--zero ", f.zero, " shards over DP ranks, but with "
+                     "--dp-mode ps the server holds the optimizer; use --zero 0");
+  BRAID_CONFIG_CHECK(f.precision == "fp32" && !f.fsdp, "--dp-mode ps runs in fp32 "
+                     "without sharding; drop ", f.fsdp ? "--fsdp" : "--precision " + f.precision);
+  BRAID_CONFIG_CHECK(f.tp == 1, "--dp-mode ps runs without tensor parallelism; drop --tp ", f.tp);
+  BRAID_CONFIG_CHECK(f.pp == 1, "--pp ", f.pp, " runs with DDP or ZeRO-1 over the DP group; drop --dp-mode ps");
+}
+
+// The server (rank 0) holds the AdamW moments and a receive buffer for pushed
+// gradients; workers hold no optimizer state.
+SyncMemory plan_parameter_server(const SyncPlanInputs& in) {
+  SyncMemory m;
+  if (in.rank != 0) return m;
+  m.optimizer_elems = in.model_params;
+  m.bytes[static_cast<size_t>(MemCategory::comm)] = in.model_params * sizeof(float);
+  return m;
+}
+
+}  // namespace
+
+extern const DataParallelMode kParameterServerMode{
+    "ps", "rank 0 serves the parameters and the optimizer; the other ranks push gradients and pull parameters", 0,
+    {Holding::replica, Holding::replica, Holding::server}, false, false, false, true,
+    [](const DataParallelFlags& f) { return f.dp_mode == "ps"; }, validate_parameter_server, shard_over_dp,
+    [](const GradSyncInputs& in) -> std::unique_ptr<GradSync> {
+      return std::make_unique<ParameterServerSync>(in.world, in.ledger);
+    },
+    plan_parameter_server};
 
 }  // namespace braid::parallel
