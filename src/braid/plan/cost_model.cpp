@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "braid/core/error.h"
-#include "braid/parallel/pipeline/schedule.h"
+#include "braid/parallel/pipeline/check.h"
 #include "braid/train/parallel_plan.h"
 
 namespace braid::plan {
@@ -175,10 +175,11 @@ StepPrediction predict_step(const train::TrainOptions& options, int world, const
   // The slowest stage sets the pace (the schedule is simulated with its costs on every stage).
   StepPrediction r;
   double stage_f = 0, stage_b = 0, stage_params = 0, stage_tp = 0;
+  const parallel::StageMap map = plan.pp.map();
   for (int s = 0; s < P; ++s) {
     double layers = 0;
-    for (int k = 0; k < v; ++k) layers += static_cast<double>(plan.pp.layers[static_cast<size_t>(k * P + s)]);
-    const bool first = s == 0, last = s == P - 1;
+    for (int k = 0; k < v; ++k) layers += static_cast<double>(plan.pp.layers[static_cast<size_t>(map.stage(s, k))]);
+    const bool first = s == map.rank_of(0), last = s == map.rank_of(map.Q() - 1);
     double f = layers * block_f, b = layers * block_b;
     if (last) {
       const Work head = head_forward(x);
@@ -204,9 +205,9 @@ StepPrediction predict_step(const train::TrainOptions& options, int world, const
   const double f_cost = stage_f + p2p, b_cost = stage_b + p2p;
   double pipeline = 0;
   if (simulate) {
-    pipeline = parallel::check_schedule(plan.pp.programs(), P, m, v, f_cost, b_cost).makespan;
+    pipeline = parallel::check_schedule(plan.pp.programs(), map, m, f_cost, b_cost).makespan;
   } else {
-    pipeline = m * (f_cost + b_cost) / (1.0 - parallel::theoretical_bubble(plan.pp.schedule, P, m, v));
+    pipeline = m * (f_cost + b_cost) / (1.0 - parallel::theoretical_bubble(*plan.pp.schedule, P, m, v));
   }
 
   // Gradient sync over DP in the reduce dtype.
