@@ -9,7 +9,7 @@ namespace braid::parallel {
 // schedules/ defining `ScheduleDef NAME_schedule()`. Adding one = its file and
 // its NAME in this list. (An explicit list, not static registration objects:
 // the linker keeps only the objects of the static library that are referenced.)
-#define BRAID_PIPELINE_SCHEDULES(X) X(naive) X(gpipe) X(one_f_one_b) X(interleaved) X(zb_h1)
+#define BRAID_PIPELINE_SCHEDULES(X) X(naive) X(gpipe) X(one_f_one_b) X(interleaved) X(zb_h1) X(zb_v)
 
 #define BRAID_DECLARE_SCHEDULE(n) ScheduleDef n##_schedule();
 BRAID_PIPELINE_SCHEDULES(BRAID_DECLARE_SCHEDULE)
