@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The composability matrix (tests/parallel/test_matrix.cpp): trains every one
-# of its 432 cells, {DDP, ZeRO-1/2/3, FSDP, HSDP} x {TP 1, 2, 2 + SP} x
-# {PP none, 1F1B, interleaved, ZB-H1} x {fp32, bf16, fp16} x {recompute none,
-# full}, against the single-rank run, checks braid plan against every rank's
+# of its cells, {DDP, ZeRO-1/2/3, FSDP, HSDP} x {TP 1, 2, 2 + SP} x
+# {PP none, and each schedule the registry puts in the matrix: 1F1B,
+# interleaved, ZB-H1, ...} x {fp32, bf16, fp16} x {recompute none, full}, against the single-rank run, checks braid plan against every rank's
 # ledger, and prints how many cells train the same model and how many are
 # refused and why. CI trains a pairwise cover of the cells; this runs them all
 # (about a minute on two cores). Builds build/ first when needed.

@@ -22,6 +22,8 @@
 #include "braid/data/token_file.h"
 #include "braid/data/tokenizer.h"
 #include "braid/kernels/cpu/probes.h"
+#include "braid/parallel/pipeline/schedule.h"
+#include "braid/kernels/cpu/probes.h"
 #include "braid/train/preemption.h"
 #include "braid/train/trainer.h"
 #include "braid/version.h"
@@ -261,7 +263,9 @@ void check_flags_that_do_something(const CLI::App& c, const train::TrainOptions&
   auto given = [&](const char* f) { return c.count(f) > 0; };
   for (const char* f : {"--top-k", "--temperature", "--prompt"})
     BRAID_CONFIG_CHECK(!given(f) || o.sample_tokens > 0, f, " has no effect without --sample-tokens N; pass both");
-  BRAID_CONFIG_CHECK(!given("--virtual-stages") || o.virtual_stages == 1 || o.schedule == "interleaved",
+  bool chunked = false;  // the schedule runs several chunks per rank
+  for (const auto& d : parallel::schedules()) chunked = chunked || (o.schedule == d.name && d.chunks != 1);
+  BRAID_CONFIG_CHECK(!given("--virtual-stages") || o.virtual_stages == 1 || chunked,
                      "--virtual-stages has no effect without --schedule interleaved");
   BRAID_CONFIG_CHECK(!given("--ranks") || c.get_option("--backend")->as<std::string>() == "local",
                      "--ranks sets the rank count of --backend local; under mpirun use -np");

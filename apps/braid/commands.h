@@ -24,6 +24,9 @@ void add_sample(CLI::App& app);        // text from a checkpoint after a prompt
 /// A validator (use with ->transform) that accepts one of `names` in any case
 /// and stores it lower-cased; help shows {a,b,c}.
 CLI::Validator one_of(std::vector<std::string> names);
+/// The --schedule values (the pipeline schedule registry) and their help: one line per schedule.
+std::vector<std::string> schedule_choices();
+std::string schedule_help();
 
 /// The model and parallel-layout flags of `train` and `plan` (--model, sizes,
 /// --batch, --micro-batch, --seq-len, --zero, --fsdp, --tp, --pp, ...).

@@ -4,9 +4,26 @@
 #include <cctype>
 
 #include "braid/core/parse.h"
+#include "braid/parallel/pipeline/schedule.h"
 #include "commands.h"
 
 namespace braid::cli {
+
+std::vector<std::string> schedule_choices() {
+  std::vector<std::string> names;
+  for (const auto& d : parallel::schedules()) names.emplace_back(d.name);
+  return names;
+}
+
+std::string schedule_help() {
+  std::string h = "Pipeline schedule:";
+  for (const auto& d : parallel::schedules()) {
+    h += std::string("\n  ") + d.name + ": " + d.description;
+    const std::string refused = d.refuse ? d.refuse({"full"}) : "";
+    if (!refused.empty()) h += " (needs --recompute none)";
+  }
+  return h;
+}
 
 CLI::Validator one_of(std::vector<std::string> names) {
   std::string desc = "{";
@@ -104,9 +121,9 @@ void add_layout_options(CLI::App* c, train::TrainOptions& o) {
       ->capture_default_str()->group(layout);
   c->add_option("--pp-layers", o.pp_layers, "Layers per stage, e.g. 3,5 (interleaved: one count per virtual stage, pp x v of them; default: even split)")
       ->group(layout);
-  c->add_option("--schedule", o.schedule, "Pipeline schedule (zb-h1 needs --recompute none)")
-      ->transform(one_of({"naive", "gpipe", "1f1b", "interleaved", "zb-h1"}))->capture_default_str()->group(layout);
-  c->add_option("--virtual-stages", o.virtual_stages, "Model chunks per pipeline rank (--schedule interleaved)")
+  c->add_option("--schedule", o.schedule, schedule_help())
+      ->transform(one_of(schedule_choices()))->capture_default_str()->group(layout);
+  c->add_option("--virtual-stages", o.virtual_stages, "Model chunks per pipeline rank (--schedule interleaved; a schedule with a fixed count takes it)")
       ->capture_default_str()->group(layout);
   c->add_option("--recompute", o.recompute, "Activation checkpointing: none, selective (attention internals and GELU) or full (each block)")
       ->transform(one_of({"none", "selective", "full"}))->capture_default_str()->group(layout);

@@ -1,9 +1,10 @@
 // The composability matrix: every combination of
 //   data parallelism {DDP, ZeRO-1, ZeRO-2, ZeRO-3, FSDP, HSDP}
 //   x tensor parallelism {1, 2, 2 + sequence parallelism}
-//   x pipeline {none, 2 stages with 1F1B, interleaved (v = 2), ZB-H1}
+//   x pipeline {none, 2 stages with each schedule of the registry that the
+//     matrix covers: 1F1B, interleaved (v = 2), ZB-H1, ...}
 //   x precision {fp32, bf16, fp16} x recompute {none, full}
-// (432 cells) either trains the single-rank run in its precision or is refused
+// (432 cells with those three schedules) either trains the single-rank run in its precision or is refused
 // with its reason. DP is 2 (HSDP: 4, in shard groups of 2), so a cell runs on
 // DP x TP x PP ranks, up to 16 threads.
 //
@@ -20,6 +21,7 @@
 #include <string>
 
 #include "braid/core/error.h"
+#include "braid/parallel/pipeline/schedule.h"
 #include "parallel/harness.h"
 
 using namespace braid;
@@ -28,7 +30,16 @@ namespace {
 
 constexpr std::array<const char*, 6> kDp = {"ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp"};
 constexpr std::array<const char*, 3> kTp = {"tp1", "tp2", "tp2+sp"};
-constexpr std::array<const char*, 4> kPp = {"pp1", "1f1b", "interleaved", "zb-h1"};
+// "pp1", then the registry's schedules that the matrix covers.
+const std::vector<const char*>& pp_axis() {
+  static const std::vector<const char*> axis = [] {
+    std::vector<const char*> a = {"pp1"};
+    for (const auto& d : parallel::schedules())
+      if (d.in_matrix) a.push_back(d.name);
+    return a;
+  }();
+  return axis;
+}
 constexpr std::array<const char*, 3> kPrec = {"fp32", "bf16", "fp16"};
 constexpr std::array<const char*, 2> kRec = {"none", "full"};
 
@@ -36,19 +47,19 @@ constexpr std::array<const char*, 2> kRec = {"none", "full"};
 struct Cell {
   std::array<int, 5> v;  // dp, tp, pp, precision, recompute
   std::string name() const {
-    return std::string(kDp[size_t(v[0])]) + " " + kTp[size_t(v[1])] + " " + kPp[size_t(v[2])] + " " +
+    return std::string(kDp[size_t(v[0])]) + " " + kTp[size_t(v[1])] + " " + pp_axis()[size_t(v[2])] + " " +
            kPrec[size_t(v[3])] + " recompute=" + kRec[size_t(v[4])];
   }
 };
-constexpr std::array<int, 5> kAxis = {6, 3, 4, 3, 2};
+const std::array<int, 5> kAxis = {6, 3, int(pp_axis().size()), 3, 2};
 
 std::vector<Cell> all_cells() {
   std::vector<Cell> out;
-  for (int a = 0; a < 6; ++a)
-    for (int b = 0; b < 3; ++b)
-      for (int c = 0; c < 4; ++c)
-        for (int d = 0; d < 3; ++d)
-          for (int e = 0; e < 2; ++e) out.push_back({{a, b, c, d, e}});
+  for (int a = 0; a < kAxis[0]; ++a)
+    for (int b = 0; b < kAxis[1]; ++b)
+      for (int c = 0; c < kAxis[2]; ++c)
+        for (int d = 0; d < kAxis[3]; ++d)
+          for (int e = 0; e < kAxis[4]; ++e) out.push_back({{a, b, c, d, e}});
   return out;
 }
 
@@ -99,8 +110,9 @@ train::TrainOptions cell_options(const Cell& c, int* ranks) {
   o.tp = tpm == 0 ? 1 : 2;
   o.sequence_parallel = tpm == 2;
   o.pp = ppm == 0 ? 1 : 2;
-  o.schedule = ppm == 2 ? "interleaved" : ppm == 3 ? "zb-h1" : "1f1b";
-  o.virtual_stages = ppm == 2 ? 2 : 1;
+  o.schedule = ppm == 0 ? "1f1b" : pp_axis()[size_t(ppm)];
+  const int chunks = parallel::find_schedule(o.schedule).chunks;
+  o.virtual_stages = ppm == 0 ? 1 : chunks == 0 ? 2 : chunks;  // interleaved: v = 2
   o.precision = kPrec[size_t(c.v[3])];
   o.recompute = kRec[size_t(c.v[4])];
   const int dp = dpm == 5 ? 4 : 2;
@@ -110,10 +122,12 @@ train::TrainOptions cell_options(const Cell& c, int* ranks) {
 
 // The reason a cell is refused, or "" when it must train.
 std::string expected_refusal(const Cell& c) {
-  // ZB-H1 defers each weight gradient past the input gradient's pass, which
-  // needs the block's matmul inputs that full recomputation drops.
-  if (c.v[2] == 3 && c.v[4] == 1) return "zb-h1 keeps the matmul inputs";
-  return "";
+  // The schedule's own refusal (ZB-H1 defers each weight gradient past the
+  // input gradient's pass, which needs the block's matmul inputs that full
+  // recomputation drops: "zb-h1 keeps the matmul inputs ...").
+  if (c.v[2] == 0) return "";
+  const auto& d = parallel::find_schedule(pp_axis()[size_t(c.v[2])]);
+  return d.refuse ? d.refuse({kRec[size_t(c.v[4])]}) : "";
 }
 
 // Tolerances against one rank in the same precision (test_mixed_precision.cpp

@@ -118,20 +118,28 @@ std::vector<int64_t> stage_layers(const LayoutOptions& o, const model::GPTConfig
   return n;
 }
 
+// "interleaved or zb-v": the schedules that run several chunks per rank.
+std::string chunked_schedules() {
+  std::string s;
+  for (const auto& d : parallel::schedules())
+    if (d.chunks != 1) s += (s.empty() ? "" : " or ") + std::string(d.name);
+  return s;
+}
+
 void validate_pipeline(const LayoutOptions& o, const model::GPTConfig& cfg) {
   BRAID_CONFIG_CHECK(o.pp > 1 || (o.virtual_stages == 1 && o.pp_layers.empty()),
                      o.virtual_stages != 1 ? "--virtual-stages" : "--pp-layers",
                      " splits the layers over pipeline stages; it needs --pp > 1");
-  const auto kind = parse_schedule(o.schedule);
+  const auto& def = parallel::find_schedule(o.schedule);
   model::parse_recompute(o.recompute);
   if (o.pp == 1) return;
   BRAID_CONFIG_CHECK(o.virtual_stages >= 1, "--virtual-stages ", o.virtual_stages, " must be >= 1");
-  BRAID_CONFIG_CHECK(o.virtual_stages == 1 || kind == ScheduleKind::interleaved,
-                     "--virtual-stages ", o.virtual_stages, " needs --schedule interleaved (now ",
-                     o.schedule, ")");
-  BRAID_CONFIG_CHECK(kind != ScheduleKind::zb_h1 || o.recompute == "none",
-                     "--schedule zb-h1 keeps the matmul inputs for its deferred weight-gradient pass, "
-                     "so it runs with --recompute none (now ", o.recompute, ")");
+  BRAID_CONFIG_CHECK(o.virtual_stages == 1 || def.chunks != 1, "--virtual-stages ", o.virtual_stages,
+                     " needs --schedule ", chunked_schedules(), " (now ", o.schedule, ")");
+  BRAID_CONFIG_CHECK(def.chunks <= 1 || o.virtual_stages == def.chunks, "--schedule ", o.schedule, " runs ",
+                     def.chunks, " model chunks per stage; use --virtual-stages ", def.chunks, " (or leave it out)");
+  const std::string refused = def.refuse ? def.refuse({o.recompute}) : "";
+  BRAID_CONFIG_CHECK(refused.empty(), refused);
   stage_layers(o, cfg);
 }
 
@@ -236,6 +244,9 @@ ParallelPlan resolve_plan(LayoutOptions& o, int world_size, const model::GPTConf
   BRAID_CONFIG_CHECK(world_size >= 1, "--ranks ", world_size, " must be >= 1");
   if (o.seq_len == 0) o.seq_len = std::min<int64_t>(128, cfg.block_size);
   apply_micro_batches(o, world_size);
+  // A schedule with a fixed chunk count (zb-v: 2) takes it when --virtual-stages is left at 1.
+  for (const auto& d : parallel::schedules())
+    if (o.pp > 1 && o.schedule == d.name) o.virtual_stages = parallel::schedule_chunks(d, o.virtual_stages);
   validate_layout(o, world_size, cfg);
   ParallelPlan p;
   p.world = world_size;
@@ -244,7 +255,7 @@ ParallelPlan resolve_plan(LayoutOptions& o, int world_size, const model::GPTConf
   p.pp.stages = o.pp;
   p.pp.virtual_stages = o.virtual_stages;
   // Without a pipeline the step is the one-stage program (1F1B with P = 1).
-  p.pp.schedule = o.pp > 1 ? parse_schedule(o.schedule) : ScheduleKind::one_f_one_b;
+  p.pp.schedule = &parallel::find_schedule(o.pp > 1 ? o.schedule : "1f1b");
   p.pp.micro_batches = static_cast<int>(o.global_batch / (static_cast<int64_t>(p.dp.degree) * o.micro_batch));
   p.pp.layers = o.pp > 1 ? stage_layers(o, cfg) : std::vector<int64_t>{cfg.n_layer};
   p.compute = o.precision == "bf16" ? DType::bf16 : o.precision == "fp16" ? DType::f16 : DType::f32;
@@ -260,9 +271,9 @@ ParallelPlan resolve_plan(LayoutOptions& o, int world_size, const model::GPTConf
   return p;
 }
 
-std::vector<StageProgram> PipelinePlan::programs(ScheduleStats* stats) const {
-  auto prog = build_schedule(schedule, stages, micro_batches, virtual_stages);
-  auto st = check_schedule(prog, stages, micro_batches, virtual_stages);
+std::vector<parallel::StageProgram> PipelinePlan::programs(parallel::ScheduleStats* stats) const {
+  auto prog = parallel::build_schedule(*schedule, stages, micro_batches, virtual_stages);
+  auto st = parallel::check_schedule(prog, map(), micro_batches);
   if (stats) *stats = std::move(st);
   return prog;
 }
@@ -277,8 +288,9 @@ model::PipelineStage PipelinePlan::stage(int pp_rank) const {
 model::PipelineStage PipelinePlan::stage(int pp_rank, const ScheduleStats& st) const {
   if (stages == 1) return {};
   model::PipelineStage out;
+  const parallel::StageMap where = map();
   for (int c = 0; c < virtual_stages; ++c) {
-    const int q = c * stages + pp_rank;  // virtual stage (Megatron's interleaved placement)
+    const int q = where.stage(pp_rank, c);  // increasing in c: chunks in layer order
     model::PipelineChunk ch;
     ch.first_layer = 0;
     for (int i = 0; i < q; ++i) ch.first_layer += layers[static_cast<size_t>(i)];
@@ -306,7 +318,7 @@ std::string ParallelPlan::describe() const {
   std::string s = "dp=" + std::to_string(dp.degree);
   if (tp.degree > 1) s += " x tp=" + std::to_string(tp.degree) + (tp.sequence_parallel ? "+sp" : "");
   if (pp.stages > 1) {
-    s += " x pp=" + std::to_string(pp.stages) + " (" + schedule_name(pp.schedule);
+    s += " x pp=" + std::to_string(pp.stages) + " (" + pp.schedule->name;
     if (pp.virtual_stages > 1) s += ", v=" + std::to_string(pp.virtual_stages);
     s += ")";
   }
@@ -384,8 +396,12 @@ ParallelContext::ParallelContext(const ParallelPlan& plan, comm::Communicator& w
     if (pp > 1) {
       pp_ = world.split(grid.pp_color(r), r);
       pp_rank_ = pp_->rank();
-      const bool ends = pp_rank_ == 0 || pp_rank_ == pp - 1;
-      emb_ = world.split(ends ? grid.pp_color(r) : world.size() + r, r);
+      // The tied embedding's copies: the ranks of the first and the last
+      // virtual stage; none when one rank holds both (its unit 0 sums both).
+      const int first = plan.pp.first_rank(), last = plan.pp.last_rank();
+      const bool ends = pp_rank_ == first || pp_rank_ == last;
+      if (first != last) emb_ = world.split(ends ? grid.pp_color(r) : world.size() + r, r);
+      if (!ends) emb_.reset();
     }
   }
   dp_rank_ = plan.dp.parameter_server() ? r - 1 : dp_->rank();

@@ -14,7 +14,7 @@
 #include "braid/comm/communicator.h"
 #include "braid/core/dtype.h"
 #include "braid/model/gpt.h"
-#include "braid/parallel/pipeline/schedule.h"
+#include "braid/parallel/pipeline/check.h"
 #include "braid/parallel/data_parallel/bucketed_sync.h"
 #include "braid/parallel/data_parallel/grad_sync.h"
 #include "braid/parallel/data_parallel/registry.h"
@@ -48,9 +48,9 @@ struct TensorParallelPlan {
 /// The pipeline strand: what `braid schedule` takes on its own.
 struct PipelinePlan {
   int stages = 1;          // P
-  int virtual_stages = 1;  // v: model chunks per pipeline rank (interleaved)
+  int virtual_stages = 1;  // v: model chunks per pipeline rank (interleaved, zb-v)
   int micro_batches = 1;   // m per optimizer step and pipeline
-  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  const parallel::ScheduleDef* schedule = &parallel::find_schedule("1f1b");  // from parallel::schedules()
   std::vector<int64_t> layers;  // per virtual stage (P x v entries); one entry without a pipeline
 
   /// Every rank's program, checked on its tables (throws braid::Error on a
@@ -61,7 +61,13 @@ struct PipelinePlan {
   /// slots are the most micro-batches the schedule's simulation keeps alive.
   model::PipelineStage stage(int pp_rank) const;
   /// The same from a simulation already run (programs(&stats)).
-  model::PipelineStage stage(int pp_rank, const ScheduleStats& stats) const;
+  model::PipelineStage stage(int pp_rank, const parallel::ScheduleStats& stats) const;
+  /// Which virtual stage each rank's chunks hold (the schedule's placement).
+  parallel::StageMap map() const { return parallel::StageMap(*schedule, stages, virtual_stages); }
+  /// The pipeline ranks of the first and the last virtual stage (the
+  /// embedding; the head and the loss): 0 and P-1 unless the schedule folds.
+  int first_rank() const { return map().rank_of(0); }
+  int last_rank() const { return map().rank_of(stages * virtual_stages - 1); }
 };
 
 /// The resolved layout of a job of `world` ranks.
@@ -151,8 +157,8 @@ class ParallelContext {
   comm::Communicator& dp() { return *dp_; }
   comm::Communicator* tp() { return tp_.get(); }    // null at TP = 1
   comm::Communicator* pp() { return pp_.get(); }    // null at PP = 1
-  /// The first and the last pipeline stage (the tied embedding's copies);
-  /// null at PP = 1.
+  /// The ranks of the first and the last virtual stage (the tied embedding's
+  /// copies); null at PP = 1, on the other ranks, and when one rank holds both.
   comm::Communicator* emb() { return emb_.get(); }
   /// The ranks the sharded states span: the DP group, or an HSDP shard group.
   comm::Communicator& shard() { return shard_ ? *shard_ : *dp_; }

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "braid/core/error.h"
+#include "braid/parallel/pipeline/check.h"
 #include "braid/parallel/pipeline/schedule.h"
 #include "braid/parallel/plan.h"
 
@@ -216,11 +217,12 @@ struct StageCost {
 StageCost slowest_stage(const Shape& x, const parallel::ParallelPlan& plan, const model::GPTConfig& cfg,
                         const BlockCost& k, const Cluster& c) {
   const int P = plan.pp.stages, v = plan.pp.virtual_stages;
+  const parallel::StageMap map = plan.pp.map();
   StageCost slowest;
   for (int s = 0; s < P; ++s) {
     double layers = 0;
-    for (int j = 0; j < v; ++j) layers += static_cast<double>(plan.pp.layers[static_cast<size_t>(j * P + s)]);
-    const bool first = s == 0, last = s == P - 1;
+    for (int j = 0; j < v; ++j) layers += static_cast<double>(plan.pp.layers[static_cast<size_t>(map.stage(s, j))]);
+    const bool first = s == map.rank_of(0), last = s == map.rank_of(map.Q() - 1);
     double f = layers * k.forward, b = layers * k.backward;
     if (last) {
       f += head_forward(x).seconds(c, plan.compute);
@@ -286,8 +288,8 @@ StepPrediction predict_step(const parallel::LayoutOptions& options, int world, c
   const double p2p = stage_transfer(x, plan, c);
   const double f_cost = st.forward + p2p, b_cost = st.backward + p2p;
   const double pipeline =
-      simulate ? parallel::check_schedule(plan.pp.programs(), P, m, v, f_cost, b_cost).makespan
-               : m * (f_cost + b_cost) / (1.0 - parallel::theoretical_bubble(plan.pp.schedule, P, m, v));
+      simulate ? parallel::check_schedule(plan.pp.programs(), plan.pp.map(), m, f_cost, b_cost).makespan
+               : m * (f_cost + b_cost) / (1.0 - parallel::theoretical_bubble(*plan.pp.schedule, P, m, v));
   StepPrediction r;
   r.dp_exposed = std::max(0.0, dp_sync_seconds(plan, c, plan.pp.micro_batches, st.params) - dp_hidden(plan, opt, st, c));
   // AdamW and the norm over this rank's state.

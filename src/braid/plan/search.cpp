@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "braid/core/error.h"
+#include "braid/parallel/pipeline/schedule.h"
 #include "braid/parallel/plan.h"
 #include "braid/parallel/plan_memory.h"
 
@@ -50,22 +51,20 @@ std::vector<parallel::LayoutOptions> enumerate(const parallel::LayoutOptions& ba
       for (int64_t mb : {1, 2, 4, 8, 16, 32}) {
         if (B % (dp * mb) != 0) continue;
         const int64_t m = B / (dp * mb);
-        struct Sched { const char* name; int v; };
-        std::vector<Sched> scheds = {{"1f1b", 1}};
-        if (pp > 1) {
-          for (int v : {2, 4})
-            if (cfg.n_layer % (pp * v) == 0 && m % pp == 0) scheds.push_back({"interleaved", v});
-          scheds.push_back({"zb-h1", 1});
-        }
+        struct Sched { const parallel::ScheduleDef* def; int v; };
+        std::vector<Sched> scheds;  // each schedule's chunk counts worth trying (pp = 1: 1f1b's one-stage program)
+        for (const auto& d : parallel::schedules())
+          for (int v : d.planner_chunks ? d.planner_chunks(pp, m, cfg.n_layer) : std::vector<int>{})
+            scheds.push_back({&d, v});
         for (const Sched& s : scheds)
           for (const Sharding& sh : sharded)
             for (bool sp : {false, true}) {
               if (sp && tp == 1) continue;
               for (const char* rc : {"none", "selective", "full"}) {
-                if (std::string(s.name) == "zb-h1" && std::string(rc) != "none") continue;
+                if (s.def->refuse && !s.def->refuse({rc}).empty()) continue;
                 parallel::LayoutOptions o = base;
                 o.tp = tp, o.pp = pp, o.dp = dp, o.micro_batch = mb, o.micro_batches = 0;
-                o.schedule = s.name, o.virtual_stages = s.v;
+                o.schedule = s.def->name, o.virtual_stages = s.v;
                 o.zero = sh.zero, o.fsdp = sh.fsdp, o.fsdp_shard_size = sh.shard_size;
                 o.sequence_parallel = sp, o.recompute = rc, o.pp_layers.clear();
                 out.push_back(o);

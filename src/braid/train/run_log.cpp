@@ -120,15 +120,15 @@ void RunLog::validation(int64_t step, float loss) {
 void RunLog::pipeline_summary(double simulated_bubble) {
   const int P = plan_.pp.stages, m = plan_.pp.micro_batches, v = plan_.pp.virtual_stages;
   if (!print_ || P == 1) return;
-  const auto kind = plan_.pp.schedule;
-  const std::string caveat = parallel::theory_assumption(kind, P, m);
+  const parallel::ScheduleDef& def = *plan_.pp.schedule;
+  const std::string caveat = parallel::theory_assumption(def, P, m, v);
   std::printf("pipeline: %s, P=%d, m=%d, v=%d (stages, micro-batches, chunks per stage): simulated bubble "
               "%.1f%% (theory %.1f%%%s)",
-              opt_.schedule.c_str(), P, m, v, 100 * simulated_bubble, 100 * parallel::theoretical_bubble(kind, P, m, v),
+              opt_.schedule.c_str(), P, m, v, 100 * simulated_bubble, 100 * parallel::theoretical_bubble(def, P, m, v),
               caveat.empty() ? "" : ("; " + caveat).c_str());
   if (m < P) std::printf("; fewer micro-batches than stages leave most stages idle: raise --batch or use --micro-batches");
-  if (kind == parallel::ScheduleKind::interleaved && m % P != 0) {
-    const auto f = parallel::check_schedule(parallel::build_schedule(parallel::ScheduleKind::one_f_one_b, P, m), P, m);
+  if (def.chunks == 0 && m % P != 0) {  // chunks chosen by --virtual-stages: Megatron's groups of P
+    const auto f = parallel::check_schedule(parallel::build_schedule("1f1b", P, m), P, m);
     std::printf("; the last group of micro-batches is short (1f1b: %.1f%%)", 100 * f.bubble);
   }
   std::printf("\n");

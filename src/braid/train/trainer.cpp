@@ -58,11 +58,12 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                                         plan_.precision());
   sync_->attach(*model_);
   executor_ = std::make_unique<parallel::PipelineExecutor>(
-      std::move(programs[static_cast<size_t>(pp_rank_)]), pp_size_, static_cast<int>(accum_steps_),
-      plan_.pp.virtual_stages, ctx_->pp(), parallel::boundary_bytes(plan_, cfg), &ledger_);
+      std::move(programs[static_cast<size_t>(pp_rank_)]), plan_.pp.map(), static_cast<int>(accum_steps_),
+      ctx_->pp(), boundary_bytes(plan_, cfg), &ledger_);
   scaler_ = std::make_unique<DynamicLossScaler>(opt.loss_scale, compute_ == DType::f16);
   optimizer_ = std::make_unique<AdamW>(AdamWSettings{opt.beta1, opt.beta2, opt.eps, opt.weight_decay}, *sync_,
-                                       *model_, pp_size_ > 1 && pp_rank_ == pp_size_ - 1, &ledger_);
+                                       *model_, pp_size_ > 1 && pp_rank_ == plan_.pp.last_rank() && pp_rank_ != plan_.pp.first_rank(),
+                                       &ledger_);
   checkpoint_ = std::make_unique<TrainingCheckpoint>(opt_, *ctx_, *model_, *sync_, *optimizer_, *scaler_);
   const size_t bt = static_cast<size_t>(opt.micro_batch * opt.seq_len);
   tokens_ = Buffer(bt * sizeof(int32_t), MemCategory::activations, &ledger_);
@@ -139,7 +140,7 @@ float Trainer::batch_loss(std::span<const uint16_t> tokens, const size_t* offset
     data::gather_batch(tokens.data(), offsets, B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
   float l = forward_pass(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
   // The loss lives on the last stage.
-  if (pp_size_ > 1) ctx_->pp()->broadcast(&l, 1, DType::f32, pp_size_ - 1);
+  if (pp_size_ > 1) ctx_->pp()->broadcast(&l, 1, DType::f32, plan_.pp.last_rank());
   return l;
 }
 
@@ -180,7 +181,7 @@ void Trainer::last_logits(const std::vector<int32_t>& context, int64_t len, floa
       model_->logits_to_f32(row, len - 1, 1);
     }
   }
-  if (pp_size_ > 1) ctx_->pp()->broadcast(row, static_cast<size_t>(Vp), DType::f32, pp_size_ - 1);
+  if (pp_size_ > 1) ctx_->pp()->broadcast(row, static_cast<size_t>(Vp), DType::f32, plan_.pp.last_rank());
 }
 
 std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed) {

@@ -95,11 +95,11 @@ StepRecord Trainer::train_step(int64_t step) {
   const double s0 = TraceRecorder::now_us();
   if (pp_size_ > 1) {
     // The tied embedding's copies on the first and the last stage get the sum of
-    // both gradients, so they stay bitwise equal (Shoeybi et al. 2019, sec. 3).
-    const bool ends = pp_rank_ == 0 || pp_rank_ == pp_size_ - 1;
-    sync_->reduce_accumulated(ends ? ctx_->emb() : nullptr);
+    // both gradients, so they stay bitwise equal (Shoeybi et al. 2019, sec. 3);
+    // a rank holding both (no group) summed them in place.
+    sync_->reduce_accumulated(ctx_->emb());
     // The loss lives on the last stage: broadcast it along the pipeline.
-    ctx_->pp()->broadcast(&loss, 1, DType::f32, pp_size_ - 1);
+    ctx_->pp()->broadcast(&loss, 1, DType::f32, plan_.pp.last_rank());
   }
   r.loss = sync_->finish(loss);
   const double s1 = TraceRecorder::now_us();

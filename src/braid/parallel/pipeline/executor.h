@@ -3,14 +3,18 @@
 // Without a pipeline the program is the trivial one-stage one (forward and
 // backward of each micro-batch in turn), so every training step runs here.
 //
-// A rank holds one model chunk, or several under the interleaved schedule
-// (virtual stage q = chunk * P + rank). A forward on a later virtual stage
+// A rank holds one model chunk, or several (their virtual stages: the
+// schedule's StageMap, by default q = chunk * P + rank). A forward on a later virtual stage
 // first receives its input activation from the previous one; a backward (or
 // zero-bubble input pass) first receives the output gradient from the next;
 // sends are non-blocking: activations leave from their slot, gradients from a
 // ring of kGradSendBuffers buffers. Tags are (virtual stage, micro-batch,
 // direction), so the checked order of the tables is the order of every send
-// and receive.
+// and receive. Between two virtual stages on the same rank nothing goes
+// through the communicator: the consuming forward copies the activation out of
+// the producing chunk's slot, and a gradient waits in its ring buffer until
+// the consuming backward copies it (as a send whose receive is that backward,
+// which the checker models).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,7 +23,7 @@
 
 #include "braid/comm/communicator.h"
 #include "braid/core/memory.h"
-#include "braid/parallel/pipeline/schedule.h"
+#include "braid/parallel/pipeline/check.h"
 
 namespace braid::parallel {
 
@@ -55,10 +59,14 @@ using SpanFn = std::function<void(const char*, int64_t, const char*, double, dou
 
 class PipelineExecutor {
  public:
-  /// program: this rank's actions for P stages, m micro-batches, v chunks.
-  /// pp: the pipeline group (rank = stage; null when P = 1). Allocates the
-  /// gradient send ring (comm memory in `ledger`) on a rank that sends
-  /// gradients (stage > 0, or v > 1) of `boundary_bytes` per buffer.
+  /// program: this rank's actions for map.P() stages, m micro-batches,
+  /// map.v() chunks placed by `map`. pp: the pipeline group (rank = stage;
+  /// null when P = 1). Allocates the gradient send ring (comm memory in
+  /// `ledger`) on a rank that sends gradients (stage > 0, or v > 1) of
+  /// `boundary_bytes` per buffer.
+  PipelineExecutor(StageProgram program, const StageMap& map, int m, comm::Communicator* pp,
+                   size_t boundary_bytes, MemoryLedger* ledger);
+  /// The same with the interleaved placement q = chunk * P + rank.
   PipelineExecutor(StageProgram program, int P, int m, int v, comm::Communicator* pp, size_t boundary_bytes,
                    MemoryLedger* ledger);
 
@@ -83,8 +91,12 @@ class PipelineExecutor {
   struct Pass;  // the state of one run
   void run_forward(Pass& s, const PipeAction& a);
   void run_backward(Pass& s, const PipeAction& a, size_t i);
+  void receive_activation(Pass& s, int q, int micro, int64_t slot, int chunk);
+  void receive_gradient(Pass& s, int q, int micro);
+  void send_gradient(Pass& s, int q, int micro);
 
   StageProgram program_;
+  StageMap map_;
   int P_, m_, v_, rank_;
   comm::Communicator* pp_;
   size_t bytes_;
