@@ -9,6 +9,7 @@
 
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
+#include "braid/parallel/tensor/operators.h"
 #include "braid/train/checkpoint_dir.h"
 #include "braid/train/input_checks.h"
 #include "braid/train/memory_check.h"
@@ -48,12 +49,9 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   simulated_bubble_ = st.bubble;
   const model::PipelineStage stage = plan_.pp.stage(pp_rank_);
   sync_ = make_grad_sync(plan_, *ctx_, cfg, stage, opt, &ledger_);
-  model::TensorParallel tpc;
-  tpc.comm = ctx_->tp();
-  tpc.sequence_parallel = opt.sequence_parallel;
   model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_, sync_->storage(),
-                                        tpc, opt.dropout, stage, plan_.recompute,
-                                        plan_.precision());
+                                        parallel::tensor::make_operators(ctx_->tp(), opt.sequence_parallel),
+                                        opt.dropout, stage, plan_.recompute, plan_.precision());
   sync_->attach(*model_);
   executor_ = std::make_unique<parallel::PipelineExecutor>(
       std::move(programs[static_cast<size_t>(pp_rank_)]), pp_size_, static_cast<int>(accum_steps_),
