@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "braid/comm/communicator.h"
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
 #include "braid/kernels/cpu/convert.h"
