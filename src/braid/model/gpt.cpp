@@ -4,13 +4,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "braid/comm/communicator.h"
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
-#include "braid/kernels/cpu/attention.h"
 #include "braid/kernels/cpu/convert.h"
 #include "braid/kernels/cpu/elementwise.h"
-#include "braid/kernels/cpu/layernorm.h"
 #include "braid/kernels/cpu/matmul.h"
 
 namespace braid::model {
@@ -18,10 +15,10 @@ namespace braid::model {
 namespace k = braid::kernels;
 
 GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger,
-         UnitStorage* storage, const TensorParallel& tp, float dropout, const PipelineStage& stage,
+         UnitStorage* storage, std::unique_ptr<Operators> ops, float dropout, const PipelineStage& stage,
          Recompute recompute, const Precision& precision)
-    : cfg_(cfg), max_B_(max_B), max_T_(max_T), storage_(storage), compute_dtype_(precision.compute), tp_(tp),
-      dropout_(dropout) {
+    : cfg_(cfg), max_B_(max_B), max_T_(max_T), storage_(storage), compute_dtype_(precision.compute),
+      ops_(ops ? std::move(ops) : std::make_unique<Operators>()), dropout_(dropout) {
   recompute_ = recompute;
   op_ = precision.operands;
   half_ops_ = op_ != DType::f32;
@@ -39,12 +36,13 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
     owns_head_ = owns_head_ || c.last_layer == cfg.n_layer;
   }
   has_unit0_ = owns_embed_ || owns_head_;
-  tpn_ = tp_.size();
-  tpr_ = tp_.rank();
+  tpn_ = ops_->tp_size();
+  tpr_ = ops_->tp_rank();
+  sp_ = ops_->sequence_parallel();
   BRAID_CONFIG_CHECK(dropout >= 0.0f && dropout < 1.0f, "--dropout ", dropout, " must be in [0, 1)");
   // Validates cfg, max_B, max_T and TP; every size below comes from the plan.
   const GPTMemoryPlan plan =
-      memory_plan(cfg_, max_B, max_T, storage == nullptr, tpn_, tp_.sequence_parallel, dropout, stage,
+      memory_plan(cfg_, max_B, max_T, storage == nullptr, tpn_, sp_, dropout, stage,
                   recompute, precision);
   num_params_ = build_param_table(cfg_, tpn_, stage, &table_, &layer_begin_);
   BRAID_CHECK(num_params_ == plan.num_params, "parameter table out of sync with memory_plan");
@@ -91,7 +89,7 @@ std::vector<std::pair<size_t, size_t>> GPT::matmul_weight_ranges() const {
 
 void GPT::layout_activations(const GPTMemoryPlan& plan, const std::vector<PipelineChunk>& chunks) {
   const size_t P = size_t(tpn_), C = size_t(cfg_.n_embd), Vpl = size_t(cfg_.padded_vocab_size) / P;
-  const size_t BT = size_t(max_B_ * max_T_), rows = tp_.sequence_parallel ? BT / P : BT;
+  const size_t BT = size_t(max_B_ * max_T_), rows = sp_ ? BT / P : BT;
   layer_act_floats_ = plan.layer_act_floats;
   shared_act_floats_ = plan.shared_act_floats;
   // Chunk c's slots follow chunk c-1's; the recomputation workspace follows all.
@@ -115,7 +113,7 @@ void GPT::layout_activations(const GPTMemoryPlan& plan, const std::vector<Pipeli
 
 void GPT::layout_scratch(const GPTMemoryPlan& plan) {
   const size_t P = size_t(tpn_), C = size_t(cfg_.n_embd), Vpl = size_t(cfg_.padded_vocab_size) / P, Cl = C / P;
-  const size_t BT = size_t(max_B_ * max_T_), rows = tp_.sequence_parallel ? BT / P : BT;
+  const size_t BT = size_t(max_B_ * max_T_), rows = sp_ ? BT / P : BT;
   float* s = scratch_.as<float>();
   dres_ = s, s += rows * C;
   dln_ = s, s += BT * C;
@@ -123,12 +121,13 @@ void GPT::layout_scratch(const GPTMemoryPlan& plan) {
   dqkv_ = s, s += 3 * BT * Cl;
   dfch_ = s, s += 4 * BT * Cl;
   if (owns_head_) dlogits_ = s, s += BT * Vpl;
-  if (tpn_ > 1) ce_stats_ = s, s += 3 * BT;
-  float* gather = nullptr;
-  if (tp_.sequence_parallel) gather = s, s += BT * C;
-  float* mm_scratch = plan.matmul_scratch_floats ? s : nullptr;
+  OperatorWorkspace ws;
+  ws.C = cfg_.n_embd;
+  ws.operands = op_;
+  if (tpn_ > 1) ws.loss_stats = s, s += 3 * BT;
+  if (sp_) ws.gather = s, s += BT * C;
+  ws.matmul = plan.matmul_scratch_floats ? s : nullptr;
   s += plan.matmul_scratch_floats;
-  tpl_ = parallel::tensor::TensorParallelLayers(tp_, cfg_.n_embd, gather, mm_scratch);
   if (dropout_ > 0) dtmp_ = s, s += rows * C;
   if (half_ops_) {
     half_grad_ = s;
@@ -138,8 +137,8 @@ void GPT::layout_scratch(const GPTMemoryPlan& plan) {
     res_x_ = s, s += rows * C;
     res_2_ = s, s += rows * C;
   }
-  tpl_.set_operand_dtype(op_);
-  att_scratch_ = s;
+  ws.attention = s;  // the rest of the scratch
+  ops_->bind(ws);
   BRAID_CHECK(size_t(s - scratch_.as<float>()) <= plan.scratch_floats, "scratch layout out of sync with memory_plan");
 }
 
@@ -153,7 +152,7 @@ void GPT::set_slot(int64_t k, int c) {
   has_embed_ = ch.embed, has_head_ = ch.head;
   slot_floats_ = ch.slot_floats;
   const size_t C = size_t(cfg_.n_embd), P = size_t(tpn_), Vpl = size_t(cfg_.padded_vocab_size) / P;
-  const size_t BT = size_t(max_B_ * max_T_), rows = tp_.sequence_parallel ? BT / P : BT;
+  const size_t BT = size_t(max_B_ * max_T_), rows = sp_ ? BT / P : BT;
   float* const slot = acts_.as<float>() + ch.base + slot_floats_ * size_t(k);
   float* a = slot + layer_act_floats_ * size_t(l1_ - l0_);
   encoded_ = a, a += rows * C;
@@ -177,7 +176,7 @@ void GPT::set_slot(int64_t k, int c) {
 }
 
 int64_t GPT::boundary_rows(int64_t B, int64_t T) const {
-  return tp_.sequence_parallel && tpn_ > 1 ? B * T / tpn_ : B * T;
+  return sp_ && tpn_ > 1 ? B * T / tpn_ : B * T;
 }
 
 const float* GPT::stage_output() const { return output_; }
@@ -213,7 +212,7 @@ const void* GPT::wte_operand(const float* wte_f32) {
 GPT::LayerActs GPT::layer_acts(int64_t l) const {
   const size_t P = size_t(tpn_);
   const size_t BT = size_t(max_B_ * max_T_), C = size_t(cfg_.n_embd), Cl = C / P;
-  const size_t rows = tp_.sequence_parallel ? BT / P : BT;
+  const size_t rows = sp_ ? BT / P : BT;
   const size_t att = size_t(max_B_) * (size_t(cfg_.n_head) / P) * size_t(max_T_ * max_T_);
   const ChunkInfo& ch = chunks_[size_t(chunk_)];
   float* const base = const_cast<float*>(acts_.as<float>()) + ch.base + slot_floats_ * size_t(slot_) +
@@ -348,10 +347,22 @@ const void* GPT::grad_operand(float* g, int64_t n, void* dst) {
   return dst;
 }
 
-void GPT::drop(float* out, const float* in, int64_t rows, int64_t row0, uint64_t site) {
+void GPT::drop(float* out, const float* in, uint64_t site) {
   // One stream per (step key, site); rows are numbered globally.
-  k::dropout(out, in, rows, cfg_.n_embd, drop_row_base_ + row0, dropout_, drop_seed_,
-             drop_stream_ * 4096 + site);
+  ops_->dropout(out, in, cfg_.n_embd, DropoutKey{dropout_, drop_seed_, drop_stream_ * 4096 + site, drop_row_base_});
+}
+
+AttentionShape GPT::attention_shape() const {
+  const int64_t NHl = cfg_.n_head / tpn_;
+  return {B_, T_, NHl, cfg_.n_embd / cfg_.n_head, op_, compute_dtype_};
+}
+
+void GPT::attend(float* out, const LayerActs& a) {
+  // q, k, v are the thirds of each row of c_attn's output (B, T, 3 Cl).
+  const int64_t Cl = cfg_.n_embd / tpn_;
+  const char* qkv = reinterpret_cast<const char*>(a.qkv);
+  const size_t third = size_t(Cl) * dtype_size(op_);
+  ops_->attention_forward(out, {a.qkvr, a.att}, {qkv, qkv + third, qkv + 2 * third, 3 * Cl}, attention_shape());
 }
 
 void GPT::sync_replicated_grads(const float* unit_grads, int u) {
@@ -359,14 +370,14 @@ void GPT::sync_replicated_grads(const float* unit_grads, int u) {
   // gradients of replicated LayerNorm weights (and wpe) are partial sums.
   // An accumulator that holds earlier micro-batches is summed once, in the last.
   const bool accumulated = !storage_ || storage_->accumulates_in_place();
-  if (tpn_ == 1 || !tp_.sequence_parallel || (accumulated && !tp_grad_sync_)) return;
+  if (!ops_->replicated_grads_partial() || (accumulated && !tp_grad_sync_)) return;
   float* g = const_cast<float*>(unit_grads);
-  for (const auto& [rel, n] : partial_grads_[size_t(u)]) tpl_.all_reduce_sum(g + rel, n);
+  for (const auto& [rel, n] : partial_grads_[size_t(u)]) ops_->sum_replicated_grads(g + rel, n);
 }
 
 const float* GPT::residual_f32(const float* saved, float* work) const {
   if (!half_res_) return saved;
-  k::cast_to_f32(work, saved, op_, size_t(tpl_.local_rows() * cfg_.n_embd));
+  k::cast_to_f32(work, saved, op_, size_t(ops_->local_rows() * cfg_.n_embd));
   return work;
 }
 
@@ -375,39 +386,36 @@ const float* GPT::block_input(int64_t l) {
 }
 
 const float* GPT::block_forward(int64_t l, const LayerParams& p, const float* x) {
-  const int64_t B = B_, T = T_, C = cfg_.n_embd, BT = B * T, Cl = C / tpn_, NHl = cfg_.n_head / tpn_;
-  const int64_t rows = tpl_.local_rows(), row0 = tpl_.first_row();
+  const int64_t C = cfg_.n_embd, BT = B_ * T_, Cl = C / tpn_, rows = ops_->local_rows();
   const bool dropping = dropout_ > 0 && training_;
   LayerActs a = layer_acts(l);
   // Matmul inputs are made in f32 and stored as operands; dln_ and dfch_ are
   // free in forward (and at the start of a block's backward, for recomputation).
   produce_operand(a.ln1, dln_, rows * C, [&](float* o) {
-    k::layernorm_forward(o, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, rows, C);
+    ops_->norm_forward(o, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, C);
   });
   produce_operand(a.qkv, dqkv_, BT * 3 * Cl,
-                  [&](float* o) { tpl_.column_forward(o, a.ln1, p.qkvw_op, p.qkvb, C, 3 * Cl); });
-  produce_operand(a.atty, dln_, BT * Cl, [&](float* o) {
-    k::attention_forward(o, a.qkvr, a.att, att_scratch_, a.qkv, op_, B, T, Cl, NHl, compute_dtype_);
-  });
+                  [&](float* o) { ops_->column_forward(o, a.ln1, p.qkvw_op, p.qkvb, C, 3 * Cl); });
+  produce_operand(a.atty, dln_, BT * Cl, [&](float* o) { attend(o, a); });
   // Branch outputs are stored in the operand dtype; dropout acts before the
   // rounding. Each residual add runs in f32 and is rounded to the compute
   // dtype (compute_dtype()), kept in f32 working buffers while forward needs it.
   produce_operand(a.attproj, dln_, rows * C, [&](float* o) {
-    tpl_.row_forward(o, a.atty, p.attprojw_op, p.attprojb, Cl, C);
-    if (dropping) drop(o, o, rows, row0, 2 * uint64_t(l));
+    ops_->row_forward(o, a.atty, p.attprojw_op, p.attprojb, Cl, C);
+    if (dropping) drop(o, o, 2 * uint64_t(l));
   });
   float* const res2 = half_res_ ? res_2_ : a.res2;
   k::residual_forward(res2, x, a.attproj, op_, rows * C);
   keep_residual(a.res2, res2, rows * C);
   produce_operand(a.ln2, dln_, rows * C, [&](float* o) {
-    k::layernorm_forward(o, a.ln2_mean, a.ln2_rstd, res2, p.ln2w, p.ln2b, rows, C);
+    ops_->norm_forward(o, a.ln2_mean, a.ln2_rstd, res2, p.ln2w, p.ln2b, C);
   });
   produce_operand(a.fch, dfch_, BT * 4 * Cl,
-                  [&](float* o) { tpl_.column_forward(o, a.ln2, p.fcw_op, p.fcb, C, 4 * Cl); });
+                  [&](float* o) { ops_->column_forward(o, a.ln2, p.fcw_op, p.fcb, C, 4 * Cl); });
   produce_operand(a.fch_gelu, dfch_, BT * 4 * Cl, [&](float* o) { k::gelu_forward(o, a.fch, op_, BT * 4 * Cl); });
   produce_operand(a.fcproj, dln_, rows * C, [&](float* o) {
-    tpl_.row_forward(o, a.fch_gelu, p.fcprojw_op, p.fcprojb, 4 * Cl, C);
-    if (dropping) drop(o, o, rows, row0, 2 * uint64_t(l) + 1);
+    ops_->row_forward(o, a.fch_gelu, p.fcprojw_op, p.fcprojb, 4 * Cl, C);
+    if (dropping) drop(o, o, 2 * uint64_t(l) + 1);
   });
   // x is spent: kept in a half dtype, the output goes where x was (res_x_), the
   // stage's last block's to the stage output.
@@ -434,7 +442,7 @@ void GPT::set_inputs(const int32_t* tokens, const int32_t* targets, int64_t B, i
     }
     if (targets) targets_[i] = targets[i];
   }
-  tpl_.set_rows(B * T);
+  ops_->set_batch(B, T);
   B_ = B, T_ = T;
   have_targets_ = targets != nullptr;
 }
@@ -446,11 +454,11 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   if (has_embed_) {
     ScopedSpan span(sink_, "forward embedding", -1, "forward");
     const float* E = acquire_params(0);
-    tpl_.embedding_forward(encoded_, tokens_, E, E + table_[1].offset, B, T, cfg_.padded_vocab_size);
+    ops_->embedding_forward(encoded_, tokens_, E, E + table_[1].offset, cfg_.padded_vocab_size);
     release_params(0);
     if (dropout_ > 0 && training_)
-      drop(encoded_, encoded_, tpl_.local_rows(), tpl_.first_row(), 2 * uint64_t(cfg_.n_layer));
-    if (round_res_) round_operand(encoded_, tpl_.local_rows() * cfg_.n_embd);
+      drop(encoded_, encoded_, 2 * uint64_t(cfg_.n_layer));
+    if (round_res_) round_operand(encoded_, ops_->local_rows() * cfg_.n_embd);
   }
   const float* x = encoded_;
   for (int64_t l = l0_; l < l1_; ++l) {
@@ -466,24 +474,24 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
 }
 
 float GPT::head_forward(const float* x, bool with_targets) {
-  const int64_t C = cfg_.n_embd, BT = B_ * T_, rows = tpl_.local_rows();
+  const int64_t C = cfg_.n_embd, BT = B_ * T_, rows = ops_->local_rows();
   ScopedSpan span(sink_, "forward head", -1, "forward");
   const int uf = int(units_.size()) - 2;  // final LayerNorm unit
   const float* F = acquire_params(uf);    // ln_f.weight at F[0], ln_f.bias after it
   const size_t lnfb_rel = table_[table_.size() - 1].offset - units_[size_t(uf)];
   produce_operand(lnf_, dln_, rows * C, [&](float* o) {
-    k::layernorm_forward(o, lnf_mean_, lnf_rstd_, x, F, F + lnfb_rel, rows, C);
+    ops_->norm_forward(o, lnf_mean_, lnf_rstd_, x, F, F + lnfb_rel, C);
   });
   release_params(uf);
   // logits (BT, Vp/tp) = lnf (BT, C) @ wte^T: the head is tied to the embedding
   // (vocab-parallel: this rank's vocabulary columns).
   const float* wte = acquire_params(0);
   produce_operand(logits_, dlogits_, BT * (cfg_.padded_vocab_size / tpn_), [&](float* o) {
-    tpl_.column_forward(o, lnf_, wte_operand(wte), nullptr, C, cfg_.padded_vocab_size / tpn_);
+    ops_->column_forward(o, lnf_, wte_operand(wte), nullptr, C, cfg_.padded_vocab_size / tpn_);
   });
   release_params(0);
-  tpl_.cross_entropy_forward(losses_, lse_, logits_, with_targets ? targets_ : nullptr, cfg_.vocab_size,
-                             cfg_.padded_vocab_size, ce_stats_);
+  ops_->cross_entropy_forward(losses_, lse_, logits_, with_targets ? targets_ : nullptr, cfg_.vocab_size,
+                              cfg_.padded_vocab_size);
   if (!with_targets) return 0.0f;
   double sum = 0.0;  // fixed-order sum: the loss is bitwise reproducible
   for (int64_t i = 0; i < BT; ++i) sum += double(losses_[i]);
@@ -509,17 +517,17 @@ void GPT::backward_weight() {
     ScopedSpan span(sink_, "backward weight head", -1, "backward");
     // logits_ holds d(logits) (BT x Vp/tp); the head's weight is wte.
     G0 = acquire_grads(0);
-    tpl_.column_weight_grad(G0, logits_, lnf_, C, cfg_.padded_vocab_size / tpn_);
+    ops_->column_weight_grad(G0, logits_, lnf_, C, cfg_.padded_vocab_size / tpn_);
   }
   for (int64_t l = l1_ - 1; l >= l0_; --l) {
     ScopedSpan span(sink_, "backward weight block ", l, "backward");
     const int u = unit_of_block(l);
     LayerParams g = layer_params(acquire_grads(u), l);
     const LayerActs a = layer_acts(l);
-    tpl_.row_weight_grad(g.fcprojw, a.fcproj, a.fch_gelu, 4 * Cl, C);
-    tpl_.column_weight_grad(g.fcw, a.fch, a.ln2, C, 4 * Cl);
-    tpl_.row_weight_grad(g.attprojw, a.attproj, a.atty, Cl, C);
-    tpl_.column_weight_grad(g.qkvw, a.qkvr, a.ln1, C, 3 * Cl);
+    ops_->row_weight_grad(g.fcprojw, a.fcproj, a.fch_gelu, 4 * Cl, C);
+    ops_->column_weight_grad(g.fcw, a.fch, a.ln2, C, 4 * Cl);
+    ops_->row_weight_grad(g.attprojw, a.attproj, a.atty, Cl, C);
+    ops_->column_weight_grad(g.qkvw, a.qkvr, a.ln1, C, 3 * Cl);
     if (storage_) storage_->grads_ready(u);
   }
   if (has_embed_) {
@@ -540,7 +548,7 @@ void GPT::unit_ready(int u, const std::function<void(size_t, size_t)>& on_ready)
 
 float* GPT::branch_grad(uint64_t site) {
   if (!(dropout_ > 0 && training_)) return dres_;
-  drop(dtmp_, dres_, tpl_.local_rows(), tpl_.first_row(), site);
+  drop(dtmp_, dres_, site);
   return dtmp_;
 }
 
@@ -571,7 +579,7 @@ void GPT::backward_impl(float loss_scale, const std::function<void(size_t, size_
     // The embedding's gradient is a weight gradient: W adds it after the head's,
     // the order backward() uses, from d(encoded) stashed over the stage input.
     if (split) {
-      std::memcpy(encoded_, denc, size_t(tpl_.local_rows() * cfg_.n_embd) * sizeof(float));
+      std::memcpy(encoded_, denc, size_t(ops_->local_rows() * cfg_.n_embd) * sizeof(float));
     } else {
       // Unit 0 stays acquired from the head's backward (acquire it once).
       if (!G0) G0 = acquire_grads(0);
@@ -582,9 +590,9 @@ void GPT::backward_impl(float loss_scale, const std::function<void(size_t, size_
 }
 
 float* GPT::head_backward(float loss_scale, bool split) {
-  const int64_t C = cfg_.n_embd, BT = B_ * T_, Vpl = cfg_.padded_vocab_size / tpn_, rows = tpl_.local_rows();
+  const int64_t C = cfg_.n_embd, BT = B_ * T_, Vpl = cfg_.padded_vocab_size / tpn_, rows = ops_->local_rows();
   const int uf = int(units_.size()) - 2;
-  tpl_.cross_entropy_backward(dlogits_, logits_, lse_, targets_, loss_scale / float(BT), cfg_.vocab_size,
+  ops_->cross_entropy_backward(dlogits_, logits_, lse_, targets_, loss_scale / float(BT), cfg_.vocab_size,
                               cfg_.padded_vocab_size);
   // Output gradients enter each matmul backward in the compute dtype (no-op in f32).
   // With half-precision operands d(logits) goes over the logits, which are spent.
@@ -592,7 +600,7 @@ float* GPT::head_backward(float loss_scale, bool split) {
   float* G0 = acquire_grads(0);
   const float* wte = acquire_params(0);
   const float* dlnf =
-      tpl_.column_backward(dln_, split ? nullptr : G0, nullptr, dlogits, lnf_, wte_operand(wte), C, Vpl);
+      ops_->column_backward(dln_, split ? nullptr : G0, nullptr, dlogits, lnf_, wte_operand(wte), C, Vpl);
   release_params(0);
   if (split && dlogits != logits_) std::memcpy(logits_, dlogits, size_t(BT * Vpl) * dtype_size(op_));
   // dres_ is the residual-stream gradient; layer norms accumulate into it.
@@ -600,7 +608,7 @@ float* GPT::head_backward(float loss_scale, bool split) {
   const float* F = acquire_params(uf);
   float* GF = acquire_grads(uf);
   const size_t lnfb_rel = table_[table_.size() - 1].offset - units_[size_t(uf)];
-  k::layernorm_backward(dres_, GF, GF + lnfb_rel, dlnf, stage_output(), F, lnf_mean_, lnf_rstd_, rows, C);
+  ops_->norm_backward(dres_, GF, GF + lnfb_rel, dlnf, stage_output(), F, lnf_mean_, lnf_rstd_, C);
   release_params(uf);
   sync_replicated_grads(GF, uf);
   return G0;
@@ -614,17 +622,15 @@ void GPT::recompute_block(int64_t l, const LayerParams& p, const float* x) {
   if (recompute_ == Recompute::full) {
     block_forward(l, p, x);
   } else if (recompute_ == Recompute::selective) {
-    const int64_t BT = B_ * T_, Cl = cfg_.n_embd / tpn_, NHl = cfg_.n_head / tpn_;
+    const int64_t BT = B_ * T_, Cl = cfg_.n_embd / tpn_;
     LayerActs r = layer_acts(l);
-    produce_operand(r.atty, dln_, BT * Cl, [&](float* o) {
-      k::attention_forward(o, r.qkvr, r.att, att_scratch_, r.qkv, op_, B_, T_, Cl, NHl, compute_dtype_);
-    });
+    produce_operand(r.atty, dln_, BT * Cl, [&](float* o) { attend(o, r); });
     produce_operand(r.fch_gelu, dfch_, BT * 4 * Cl, [&](float* o) { k::gelu_forward(o, r.fch, op_, BT * 4 * Cl); });
   }
 }
 
 void GPT::block_backward(int64_t l, bool split) {
-  const int64_t BT = B_ * T_, C = cfg_.n_embd, Cl = C / tpn_, NHl = cfg_.n_head / tpn_, rows = tpl_.local_rows();
+  const int64_t BT = B_ * T_, C = cfg_.n_embd, Cl = C / tpn_, rows = ops_->local_rows();
   const int u = unit_of_block(l);
   LayerParams p = layer_params(acquire_params(u), l);
   set_weight_operands(p, u, l);
@@ -645,30 +651,30 @@ void GPT::block_backward(int64_t l, bool split) {
   round_operand(dres_, rows * C);
   const void* dlocal = grad_operand(branch_grad(2 * uint64_t(l) + 1), rows * C);
   stash(a.fcproj, dlocal, rows * C);
-  tpl_.row_backward(dfch_, wgrad(g.fcprojw), g.fcprojb, dlocal, a.fch_gelu, p.fcprojw_op, 4 * Cl, C);
+  ops_->row_backward(dfch_, wgrad(g.fcprojw), g.fcprojb, dlocal, a.fch_gelu, p.fcprojw_op, 4 * Cl, C);
   k::gelu_backward(dfch_, dfch_, a.fch, op_, BT * 4 * Cl);
   const void* dfch = grad_operand(dfch_, BT * 4 * Cl);
   stash(a.fch, dfch, BT * 4 * Cl);
-  const float* dln2 = tpl_.column_backward(dln_, wgrad(g.fcw), g.fcb, dfch, a.ln2, p.fcw_op, C, 4 * Cl);
-  k::layernorm_backward(dres_, g.ln2w, g.ln2b, dln2, residual_f32(a.res2, res_2_), p.ln2w, a.ln2_mean, a.ln2_rstd,
-                        rows, C);
+  const float* dln2 = ops_->column_backward(dln_, wgrad(g.fcw), g.fcb, dfch, a.ln2, p.fcw_op, C, 4 * Cl);
+  ops_->norm_backward(dres_, g.ln2w, g.ln2b, dln2, residual_f32(a.res2, res_2_), p.ln2w, a.ln2_mean, a.ln2_rstd,
+                      C);
   // res2 = x + drop(attproj): d attproj = mask * dres; d x = dres (+ LN1 path below).
   round_operand(dres_, rows * C);
   dlocal = grad_operand(branch_grad(2 * uint64_t(l)), rows * C);
   stash(a.attproj, dlocal, rows * C);
-  tpl_.row_backward(datty_, wgrad(g.attprojw), g.attprojb, dlocal, a.atty, p.attprojw_op, Cl, C);
-  k::attention_backward(dqkv_, att_scratch_, datty_, a.qkvr, a.att, op_, B_, T_, Cl, NHl, compute_dtype_);
+  ops_->row_backward(datty_, wgrad(g.attprojw), g.attprojb, dlocal, a.atty, p.attprojw_op, Cl, C);
+  ops_->attention_backward({dqkv_, dqkv_ + Cl, dqkv_ + 2 * Cl, 3 * Cl}, datty_, {a.qkvr, a.att}, attention_shape());
   const void* dqkv = grad_operand(dqkv_, BT * 3 * Cl);
   stash(a.qkvr, dqkv, BT * 3 * Cl);
-  const float* dln1 = tpl_.column_backward(dln_, wgrad(g.qkvw), g.qkvb, dqkv, a.ln1, p.qkvw_op, C, 3 * Cl);
-  k::layernorm_backward(dres_, g.ln1w, g.ln1b, dln1, block_input(l), p.ln1w, a.ln1_mean, a.ln1_rstd, rows, C);
+  const float* dln1 = ops_->column_backward(dln_, wgrad(g.qkvw), g.qkvb, dqkv, a.ln1, p.qkvw_op, C, 3 * Cl);
+  ops_->norm_backward(dres_, g.ln1w, g.ln1b, dln1, block_input(l), p.ln1w, a.ln1_mean, a.ln1_rstd, C);
   release_params(u);
   sync_replicated_grads(Gu, u);
 }
 
 void GPT::embedding_backward(const float* denc, float* G0) {
   // dwte at G0[0], dwpe at G0[table_[1].offset]
-  tpl_.embedding_backward(G0, G0 + table_[1].offset, denc, tokens_, B_, T_, cfg_.padded_vocab_size);
+  ops_->embedding_backward(G0, G0 + table_[1].offset, denc, tokens_, cfg_.padded_vocab_size);
   sync_replicated_grads(G0, 0);
 }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,16 +16,11 @@
 #include "braid/core/span_sink.h"
 #include "braid/model/config.h"
 #include "braid/model/memory_plan.h"
+#include "braid/model/operators.h"
 #include "braid/model/param_layout.h"
 #include "braid/model/unit_storage.h"
-#include "braid/parallel/tensor/layers.h"
 
 namespace braid::model {
-
-/// The TP group (parallel/tensor/layers.h): attention heads and MLP columns
-/// split over its ranks, the vocabulary split for the embedding and the loss,
-/// optionally the residual stream's token rows (sequence parallelism).
-using TensorParallel = parallel::tensor::TensorParallel;
 
 /// GPT-2 language model on one rank.
 ///
@@ -47,15 +43,18 @@ class GPT {
   /// With `storage` the model allocates no parameters or gradients: forward and
   /// backward take them unit by unit from `storage` (which must outlive the
   /// model), params()/grads() return nullptr and backward's on_ready is unused.
-  /// tp: the tensor-parallel group (default TP = 1); dropout: probability of
-  /// the embedding and residual dropouts (GPT-2's embd_pdrop / resid_pdrop).
+  /// ops: the operators the blocks call (operators.h), which also say how
+  /// heads, features, vocabulary and token rows are split over ranks (null:
+  /// the plain ones, TP = 1; parallel/tensor/ makes the tensor-parallel ones);
+  /// dropout: probability of the embedding and residual dropouts (GPT-2's
+  /// embd_pdrop / resid_pdrop).
   /// precision: the compute dtype and the matmul operands' (compute_dtype()).
   /// Throws ConfigError when TP does not divide n_head, padded_vocab_size or
   /// (sequence parallel) max_B * max_T, or when the operands are in a half
   /// dtype other than the compute dtype, oneDNN has no matmul for it here, or
   /// the storage keeps no compute copy of the parameters.
   GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledger = nullptr,
-      UnitStorage* storage = nullptr, const TensorParallel& tp = {}, float dropout = 0.0f,
+      UnitStorage* storage = nullptr, std::unique_ptr<Operators> ops = nullptr, float dropout = 0.0f,
       const PipelineStage& stage = {}, Recompute recompute = Recompute::none, const Precision& precision = {});
 
   int num_units() const { return int(cfg_.n_layer) + 2; }
@@ -123,7 +122,7 @@ class GPT {
   /// Forward and backward of each unit (embedding, block l, head; recomputation and
   /// the split backward's weight pass too) become spans in `sink` (null: none).
   void set_span_sink(SpanSink* sink) { sink_ = sink; }
-  const TensorParallel& tensor_parallel() const { return tp_; }
+  const Operators& operators() const { return *ops_; }
 
   // ---- pipeline stage ----
   /// This rank holds the embeddings (layer 0) / the final LayerNorm and head.
@@ -273,7 +272,12 @@ class GPT {
   void set_weight_operands(LayerParams& p, int u, int64_t l) const;
   /// The operands of unit 0's wte as the head's weight.
   const void* wte_operand(const float* wte_f32);
-  void drop(float* out, const float* in, int64_t rows, int64_t row0, uint64_t site);
+  /// The current micro-batch's attention over this rank's heads.
+  AttentionShape attention_shape() const;
+  /// out (B, T, C/tp) f32 = attention of the block's qkv (a.qkv), saving a.qkvr and a.att.
+  void attend(float* out, const LayerActs& a);
+  /// Dropout at `site` over the residual stream's rows (out, in: local rows x C; may alias).
+  void drop(float* out, const float* in, uint64_t site);
   /// Pointers into a unit buffer of block l (flat element o at unit[o - unit_begin]).
   LayerParams layer_params(const float* unit, int64_t l) const;
   LayerActs layer_acts(int64_t l) const;
@@ -306,7 +310,7 @@ class GPT {
   size_t layer_act_floats_ = 0;
   // Non-layer activations and scratch (pointers into acts_ / scratch_).
   float *encoded_, *output_, *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *lse_, *losses_;
-  float *dres_, *dlogits_, *dln_, *dqkv_, *datty_, *dfch_, *att_scratch_;
+  float *dres_, *dlogits_, *dln_, *dqkv_, *datty_, *dfch_;
   Buffer tokens_buf_;  // (max_B, max_T) x 2 int32: tokens, targets of the last forward
   int32_t *tokens_, *targets_;
   int64_t B_ = 0, T_ = 0;
@@ -320,8 +324,9 @@ class GPT {
   // half_res_: the residual stream's working values in f32 (rows x C each): a
   // block's input x (and output), and res2; the blocks keep op_ copies.
   float *res_x_ = nullptr, *res_2_ = nullptr;
-  TensorParallel tp_;
+  std::unique_ptr<Operators> ops_;  // what the blocks call; owns no tensors
   int tpn_ = 1, tpr_ = 0;
+  bool sp_ = false;  // sequence parallelism asked for (sizes the residual stream's rows)
   // One rank's chunks: layers, slots and where their activation slots start.
   struct ChunkInfo {
     int64_t l0, l1, slots;
@@ -346,9 +351,7 @@ class GPT {
   SpanSink* sink_ = nullptr;
   uint64_t drop_seed_ = 0, drop_stream_ = 0;
   int64_t drop_row_base_ = 0;
-  // Masked gradient rows (dropout); the vocab-parallel loss's statistics (3 BT, TP > 1).
-  float *dtmp_ = nullptr, *ce_stats_ = nullptr;
-  parallel::tensor::TensorParallelLayers tpl_{{}, 0, nullptr};  // this rank's TP layers
+  float* dtmp_ = nullptr;  // masked gradient rows (dropout)
 };
 
 }  // namespace braid::model

@@ -8,6 +8,7 @@
 
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
+#include "braid/parallel/tensor/operators.h"
 #include "braid/train/checkpoint_dir.h"
 #include "braid/train/evaluation.h"
 #include "braid/train/input_checks.h"
@@ -50,12 +51,9 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   simulated_bubble_ = st.bubble;
   const model::PipelineStage stage = plan_.pp.stage(pp_rank_);
   sync_ = parallel::make_grad_sync(plan_, *ctx_, cfg, stage, &ledger_);
-  model::TensorParallel tpc;
-  tpc.comm = ctx_->tp();
-  tpc.sequence_parallel = opt.sequence_parallel;
   model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_, sync_->storage(),
-                                        tpc, opt.dropout, stage, plan_.recompute,
-                                        plan_.precision());
+                                        parallel::tensor::make_operators(ctx_->tp(), plan_.tp.sequence_parallel),
+                                        plan_.dropout, stage, plan_.recompute, plan_.precision());
   sync_->attach(*model_);
   executor_ = std::make_unique<parallel::PipelineExecutor>(
       std::move(programs[static_cast<size_t>(pp_rank_)]), plan_.pp.map(), static_cast<int>(accum_steps_),

@@ -1,0 +1,120 @@
+#include "braid/model/operators.h"
+
+#include "braid/core/error.h"
+#include "braid/kernels/cpu/attention.h"
+#include "braid/kernels/cpu/crossentropy.h"
+#include "braid/kernels/cpu/elementwise.h"
+#include "braid/kernels/cpu/encoder.h"
+#include "braid/kernels/cpu/layernorm.h"
+#include "braid/kernels/cpu/matmul.h"
+
+namespace braid::model {
+
+namespace k = braid::kernels;
+
+namespace {
+
+/// The plain kernel reads c_attn's packed output: q, k, v side by side in each
+/// token row. Returns q as the start of that (B, T, 3 C_l) buffer.
+const void* packed_qkv(const AttentionInputs& in, const AttentionShape& s) {
+  const int64_t Cl = s.heads * s.head_dim;
+  const size_t esz = dtype_size(s.store);
+  const char* q = static_cast<const char*>(in.q);
+  BRAID_CHECK(in.ld == 3 * Cl && static_cast<const char*>(in.k) == q + size_t(Cl) * esz &&
+                  static_cast<const char*>(in.v) == q + size_t(2 * Cl) * esz,
+              "attention: the plain operator needs q, k, v packed as (B, T, 3 x ", Cl, "), got row stride ", in.ld);
+  return q;
+}
+
+}  // namespace
+
+void Operators::bind(const OperatorWorkspace& ws) { ws_ = ws; }
+
+void Operators::set_batch(int64_t B, int64_t T) {
+  B_ = B, T_ = T, BT_ = B * T;
+  rows_ = BT_, row0_ = 0;
+  seq_.T_seq = T;
+  seq_.spans.assign(1, TokenSpan{0, T});  // keeps its capacity: no allocation after the first call
+}
+
+void Operators::sum_replicated_grads(float*, size_t) {}
+
+void Operators::column_forward(float* out, const void* in, const void* W, const float* b, int64_t K, int64_t Nl) {
+  k::matmul_forward_typed(out, in, W, ws_.operands, b, BT_, K, Nl);
+}
+
+float* Operators::column_backward(float* din_full, float* dW, float* db, const void* dout, const void* in,
+                                  const void* W, int64_t K, int64_t Nl) {
+  k::matmul_backward_typed(din_full, dW, db, dout, in, W, ws_.operands, BT_, K, Nl, ws_.matmul);
+  return din_full;
+}
+
+void Operators::column_weight_grad(float* dW, const void* dout, const void* in, int64_t K, int64_t Nl) {
+  k::matmul_backward_typed(nullptr, dW, nullptr, dout, in, nullptr, ws_.operands, BT_, K, Nl, ws_.matmul);
+}
+
+void Operators::row_forward(float* out, const void* in, const void* W, const float* b, int64_t Kl, int64_t N) {
+  k::matmul_forward_typed(out, in, W, ws_.operands, b, BT_, Kl, N);
+}
+
+void Operators::row_backward(float* din, float* dW, float* db, const void* dout_local, const void* in,
+                             const void* W, int64_t Kl, int64_t N) {
+  k::matmul_backward_typed(din, dW, db, dout_local, in, W, ws_.operands, BT_, Kl, N, ws_.matmul);
+}
+
+void Operators::row_weight_grad(float* dW, const void* dout_local, const void* in, int64_t Kl, int64_t N) {
+  k::matmul_backward_typed(nullptr, dW, nullptr, dout_local, in, nullptr, ws_.operands, BT_, Kl, N, ws_.matmul);
+}
+
+void Operators::attention_forward(float* out, const AttentionSaved& saved, const AttentionInputs& qkv,
+                                  const AttentionShape& s) {
+  // The causal mask of the plain kernel is by position within the rank's tokens.
+  BRAID_CHECK(seq_.spans.size() == 1 && seq_.spans[0].first == 0 && seq_.spans[0].count == s.T,
+              "attention: the plain operator needs all ", s.T, " tokens of each sequence on this rank, in order");
+  k::attention_forward(out, saved.heads, saved.scores, ws_.attention, packed_qkv(qkv, s), s.store, s.B, s.T,
+                       s.heads * s.head_dim, s.heads, s.round);
+}
+
+void Operators::attention_backward(const AttentionGrads& d, const float* dout, const AttentionSaved& saved,
+                                   const AttentionShape& s) {
+  const int64_t Cl = s.heads * s.head_dim;
+  BRAID_CHECK(d.ld == 3 * Cl && d.dk == d.dq + Cl && d.dv == d.dq + 2 * Cl,
+              "attention: the plain operator writes dq, dk, dv packed as (B, T, 3 x ", Cl, ")");
+  k::attention_backward(d.dq, ws_.attention, dout, saved.heads, saved.scores, s.store, s.B, s.T, Cl, s.heads,
+                        s.round);
+}
+
+void Operators::dropout(float* out, const float* in, int64_t C, const DropoutKey& key) {
+  k::dropout(out, in, rows_, C, key.row_base + row0_, key.p, key.seed, key.stream);
+}
+
+void Operators::norm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight,
+                             const float* bias, int64_t C) {
+  k::layernorm_forward(out, mean, rstd, x, weight, bias, rows_, C);
+}
+
+void Operators::norm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+                              const float* weight, const float* mean, const float* rstd, int64_t C) {
+  k::layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd, rows_, C);
+}
+
+void Operators::embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                                  int64_t) {
+  k::encoder_forward(out, tokens, wte, wpe, B_, T_, ws_.C);
+}
+
+void Operators::embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t) {
+  k::encoder_backward(dwte, dwpe, dout, tokens, B_, T_, ws_.C);
+}
+
+void Operators::cross_entropy_forward(float* losses, float* lse, const void* logits, const int32_t* targets,
+                                      int64_t V, int64_t Vp) {
+  k::softmax_crossentropy_forward(losses, lse, nullptr, logits, ws_.operands, targets, BT_, V, Vp);
+}
+
+void Operators::cross_entropy_backward(float* dlogits, const void* logits, const float* lse,
+                                       const int32_t* targets, float scale, int64_t V, int64_t Vp) {
+  k::softmax_crossentropy_backward(dlogits, logits, ws_.operands, lse, targets, scale, BT_, V, Vp);
+}
+
+}  // namespace braid::model
