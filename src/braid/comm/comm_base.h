@@ -86,8 +86,13 @@ class CommBase : public Communicator {
   virtual void do_recv(void* buf, size_t bytes, int peer, int tag) = 0;
   virtual WorkPtr do_isend(const void* buf, size_t bytes, int peer, int tag) = 0;
   virtual WorkPtr do_irecv(void* buf, size_t bytes, int peer, int tag) = 0;
+  // Default: post the receive, send, wait (a transport may fuse the two).
   virtual void do_sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes,
-                           int src, int tag) = 0;
+                           int src, int tag) {
+    auto w = do_irecv(rbuf, rbytes, src, tag);
+    do_send(sbuf, sbytes, dst, tag);
+    w->wait();
+  }
 
   // Native hooks; the defaults run our algorithms (what the local backend wants).
   virtual void native_all_reduce(const void* send, void* recv, size_t count, DType dtype,

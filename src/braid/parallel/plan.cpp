@@ -13,7 +13,9 @@ bool is_ps(const LayoutOptions& o) { return o.dp_mode == "ps"; }
 
 // The DP degree the ranks leave once TP and PP are placed (workers under a PS).
 int derived_dp(const LayoutOptions& o, int world_size) {
-  return is_ps(o) ? world_size - 1 : world_size / std::max(1, o.tp * o.pp);
+  // 64-bit: the degrees are not validated yet and may be huge.
+  const int64_t model_ranks = std::max<int64_t>(1, int64_t{o.tp} * o.pp);
+  return is_ps(o) ? world_size - 1 : static_cast<int>(world_size / model_ranks);
 }
 
 // The data-parallel flags as the mode registry reads them.
@@ -65,7 +67,7 @@ void validate_degrees(const LayoutOptions& o, int world_size) {
                      " but the job has ", world_size, " ranks",
                      ps ? " (1 server + workers)" : "",
                      "; the product of the parallel degrees must equal the number of "
-                     "ranks (launch with mpirun -np ", ps ? dp + 1 : dp * o.tp * o.pp, ", or pass --dp ",
+                     "ranks (launch with mpirun -np ", ps ? int64_t{dp} + 1 : int64_t{dp} * o.tp * o.pp, ", or pass --dp ",
                      ranks_for_dp, ")");
   BRAID_CONFIG_CHECK(o.fsdp_shard_size == 0 || (o.fsdp_shard_size <= dp && dp % o.fsdp_shard_size == 0),
                      "--fsdp-shard-size ", o.fsdp_shard_size, " must divide the ", dp,

@@ -15,84 +15,11 @@ namespace braid::plan {
 
 namespace {
 
-// Vendors' figures; where a figure is ours (latency, achievable fractions) the
-// comment says so.
-constexpr const char* kA100 = R"(# DGX A100 nodes: 8 x A100 80GB SXM on NVSwitch, 8 HDR InfiniBand links.
-# Sources: NVIDIA A100 Tensor Core GPU datasheet (80GB SXM: 312 TFLOPS BF16/FP16
-# dense, 19.5 TFLOPS FP32, 2,039 GB/s HBM2e, NVLink 600 GB/s per GPU counting
-# both directions); NVIDIA DGX A100 datasheet (8 single-port ConnectX-6 HDR
-# 200 Gb/s = 25 GB/s for compute traffic).
-name = "a100-80gb"
-accelerators_per_node = 8
-memory_gib = 80
-memory_bandwidth_gbs = 2039
-# Fitted on the 1.7B row of Narayanan et al. (SC21) Table 1 (the only row fitted;
-# docs/BENCHMARKS.md, "braid plan at cluster scale").
-matmul_fraction = 0.634
-# ours: what each kernel launch costs beyond its work (CUDA launch and the
-# framework's dispatch; PyTorch eager is several microseconds per operator).
-kernel_overhead_us = 5
-
-[peak_tflops]
-bf16 = 312
-fp16 = 312
-fp32 = 19.5
-
-[intra_node]
-bandwidth_gbs = 300   # NVLink 3: 600 GB/s both directions
-latency_us = 5        # ours: a ring step's latency, not a vendor figure
-
-[inter_node]
-bandwidth_gbs = 25    # HDR InfiniBand, 200 Gb/s per link
-latency_us = 10       # ours, as above
-links_per_node = 8
-)";
-
-// What DGX H100 and DGX H200 nodes share: the fit, the peaks, NVLink 4 and NDR
-// InfiniBand.
-constexpr const char* kHopperNode = R"(matmul_fraction = 0.634   # ours: the a100-80gb fit, no published row fitted here
-kernel_overhead_us = 5    # ours, as for a100-80gb
-
-[peak_tflops]
-bf16 = 989
-fp16 = 989
-fp32 = 67
-
-[intra_node]
-bandwidth_gbs = 450   # NVLink 4: 900 GB/s both directions
-latency_us = 5        # ours
-
-[inter_node]
-bandwidth_gbs = 50    # NDR InfiniBand, 400 Gb/s per link
-latency_us = 10       # ours
-links_per_node = 8
-)";
-
-constexpr const char* kH100 = R"(# DGX H100 nodes: 8 x H100 SXM5 80GB on NVSwitch, 8 NDR InfiniBand links.
-# Sources: NVIDIA H100 Tensor Core GPU datasheet (SXM: 989 TFLOPS BF16/FP16 dense,
-# 67 TFLOPS FP32, 3.35 TB/s HBM3, NVLink 900 GB/s per GPU counting both
-# directions); NVIDIA DGX H100 datasheet (8 ConnectX-7 400 Gb/s = 50 GB/s).
-name = "h100-80gb"
-accelerators_per_node = 8
-memory_gib = 80
-memory_bandwidth_gbs = 3350
-)";
-
-constexpr const char* kH200 = R"(# DGX H200 nodes: 8 x H200 SXM 141GB on NVSwitch, 8 NDR InfiniBand links.
-# Sources: NVIDIA H200 Tensor Core GPU datasheet (SXM: 989 TFLOPS BF16/FP16 dense,
-# 67 TFLOPS FP32, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s per GPU counting both
-# directions); NVIDIA DGX H200 datasheet (8 ConnectX-7 400 Gb/s = 50 GB/s).
-name = "h200"
-accelerators_per_node = 8
-memory_gib = 141
-memory_bandwidth_gbs = 4800
-)";
-
+// The presets: src/braid/plan/clusters/NAME.toml, embedded at build time
+// (cmake/cluster_presets.cmake).
 const std::map<std::string, std::string>& presets() {
   static const std::map<std::string, std::string> p = {
-      {"a100-80gb", kA100},
-      {"h100-80gb", std::string(kH100) + kHopperNode},
-      {"h200", std::string(kH200) + kHopperNode},
+#include "braid/plan/cluster_presets.inc"
   };
   return p;
 }
@@ -233,18 +160,30 @@ std::vector<std::string> cluster_presets() {
 }
 
 std::string format_cluster(const Cluster& c) {
-  char buf[1024];
-  std::snprintf(buf, sizeof buf,
-                "name = \"%s\"\naccelerators_per_node = %d\nmemory_gib = %.6g\nmemory_bandwidth_gbs = %.6g\n"
-                "matmul_fraction = %.6g\nbackward_matmul_fraction = %.6g\ncomm_overlaps_compute = %s\nkernel_overhead_us = %.6g\n\n[peak_tflops]\nbf16 = %.6g\nfp16 = %.6g\n"
-                "fp32 = %.6g\n\n[intra_node]\nbandwidth_gbs = %.6g\nlatency_us = %.6g\n\n[inter_node]\n"
-                "bandwidth_gbs = %.6g\nlatency_us = %.6g\nlinks_per_node = %d\n",
-                c.name.c_str(), c.accelerators_per_node, c.memory_bytes / double(1ull << 30), c.memory_bandwidth / 1e9,
-                c.matmul_fraction, c.backward_matmul_fraction, c.comm_overlaps_compute ? "true" : "false",
-                c.kernel_overhead * 1e6, c.peak_bf16 / 1e12, c.peak_fp16 / 1e12, c.peak_fp32 / 1e12,
-                c.intra_node.bandwidth / 1e9, c.intra_node.latency * 1e6, c.inter_node.bandwidth / 1e9,
-                c.inter_node.latency * 1e6, c.links_per_node);
-  return buf;
+  std::ostringstream out;
+  out.precision(6);  // %.6g: what parse_cluster reads back within 1e-6
+  out << std::boolalpha;
+  auto field = [&out](const char* key, auto value) { out << key << " = " << value << '\n'; };
+  field("name", '"' + c.name + '"');
+  field("accelerators_per_node", c.accelerators_per_node);
+  field("memory_gib", c.memory_bytes / double(1ull << 30));
+  field("memory_bandwidth_gbs", c.memory_bandwidth / 1e9);
+  field("matmul_fraction", c.matmul_fraction);
+  field("backward_matmul_fraction", c.backward_matmul_fraction);
+  field("comm_overlaps_compute", c.comm_overlaps_compute);
+  field("kernel_overhead_us", c.kernel_overhead * 1e6);
+  out << "\n[peak_tflops]\n";
+  field("bf16", c.peak_bf16 / 1e12);
+  field("fp16", c.peak_fp16 / 1e12);
+  field("fp32", c.peak_fp32 / 1e12);
+  out << "\n[intra_node]\n";
+  field("bandwidth_gbs", c.intra_node.bandwidth / 1e9);
+  field("latency_us", c.intra_node.latency * 1e6);
+  out << "\n[inter_node]\n";
+  field("bandwidth_gbs", c.inter_node.bandwidth / 1e9);
+  field("latency_us", c.inter_node.latency * 1e6);
+  field("links_per_node", c.links_per_node);
+  return out.str();
 }
 
 std::string cluster_preset_text(const std::string& name) {

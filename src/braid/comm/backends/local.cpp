@@ -248,13 +248,6 @@ class LocalComm final : public CommBase {
     do_send(buf, bytes, peer, tag);  // buffered: complete on return
     return std::make_shared<DoneWork>();
   }
-  void do_sendrecv(const void* sbuf, size_t sbytes, int dst, void* rbuf, size_t rbytes, int src,
-                   int tag) override {
-    auto w = do_irecv(rbuf, rbytes, src, tag);
-    do_send(sbuf, sbytes, dst, tag);
-    w->wait();
-  }
-
   std::unique_ptr<Communicator> split(int color, int key) override {
     std::unique_ptr<Communicator> result;
     run_collective(split_record(), [&] {

@@ -54,6 +54,12 @@ void require_one_chunk(const char* name, int v) {
                      " needs --schedule interleaved (or use --virtual-stages 1)");
 }
 
+int push_warmup_forwards(StageProgram& p, int P, int s, int m) {
+  const int warm = std::min(P - 1 - s, m);
+  for (int j = 0; j < warm; ++j) p.push_back({PipeOp::forward, j});
+  return warm;
+}
+
 StageMap::StageMap(int P, int v) : P_(P), v_(v) {
   const size_t n = static_cast<size_t>(P) * static_cast<size_t>(v);
   q_.resize(n), rank_.resize(n), chunk_.resize(n);

@@ -94,6 +94,9 @@ int schedule_chunks(const ScheduleDef& def, int requested);
 std::string refuse_recompute_for_split_backward(const char* name, const ScheduleModes& modes);
 /// Throws ConfigError for v != 1: `name` runs one model chunk per rank.
 void require_one_chunk(const char* name, int v);
+/// Appends stage s's 1F1B warm-up to p: the forwards of micro-batches
+/// 0 .. min(P-1-s, m)-1 (P stages, m micro-batches). Returns their count.
+int push_warmup_forwards(StageProgram& p, int P, int s, int m);
 
 /// Which virtual stage each (rank, chunk) holds, and back.
 class StageMap {

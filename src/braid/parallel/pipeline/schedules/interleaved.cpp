@@ -105,17 +105,10 @@ std::vector<int> planner_chunks(int P, int64_t m, int64_t L) {
 }  // namespace
 
 ScheduleDef interleaved_schedule() {
-  ScheduleDef d;
-  d.name = "interleaved";
-  d.description = "v chunks per rank, Megatron-LM's interleaved 1F1B (Narayanan et al. SC21)";
-  d.chunks = 0;
-  d.validate = validate;
-  d.build = build;
-  d.bubble = bubble;
-  d.bubble_text = "(P-1)/(vm+P-1)";
-  d.assumption = assumption;
-  d.planner_chunks = planner_chunks;
-  return d;
+  return {.name = "interleaved",
+          .description = "v chunks per rank, Megatron-LM's interleaved 1F1B (Narayanan et al. SC21)",
+          .chunks = 0, .validate = validate, .build = build, .bubble = bubble, .bubble_text = "(P-1)/(vm+P-1)",
+          .assumption = assumption, .planner_chunks = planner_chunks};
 }
 
 }  // namespace braid::parallel

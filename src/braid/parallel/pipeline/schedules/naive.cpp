@@ -22,14 +22,9 @@ double bubble(int P, int, int) { return (P - 1.0) / P; }
 }  // namespace
 
 ScheduleDef naive_schedule() {
-  ScheduleDef d;
-  d.name = "naive";
-  d.description = "one micro-batch at a time through every stage (no pipelining)";
-  d.build = build;
-  d.bubble = bubble;
-  d.bubble_text = "(P-1)/P";
-  d.in_matrix = false;  // 1F1B's passes in another order
-  return d;
+  // Not in the composability matrix: 1F1B's passes in another order.
+  return {.name = "naive", .description = "one micro-batch at a time through every stage (no pipelining)",
+          .build = build, .bubble = bubble, .bubble_text = "(P-1)/P", .in_matrix = false};
 }
 
 }  // namespace braid::parallel

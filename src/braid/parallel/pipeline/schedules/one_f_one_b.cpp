@@ -14,8 +14,7 @@ std::vector<StageProgram> build(int P, int m, int) {
   std::vector<StageProgram> prog(static_cast<size_t>(P));
   for (int s = 0; s < P; ++s) {
     auto& p = prog[static_cast<size_t>(s)];
-    const int warm = std::min(P - 1 - s, m);
-    for (int j = 0; j < warm; ++j) p.push_back({PipeOp::forward, j});
+    const int warm = push_warmup_forwards(p, P, s, m);
     for (int i = 0; i < m - warm; ++i) {
       p.push_back({PipeOp::forward, warm + i});
       p.push_back({PipeOp::backward, i});
@@ -33,14 +32,9 @@ std::vector<int> planner_chunks(int, int64_t, int64_t) { return {1}; }
 }  // namespace
 
 ScheduleDef one_f_one_b_schedule() {
-  ScheduleDef d;
-  d.name = "1f1b";
-  d.description = "one forward one backward after a warm-up (PipeDream-Flush, Narayanan et al. 2021)";
-  d.build = build;
-  d.bubble = bubble;
-  d.bubble_text = "(P-1)/(m+P-1)";
-  d.planner_chunks = planner_chunks;
-  return d;
+  return {.name = "1f1b",
+          .description = "one forward one backward after a warm-up (PipeDream-Flush, Narayanan et al. 2021)",
+          .build = build, .bubble = bubble, .bubble_text = "(P-1)/(m+P-1)", .planner_chunks = planner_chunks};
 }
 
 }  // namespace braid::parallel

@@ -16,12 +16,15 @@ namespace braid::parallel {
 
 namespace {
 
+double bubble(int P, int m, int) { return (P - 1.0) / (3.0 * m + P - 1.0); }
+
+std::string assumption(int P, int m, int) { return m < P ? "the formula assumes m >= P" : ""; }
+
 std::vector<StageProgram> build(int P, int m, int) {
   std::vector<StageProgram> prog(static_cast<size_t>(P));
   for (int s = 0; s < P; ++s) {
     auto& p = prog[static_cast<size_t>(s)];
-    const int warm = std::min(P - 1 - s, m);
-    for (int j = 0; j < warm; ++j) p.push_back({PipeOp::forward, j});
+    const int warm = push_warmup_forwards(p, P, s, m);
     for (int i = 0; i < m; ++i) {
       if (warm + i < m) p.push_back({PipeOp::forward, warm + i});
       p.push_back({PipeOp::backward_input, i});
@@ -34,10 +37,6 @@ std::vector<StageProgram> build(int P, int m, int) {
   return prog;
 }
 
-double bubble(int P, int m, int) { return (P - 1.0) / (3.0 * m + P - 1.0); }
-
-std::string assumption(int P, int m, int) { return m < P ? "the formula assumes m >= P" : ""; }
-
 std::string refuse(const ScheduleModes& modes) { return refuse_recompute_for_split_backward("zb-h1", modes); }
 
 std::vector<int> planner_chunks(int P, int64_t, int64_t) { return P > 1 ? std::vector<int>{1} : std::vector<int>{}; }
@@ -45,16 +44,10 @@ std::vector<int> planner_chunks(int P, int64_t, int64_t) { return P > 1 ? std::v
 }  // namespace
 
 ScheduleDef zb_h1_schedule() {
-  ScheduleDef d;
-  d.name = "zb-h1";
-  d.description = "1F1B with the backward split into B and deferred W (ZB-H1, Qi et al., ICLR 2024)";
-  d.refuse = refuse;
-  d.build = build;
-  d.bubble = bubble;
-  d.bubble_text = "(P-1)/(3m+P-1)";
-  d.assumption = assumption;
-  d.planner_chunks = planner_chunks;
-  return d;
+  return {.name = "zb-h1",
+          .description = "1F1B with the backward split into B and deferred W (ZB-H1, Qi et al., ICLR 2024)",
+          .refuse = refuse, .build = build, .bubble = bubble, .bubble_text = "(P-1)/(3m+P-1)",
+          .assumption = assumption, .planner_chunks = planner_chunks};
 }
 
 }  // namespace braid::parallel

@@ -141,19 +141,11 @@ std::vector<int> planner_chunks(int P, int64_t, int64_t L) {
 }  // namespace
 
 ScheduleDef zb_v_schedule() {
-  ScheduleDef d;
-  d.name = "zb-v";
-  d.description = "two chunks per rank in a V, B/W split, 1F1B's memory (ZB-V, Qi et al. 2024)";
-  d.chunks = 2;
-  d.validate = validate;
-  d.refuse = refuse;
-  d.build = build;
-  d.bubble = bubble;
-  d.bubble_text = "(P-1)/(6m+P-1)";
-  d.assumption = assumption;
-  d.placement = placement;
-  d.planner_chunks = planner_chunks;
-  return d;
+  return {.name = "zb-v",
+          .description = "two chunks per rank in a V, B/W split, 1F1B's memory (ZB-V, Qi et al. 2024)",
+          .chunks = 2, .validate = validate, .refuse = refuse, .build = build, .bubble = bubble,
+          .bubble_text = "(P-1)/(6m+P-1)", .assumption = assumption, .placement = placement,
+          .planner_chunks = planner_chunks};
 }
 
 }  // namespace braid::parallel
