@@ -5,7 +5,7 @@
 # interleaved, ZB-H1, ...} x {fp32, bf16, fp16} x {recompute none, full}, against the single-rank run, checks braid plan against every rank's
 # ledger, and prints how many cells train the same model and how many are
 # refused and why. CI trains a pairwise cover of the cells; this runs them all
-# (about a minute on two cores). Builds build/ first when needed.
+# (540 cells, about a minute on two cores). Builds build/ first when needed.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

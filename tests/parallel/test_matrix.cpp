@@ -4,7 +4,7 @@
 //   x pipeline {none, 2 stages with each schedule of the registry that the
 //     matrix covers: 1F1B, interleaved (v = 2), ZB-H1, ...}
 //   x precision {fp32, bf16, fp16} x recompute {none, full}
-// (432 cells with those three schedules) either trains the single-rank run in its precision or is refused
+// (540 cells with today's four schedules) either trains the single-rank run in its precision or is refused
 // with its reason. DP is 2 (HSDP: 4, in shard groups of 2), so a cell runs on
 // DP x TP x PP ranks, up to 16 threads.
 //
