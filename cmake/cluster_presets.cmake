@@ -6,7 +6,7 @@ file(GLOB BRAID_CLUSTER_PRESETS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/braid/
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${BRAID_CLUSTER_PRESETS})
 set(BRAID_CLUSTER_PRESET_ENTRIES "// Generated from src/braid/plan/clusters/*.toml; do not edit.\n")
 foreach(preset ${BRAID_CLUSTER_PRESETS})
-  get_filename_component(name ${preset} NAME_WE)
+  get_filename_component(name ${preset} NAME_WLE)
   file(READ ${preset} text)
   string(FIND "${text}" ")braid_toml\"" clash)
   if(NOT clash EQUAL -1)
@@ -14,6 +14,8 @@ foreach(preset ${BRAID_CLUSTER_PRESETS})
   endif()
   string(APPEND BRAID_CLUSTER_PRESET_ENTRIES "{\"${name}\", R\"braid_toml(${text})braid_toml\"},\n")
 endforeach()
-# Written only when it changes, so a re-configure does not rebuild cluster.cpp.
-file(CONFIGURE OUTPUT ${CMAKE_BINARY_DIR}/generated/braid/plan/cluster_presets.inc
-     CONTENT "${BRAID_CLUSTER_PRESET_ENTRIES}" @ONLY)
+# Copied only when it changes, so a re-configure does not rebuild cluster.cpp
+# (COPYONLY: nothing in a preset is substituted).
+file(WRITE ${CMAKE_BINARY_DIR}/generated/cluster_presets.inc.tmp "${BRAID_CLUSTER_PRESET_ENTRIES}")
+configure_file(${CMAKE_BINARY_DIR}/generated/cluster_presets.inc.tmp
+               ${CMAKE_BINARY_DIR}/generated/braid/plan/cluster_presets.inc COPYONLY)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "braid/core/error.h"
 
@@ -165,10 +166,13 @@ void validate_tuning(const LayoutOptions& o) {
 void validate_batch(const LayoutOptions& o, int dp, const model::GPTConfig& cfg) {
   BRAID_CONFIG_CHECK(o.micro_batch > 0 && o.global_batch > 0, "--batch ", o.global_batch,
                      " and --micro-batch ", o.micro_batch, " must be positive");
-  BRAID_CONFIG_CHECK(o.global_batch % (static_cast<int64_t>(dp) * o.micro_batch) == 0,
+  // dp x micro-batch, when it fits in 64 bits (--ranks and --micro-batch may be huge).
+  const bool fits = o.micro_batch <= std::numeric_limits<int64_t>::max() / std::max(1, dp);
+  const std::string product = fits ? std::to_string(int64_t{dp} * o.micro_batch) : "more than 2^63";
+  BRAID_CONFIG_CHECK(fits && o.global_batch % (int64_t{dp} * o.micro_batch) == 0,
                      "global batch ", o.global_batch, " is not divisible by dp (", dp,
-                     ") x micro-batch (", o.micro_batch, ") = ", dp * o.micro_batch,
-                     "; use a --batch that is a multiple of ", dp * o.micro_batch,
+                     ") x micro-batch (", o.micro_batch, ") = ", product, "; use a --batch that is a multiple of ",
+                     fits ? product : "dp x micro-batch",
                      " or change --micro-batch (--micro-batch auto picks the largest that divides)");
   BRAID_CONFIG_CHECK(o.seq_len > 0 && o.seq_len <= cfg.block_size, "--seq-len ", o.seq_len,
                      " must be in [1, ", cfg.block_size, "] (block_size of model '", cfg.name,

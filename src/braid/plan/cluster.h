@@ -1,7 +1,7 @@
 // A cluster as `braid plan` sees it: nodes of accelerators, their peak and
 // achievable arithmetic, memory, and the links inside and between nodes. Read
 // from a TOML file (see cluster_preset_text for the fields) or taken from a
-// preset: a100-80gb, h100-80gb, h200 (vendors' figures, sources in each preset).
+// preset: one TOML file each in plan/clusters/ (vendors' figures, sources in each).
 #pragma once
 #include <istream>
 #include <map>
