@@ -214,19 +214,12 @@ void print_memory_plan(const PlanArgs& a) {
 }
 
 // The ranks of the job and the step-time model's flags (--cluster and what goes with it).
-// "a100-80gb, h100-80gb, h200": the presets, for help texts and errors.
-std::string preset_list() {
-  std::string s;
-  for (const std::string& name : plan::cluster_presets()) s += (s.empty() ? "" : ", ") + name;
-  return s;
-}
-
 void add_plan_options(CLI::App* c, PlanArgs& a) {
   c->add_option("--ranks,--accelerators", a.ranks, "Ranks of the job (TP x DP x PP): one per accelerator")
       ->capture_default_str();
   c->add_flag("--all-ranks", a.all_ranks, "Print every rank (default: every rank up to 8, else rank 0 and the largest)");
   c->add_option("--cluster", a.cluster,
-                "Also predict the step time on this cluster: a preset (" + preset_list() + "), this-machine "
+                "Also predict the step time on this cluster: a preset (" + plan::cluster_preset_names() + "), this-machine "
                 "(measured now; run it under mpirun as the job will run) or a TOML file")
       ->group("Time");
   c->add_option("--print-cluster", a.print_cluster, "Print a preset's TOML, or this-machine's measured figures (a start for a file of your own), and exit")
@@ -259,7 +252,7 @@ void run_plan(const PlanArgs& a) {
   BRAID_CONFIG_CHECK(a.ranks >= 1 && a.ranks <= kMaxRanks, "--ranks ", a.ranks, " must be in [1, ", kMaxRanks,
                      "] (braid plan places every rank in its groups)");
   BRAID_CONFIG_CHECK(!a.cluster.empty() || !(a.search || a.json || a.tokens > 0),
-                     "--search, --json and --tokens need --cluster (a preset: ", preset_list(), ", or a file)");
+                     "--search, --json and --tokens need --cluster (a preset: ", plan::cluster_preset_names(), ", or a file)");
   // A cluster that does not load is refused before any table is printed.
   const plan::Cluster cl = measured ? *measured : a.cluster.empty() ? plan::Cluster{} : plan::load_cluster(a.cluster);
   if (a.search) return print_search(a, cl);

@@ -38,12 +38,6 @@ std::string known_fields() {
   return s;
 }
 
-std::string preset_names() {
-  std::string s;
-  for (const auto& [name, text] : presets()) s += (s.empty() ? "" : ", ") + name;
-  return s;
-}
-
 }  // namespace
 
 double Cluster::peak_flops(DType dtype) const {
@@ -147,7 +141,7 @@ Cluster load_cluster(const std::string& name_or_path) {
     return parse_cluster(in, name_or_path);
   }
   BRAID_CONFIG_CHECK(std::filesystem::is_regular_file(name_or_path), "--cluster ", name_or_path,
-                     " is neither a preset (", preset_names(), ", this-machine) nor a TOML file");
+                     " is neither a preset (", cluster_preset_names(), ", this-machine) nor a TOML file");
   std::ifstream in(name_or_path);
   BRAID_CONFIG_CHECK(in.good(), "--cluster ", name_or_path, " cannot be read");
   return parse_cluster(in, name_or_path);
@@ -157,6 +151,12 @@ std::vector<std::string> cluster_presets() {
   std::vector<std::string> out;
   for (const auto& [name, text] : presets()) out.push_back(name);
   return out;
+}
+
+std::string cluster_preset_names() {
+  std::string s;
+  for (const auto& [name, text] : presets()) s += (s.empty() ? "" : ", ") + name;
+  return s;
 }
 
 std::string format_cluster(const Cluster& c) {
@@ -189,7 +189,7 @@ std::string format_cluster(const Cluster& c) {
 std::string cluster_preset_text(const std::string& name) {
   if (name == "this-machine") return "# measured by braid on this machine\n" + format_cluster(measure_this_machine());
   auto it = presets().find(name);
-  BRAID_CONFIG_CHECK(it != presets().end(), "no cluster preset '", name, "'; the presets are ", preset_names());
+  BRAID_CONFIG_CHECK(it != presets().end(), "no cluster preset '", name, "'; the presets are ", cluster_preset_names());
   return it->second;
 }
 

@@ -70,6 +70,8 @@ Cluster parse_cluster(std::istream& in, const std::string& origin);
 Cluster load_cluster(const std::string& name_or_path);
 /// The presets' names.
 std::vector<std::string> cluster_presets();
+/// "a100-80gb, h100-80gb, h200": the presets' names, for help texts and errors.
+std::string cluster_preset_names();
 /// A preset's TOML text (a starting point for a file of one's own; for
 /// "this-machine", the measured figures); throws ConfigError naming the presets
 /// for an unknown name.
