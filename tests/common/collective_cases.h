@@ -498,14 +498,18 @@ inline void worked_examples(Communicator& c) {
 }
 
 /// Traffic accounting: a ring all-reduce of N f32 moves 2 (n-1)/n N elements
-/// per rank each way (up to uneven segments).
+/// per rank each way (up to uneven segments); the flat ring also on groups that span
+/// nodes (whose own path moves the bytes otherwise).
 inline void bytes_suite(Communicator& c) {
   const int n = c.size();
   const size_t count = 1000 * static_cast<size_t>(n);
   std::vector<float> v(count, 1.f);
   set_doubling(c, false);
+  auto* b = dynamic_cast<comm::CommBase*>(&c);
+  if (b) b->ring_options().hierarchical = false;
   const uint64_t s0 = c.bytes_sent(), r0 = c.bytes_received();
   c.all_reduce(v.data(), v.data(), count, DType::f32, ReduceOp::sum, Algorithm::ring);
+  if (b) b->ring_options().hierarchical = true;
   set_doubling(c, true);
   const uint64_t want = n == 1 ? 0 : 2 * static_cast<uint64_t>(n - 1) * 1000 * 4;
   EXPECT_EQ(c.bytes_sent() - s0, want);
@@ -617,8 +621,8 @@ inline void shared_case(Communicator& c, comm::SharedBuffer& A, comm::SharedBuff
   }
 }
 
-/// Collectives on memory from alloc_shared: zero-copy on both backends (the ranks of
-/// a test share a node), every dtype and op, counts from 0 to several all-reduce
+/// Collectives on memory from alloc_shared: zero-copy on both backends when the ranks
+/// share a node, private memory (and the usual paths) when they span nodes; every dtype and op, counts from 0 to several all-reduce
 /// chunks per segment.
 inline void shared_buffer_suite(Communicator& c) {
   const int n = c.size();
@@ -627,21 +631,25 @@ inline void shared_buffer_suite(Communicator& c) {
   const size_t bytes = (big * std::max(n, 2) + 64) * 4;  // n blocks, or 2 all-reduce buffers
   comm::SharedBuffer A = c.alloc_shared(bytes), B = c.alloc_shared(bytes);
   ASSERT_EQ(A.zero_copy(), B.zero_copy());
-  if (c.backend() == "local") {
+  const bool one_node = c.node_map().nodes() == 1;
+  if (!one_node) {
+    ASSERT_FALSE(A.zero_copy()) << "a group that spans nodes gets private memory";
+  } else if (c.backend() == "local") {
     ASSERT_TRUE(A.zero_copy()) << "threads always share memory";
   }
-  if (!A.zero_copy()) {  // every rank decides alike, so every rank skips
+  if (!A.zero_copy() && one_node) {  // every rank decides alike, so every rank skips
     GTEST_SKIP() << "alloc_shared gave private memory: /dev/shm lacks room for 2 x " << bytes << " bytes on "
                  << n << " ranks";
   }
   ASSERT_EQ(A.bytes(), bytes);
-  ASSERT_EQ(reinterpret_cast<uintptr_t>(A.data()) % 4096, 0u);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(A.data()) % (A.zero_copy() ? 4096 : 64), 0u);
   for (DType dt : kDtypes)
     for (ReduceOp op : kOps)
       for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1021}, static_cast<size_t>(5 * n + 1)})
         shared_case(c, A, B, count, dt, op);
   shared_case(c, A, B, big, DType::f32, ReduceOp::sum);
   shared_case(c, A, B, big / 2, DType::bf16, ReduceOp::avg);
+  if (!one_node) return;
   // Traffic: an all-reduce moves 2 (n-1)/n of the buffer each way, as the ring does.
   const uint64_t s0 = c.bytes_sent();
   c.all_reduce(A.data(), A.data(), 1000 * n, DType::f32, ReduceOp::sum);

@@ -56,7 +56,7 @@ TEST(CommEnv, EachVariableSetsTheMemberItNames) {
   EXPECT_EQ(o.chain_broadcast_min_bytes, 16u);
   EXPECT_EQ(o.flat_broadcast_max_bytes, 17u);
   EXPECT_EQ(o.scatter_broadcast_max_bytes, 0u);
-  EXPECT_EQ(comm::algo::env_names().size(), 11u);
+  EXPECT_EQ(comm::algo::env_names().size(), 12u);
 }
 
 TEST(CommEnv, BadValuesNameTheVariableAndTheValue) {

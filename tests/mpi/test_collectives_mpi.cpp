@@ -2,6 +2,8 @@
 // one process per rank, ring and MPI-native algorithms.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "common/collective_cases.h"
 #include "common/fault_cases.h"
 #include "mpi/mpi_world.h"
@@ -15,6 +17,16 @@ using test_mpi::world;
 TEST(CollectiveMpi, Backend) {
   EXPECT_EQ(world().backend(), "mpi");
   EXPECT_GE(world().size(), 1);
+}
+// The node map MPI reports is the placement the launcher made: under mpirun on one
+// host, one node; on emulated hosts (tests/e2e/cluster_collectives.sh) the map the
+// script states in BRAID_TEST_NODE_MAP ("2+1"), so the hierarchical path is the one tested.
+TEST(CollectiveMpi, NodeMapIsThePlacement) {
+  const char* want = std::getenv("BRAID_TEST_NODE_MAP");
+  if (want)
+    EXPECT_EQ(world().node_map(), comm::NodeMap::parse(want)) << world().node_map().describe();
+  else
+    EXPECT_EQ(world().node_map(), comm::NodeMap::one_node(world().size())) << world().node_map().describe();
 }
 TEST(CollectiveMpi, AllReduce) { tc::all_reduce_suite(world()); }
 TEST(CollectiveMpi, AllReduceLarge) { tc::all_reduce_large(world()); }

@@ -95,14 +95,47 @@ TEST(CommSelector, Broadcast) {
 
 TEST(CommSelector, Barrier) { EXPECT_EQ(pick(Collective::barrier, 5, 0), "dissemination_barrier"); }
 
-TEST(CommSelector, NodeMap) {
-  EXPECT_EQ(comm::algo::NodeMap{}.nodes(8), 1);
-  EXPECT_EQ(comm::algo::NodeMap{4}.nodes(8), 2);
-  EXPECT_EQ(comm::algo::NodeMap{4}.nodes(9), 3);
-  EXPECT_EQ(comm::algo::NodeMap{8}.nodes(4), 1);
-  // Every group is one node today: a node map does not change the choice yet.
-  const comm::algo::CollectiveShape s{Collective::all_reduce, 1, 4, 4, comm::algo::NodeMap{2}};
-  EXPECT_STREQ(comm::algo::select_algorithm(s, {}).name, "doubling_all_reduce");
+TEST(CommSelector, GroupsThatSpanNodesGoHierarchical) {
+  using comm::algo::CollectiveShape;
+  using comm::algo::NodeShape;
+  auto name = [](Collective op, size_t count, NodeShape where, RingOptions o = {}) {
+    return std::string(comm::algo::select_algorithm(CollectiveShape{op, count, 4, 4, where}, o).name);
+  };
+  const NodeShape even{2, true, 2}, uneven{2, false, 1}, one{};
+  EXPECT_EQ(name(Collective::all_reduce, 1, one), "doubling_all_reduce");
+  EXPECT_EQ(name(Collective::all_reduce, 1, uneven), "hierarchical_all_reduce");
+  EXPECT_EQ(name(Collective::all_reduce, 2, even), "hierarchical_all_reduce");
+  EXPECT_EQ(name(Collective::all_reduce, 1, even), "doubling_all_reduce");  // fewer elements than slices
+  EXPECT_EQ(name(Collective::all_reduce, 0, even), "ring_all_reduce");      // only copies
+  EXPECT_EQ(name(Collective::reduce_scatter, 8, even), "hierarchical_reduce_scatter");
+  EXPECT_EQ(name(Collective::reduce_scatter, 8, uneven), "ring_reduce_scatter");  // the stated rule
+  EXPECT_EQ(name(Collective::all_gather, 8, even), "hierarchical_all_gather");
+  EXPECT_EQ(name(Collective::all_gather, 8, uneven), "doubling_all_gather");
+  EXPECT_EQ(name(Collective::broadcast, 8, uneven), "hierarchical_broadcast");
+  EXPECT_EQ(name(Collective::broadcast, 0, uneven), "no_broadcast");
+  EXPECT_EQ(name(Collective::all_to_all, 8, even), "direct_all_to_all");  // out of scope: flat
+  EXPECT_EQ(name(Collective::barrier, 0, even), "dissemination_barrier");
+  RingOptions flat;
+  flat.hierarchical = false;
+  EXPECT_EQ(name(Collective::all_reduce, 1 << 20, even, flat), "ring_all_reduce");
+  EXPECT_EQ(name(Collective::broadcast, 8, even, flat), "flat_broadcast");
+}
+
+TEST(CommSelector, NodeMaps) {
+  using comm::NodeMap;
+  const NodeMap m = NodeMap::parse("2+1");
+  EXPECT_EQ(m.world(), 3);
+  EXPECT_EQ(m.nodes(), 2);
+  EXPECT_FALSE(m.even());
+  EXPECT_EQ(m.min_local(), 1);
+  EXPECT_EQ(m.local_rank(2), 0);
+  EXPECT_EQ(m.describe(), "2 nodes: 2+1 ranks");
+  EXPECT_EQ(NodeMap::from_ids({7, 3, 7, 3}).describe(), "2 nodes: 2+2 ranks (interleaved)");
+  EXPECT_EQ(NodeMap::from_ids({7, 3, 7, 3}).members(1), (std::vector<int>{1, 3}));
+  EXPECT_EQ(NodeMap::parse("2+2").restrict({1, 3}), NodeMap::parse("1+1"));
+  EXPECT_EQ(NodeMap::parse("2+2").restrict({0, 1}), NodeMap::one_node(2));
+  EXPECT_EQ(NodeMap::one_node(4).describe(), "1 node: 4 ranks");
+  for (const char* bad : {"", "2+", "+2", "0+2", "2+x", "1234567"}) EXPECT_THROW(NodeMap::parse(bad), ConfigError) << bad;
 }
 
 }  // namespace

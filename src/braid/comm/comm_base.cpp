@@ -697,8 +697,14 @@ WorkPtr CommBase::reduce_scatter_async(const void* send, void* recv, size_t coun
 
 // ---- ours: the algorithm the selector picks ----
 
+void CommBase::set_node_map(NodeMap m) {
+  BRAID_CHECK(m.world() == size(), "node map of ", m.world(), " ranks for a group of ", size());
+  node_map_ = std::move(m);
+  node_shape_ = {node_map_.nodes(), node_map_.even(), node_map_.min_local()};
+}
+
 void CommBase::run_ours(algo::Collective op, const algo::CollectiveArgs& a) {
-  const algo::CollectiveShape shape{op, a.count, dtype_size(a.dtype), size(), node_map_};
+  const algo::CollectiveShape shape{op, a.count, dtype_size(a.dtype), size(), node_shape_};
   algo::select_algorithm(shape, ring_opts_).run(*this, workspace_, ring_opts_, a);
 }
 

@@ -72,8 +72,10 @@ class CommBase : public Communicator {
   /// Tuning of the ring algorithms (chunk size in bytes, receives in flight). Defaults
   /// come from the BRAID_COMM_* variables when set (algo::apply_env).
   algo::RingOptions& ring_options() { return ring_opts_; }
-  /// Where this group's ranks live, for the selector (default: one node).
-  void set_node_map(algo::NodeMap m) { node_map_ = m; }
+  /// Where this group's ranks live, for the selector; a backend sets it when it makes
+  /// the communicator (one node unless it knows better).
+  void set_node_map(NodeMap m);
+  const NodeMap& node_map() const final { return node_map_; }
 
   /// This communicator's identity and flight record (null when unmonitored).
   const std::shared_ptr<CommState>& state() const { return state_; }
@@ -171,7 +173,8 @@ class CommBase : public Communicator {
   std::shared_ptr<Monitor> monitor_;
   std::shared_ptr<CommState> state_;
   algo::RingOptions ring_opts_;
-  algo::NodeMap node_map_;
+  NodeMap node_map_;
+  algo::NodeShape node_shape_;  // what the selector reads of node_map_
   mutable std::mutex meta_mu_;  // name_, sink_, next_label_
   std::string name_ = "world";
   std::shared_ptr<SpanSink> sink_;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "braid/comm/topology.h"
 #include "braid/core/dtype.h"
 #include "braid/core/span_sink.h"
 
@@ -95,7 +96,7 @@ class SharedBuffer {
   SharedBuffer(SharedBuffer&&) noexcept;
   SharedBuffer& operator=(SharedBuffer&&) noexcept;
 
-  /// This rank's block, 4096-byte aligned; null when empty.
+  /// This rank's block, 4096-byte aligned when zero_copy() (64 otherwise); null when empty.
   void* data() const;
   size_t bytes() const;
   bool zero_copy() const;
@@ -119,6 +120,9 @@ class Communicator {
   virtual int size() const = 0;
   /// "local" or "mpi".
   virtual std::string backend() const = 0;
+  /// Which node each rank of the group is on (topology.h); one node unless the group
+  /// spans hosts (or the local backend was given a map).
+  virtual const NodeMap& node_map() const = 0;
 
   // ---- point-to-point (raw bytes) ----
   virtual void send(const void* buf, size_t bytes, int peer, int tag) = 0;

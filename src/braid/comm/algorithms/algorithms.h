@@ -70,6 +70,8 @@ extern const CollectiveAlgorithm kDirectAllToAll, kPairwiseAllToAll;
 extern const CollectiveAlgorithm kNoBroadcast, kFlatBroadcast, kBinomialBroadcast, kScatterAllGatherBroadcast,
     kChainBroadcast;
 extern const CollectiveAlgorithm kDisseminationBarrier;
+extern const CollectiveAlgorithm kHierarchicalAllReduce, kHierarchicalReduceScatter, kHierarchicalAllGather,
+    kHierarchicalBroadcast;
 
 /// recv[i] = op over ranks of send[i]; send == recv in place. Ring reduce-scatter then
 /// ring all-gather over count split into size() segments (uneven when count % size != 0),

@@ -41,6 +41,7 @@ constexpr Var kVars[] = {
      &RingOptions::flat_broadcast_max_bytes, nullptr, nullptr},
     {"BRAID_COMM_BROADCAST_SCATTER_MAX_BYTES", "BRAID_COMM_BCAST_SCATTER_MAX", Kind::bytes,
      &RingOptions::scatter_broadcast_max_bytes, nullptr, nullptr},
+    {"BRAID_COMM_HIERARCHICAL", "BRAID_COMM_HIER", Kind::toggle, nullptr, nullptr, &RingOptions::hierarchical},
 };
 
 void set(RingOptions& o, const Var& v, const std::string& text) {

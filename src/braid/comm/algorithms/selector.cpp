@@ -47,6 +47,19 @@ const CollectiveAlgorithm& broadcast(const CollectiveShape& c, const RingOptions
   return kChainBroadcast;
 }
 
+// The hierarchical path of a group that spans nodes, or null for the flat policy.
+const CollectiveAlgorithm* hierarchical(const CollectiveShape& c, const RingOptions& o) {
+  if (!o.hierarchical || c.placement.nodes <= 1 || c.count == 0) return nullptr;
+  switch (c.op) {
+    case Collective::all_reduce:
+      return c.count >= static_cast<size_t>(c.placement.min_local) ? &kHierarchicalAllReduce : nullptr;
+    case Collective::reduce_scatter: return c.placement.even ? &kHierarchicalReduceScatter : nullptr;
+    case Collective::all_gather: return c.placement.even ? &kHierarchicalAllGather : nullptr;
+    case Collective::broadcast: return c.elem_bytes > 0 ? &kHierarchicalBroadcast : nullptr;
+    default: return nullptr;
+  }
+}
+
 }  // namespace
 
 const char* collective_name(Collective c) {
@@ -61,19 +74,13 @@ const char* collective_name(Collective c) {
   return "?";
 }
 
-int NodeMap::nodes(int world) const {
-  if (ranks_per_node <= 0 || ranks_per_node >= world) return 1;
-  return (world + ranks_per_node - 1) / ranks_per_node;
-}
-
 size_t CollectiveShape::bytes() const {
   const size_t b = count * elem_bytes;
   return op == Collective::all_gather ? static_cast<size_t>(world) * b : b;
 }
 
-// Hierarchical algorithms (call.nodes.nodes(call.world) > 1) are chosen here first
-// once they exist; every group is one node today.
 const CollectiveAlgorithm& select_algorithm(const CollectiveShape& call, const RingOptions& opts) {
+  if (const CollectiveAlgorithm* h = hierarchical(call, opts)) return *h;
   switch (call.op) {
     case Collective::all_reduce: return all_reduce(call, opts);
     case Collective::all_gather: return all_gather(call, opts);

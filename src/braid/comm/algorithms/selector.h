@@ -4,6 +4,14 @@
 // folder) never choose another one.
 //
 // The policy (n = ranks of the group, bytes as CollectiveShape::bytes defines them):
+// A group that spans nodes (its node map has k > 1 nodes; topology.h) takes the
+// hierarchical path first, unless it is switched off (hierarchical = false):
+//   all-reduce      count >= fewest ranks on a node: hierarchical (uneven nodes too)
+//   reduce-scatter,
+//   all-gather      every node holds the same number of the group's ranks: hierarchical;
+//                   uneven nodes (2 + 1) take the flat algorithms below
+//   broadcast       bytes > 0: hierarchical (uneven nodes too)
+// and everything else, and every group on one node, the flat policy:
 //   all-reduce      n = 1 or count = 0: ring_all_reduce (which only copies)
 //                   n a power of two and bytes <= doubling max (n = 2: the 2-rank max):
 //                     recursive doubling
@@ -36,10 +44,6 @@
 // it beats the binomial tree at mid sizes), the binomial tree below 256 KiB
 // otherwise, scatter + all-gather below 32 MiB, the chain above.
 // Every threshold can be set per job by a BRAID_COMM_* variable (apply_env).
-//
-// Node map: today every group is treated as one node. The map is a parameter of
-// the selection so that hierarchical (intra-node / inter-node) algorithms plug in
-// here, chosen when nodes() > 1.
 //
 // Sources: Thakur, Rabenseifner & Gropp 2005 (doubling, halving-doubling, their
 // switch points); Patarasuk & Yuan 2009 (ring); van de Geijn et al. 1997 (scatter +
@@ -84,14 +88,17 @@ struct RingOptions {
   size_t scatter_broadcast_max_bytes = size_t{32} << 20;
   // Broadcast with more than 2 ranks up to this (inclusive): flat tree.
   size_t flat_broadcast_max_bytes = size_t{4} << 20;
+  // Groups that span nodes run the hierarchical algorithms (false: the flat policy,
+  // as if the group were one node; for comparison).
+  bool hierarchical = true;
 };
 
-/// Where the ranks of a group live: ranks_per_node consecutive ranks share a node;
-/// 0 means every rank of the group is on one node (today's only case).
-struct NodeMap {
-  int ranks_per_node = 0;
-  /// Nodes a group of `world` ranks spans (1 when ranks_per_node is 0 or >= world).
-  int nodes(int world) const;
+/// What the policy reads of a group's node map (topology.h): the nodes it spans,
+/// whether they hold equal numbers of its ranks, and the fewest on one node.
+struct NodeShape {
+  int nodes = 1;
+  bool even = true;
+  int min_local = 1;
 };
 
 /// One call as the selector sees it.
@@ -100,7 +107,7 @@ struct CollectiveShape {
   size_t count = 0;       // elements, per the collective's contract (all-gather: per rank)
   size_t elem_bytes = 0;  // bytes of one element
   int world = 1;          // ranks of the group
-  NodeMap nodes;
+  NodeShape placement;
   /// The bytes the thresholds compare: the buffer of all-reduce and broadcast, the
   /// output of all-gather (world * count * elem), one block of the others.
   size_t bytes() const;
@@ -116,7 +123,7 @@ const CollectiveAlgorithm& select_algorithm(const CollectiveShape& call, const R
 /// communicator; a map in tests). Each variable names the member it sets:
 /// BRAID_COMM_RING_CHUNK_BYTES, BRAID_COMM_RING_RECVS_AHEAD (1..64),
 /// BRAID_COMM_{ALLREDUCE,ALLGATHER,BROADCAST}_*_MAX_BYTES, BRAID_COMM_ALLTOALL_ONE_ROUND
-/// (0/1); env_names() lists them all. Byte values are plain digits.
+/// and BRAID_COMM_HIERARCHICAL (0/1); env_names() lists them all. Byte values are plain digits.
 /// Throws ConfigError naming the variable, its value and the fix when a value does
 /// not parse, or when a variable is set under the name it had before (so that a
 /// setting is never silently ignored).

@@ -160,7 +160,9 @@ class LocalComm final : public CommBase {
  public:
   LocalComm(std::shared_ptr<World> w, int rank, std::shared_ptr<Monitor> monitor = nullptr,
             std::shared_ptr<CommState> state = nullptr)
-      : CommBase(std::move(monitor), std::move(state)), w_(std::move(w)), rank_(rank) {}
+      : CommBase(std::move(monitor), std::move(state)), w_(std::move(w)), rank_(rank) {
+    set_node_map(NodeMap::one_node(w_->size));
+  }
   ~LocalComm() override {
     // A sub-group destroyed while its creator unwinds an exception: abort the job so a
     // queued collective blocked on peers returns and the progress thread can be joined.
@@ -174,8 +176,9 @@ class LocalComm final : public CommBase {
   std::string backend() const override { return "local"; }
 
  protected:
+  // As on hosts: a group that spans nodes of its map gets private memory.
   std::unique_ptr<SharedMapping> map_shared(size_t block_bytes) override {
-    return map_in_process(block_bytes);
+    return node_map().nodes() > 1 ? nullptr : map_in_process(block_bytes);
   }
   void check_peers() override {
     if (w_->job->aborted.load()) w_->job->throw_aborted();
@@ -276,8 +279,10 @@ class LocalComm final : public CommBase {
         sub = entry.first;
         if (++entry.second == static_cast<int>(members.size())) w_->splits.erase({seq, color});
       }
-      result = std::make_unique<LocalComm>(sub, new_rank, monitor(),
-                                           child_state(detail::concat(seq, ":", color), ranks, new_rank));
+      auto child = std::make_unique<LocalComm>(sub, new_rank, monitor(),
+                                               child_state(detail::concat(seq, ":", color), ranks, new_rank));
+      child->set_node_map(node_map().restrict(ranks));
+      result = std::move(child);
     });
     return result;
   }
@@ -296,6 +301,12 @@ class LocalComm final : public CommBase {
 
 void run_local(int world_size, const std::function<void(Communicator&)>& fn,
                const CommOptions& options) {
+  run_local(NodeMap::one_node(world_size), fn, options);
+}
+
+void run_local(const NodeMap& nodes, const std::function<void(Communicator&)>& fn,
+               const CommOptions& options) {
+  const int world_size = nodes.world();
   BRAID_CONFIG_CHECK(world_size >= 1, "run_local: world size ", world_size, " must be >= 1");
   options.validate();
   auto job = std::make_shared<Job>();
@@ -315,6 +326,7 @@ void run_local(int world_size, const std::function<void(Communicator&)>& fn,
             [job, r](const std::string& why) { job->abort(r, why); }, /*separate_processes=*/false);
         comm = std::make_unique<LocalComm>(
             world, r, monitor, std::make_shared<CommState>("world", ranks, r, monitor->origin()));
+        comm->set_node_map(nodes);
         fn(*comm);
       } catch (const std::exception& e) {
         job->fail(r, e.what(), exit_code_of(e));

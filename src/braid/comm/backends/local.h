@@ -18,5 +18,10 @@ namespace braid::comm {
 /// Errors: ConfigError when world_size < 1 or the timeout is not positive.
 void run_local(int world_size, const std::function<void(Communicator&)>& fn,
                const CommOptions& options = {});
+/// The same with ranks placed on nodes as `nodes` says (world size = nodes.world()):
+/// groups that span its nodes take the hierarchical collectives, as they would on
+/// hosts with that placement (and their shared buffers are private memory).
+void run_local(const NodeMap& nodes, const std::function<void(Communicator&)>& fn,
+               const CommOptions& options = {});
 
 }  // namespace braid::comm

@@ -257,6 +257,7 @@ class MpiComm final : public CommBase {
     BRAID_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     BRAID_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     BRAID_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    set_node_map(NodeMap::one_node(size_));
   }
   ~MpiComm() override {
     const bool unwinding = std::uncaught_exceptions() > 0;
@@ -314,7 +315,10 @@ class MpiComm final : public CommBase {
       MPI_Comm nc = MPI_COMM_NULL;
       BRAID_MPI_CHECK(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &nc));
       if (nc == MPI_COMM_NULL) return;
-      result = std::make_unique<MpiComm>(nc, monitor(), child(nc, detail::concat(seq, ":", color)));
+      std::vector<int> members;
+      auto c = std::make_unique<MpiComm>(nc, monitor(), child(nc, detail::concat(seq, ":", color), members));
+      c->set_node_map(node_map().restrict(members));
+      result = std::move(c);
     });
     return result;
   }
@@ -402,7 +406,7 @@ class MpiComm final : public CommBase {
   // A window when every rank of the group runs on this node and the window's
   // backing file system has room for every rank's block; otherwise none.
   std::unique_ptr<SharedMapping> map_shared(size_t block_bytes) override {
-    if (!one_node()) return nullptr;
+    if (node_map().nodes() > 1) return nullptr;
     // Every rank decides alike: one short of room makes all keep private memory.
     int room = backing_room(block_bytes * static_cast<size_t>(size_) + (size_t{1} << 20)) ? 1 : 0;
     BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &room, 1, MPI_INT, MPI_MIN, comm_));
@@ -442,8 +446,8 @@ class MpiComm final : public CommBase {
   }
 
   // The state of group nc split from this communicator: its members as our ranks.
-  std::shared_ptr<CommState> child(MPI_Comm nc, const std::string& suffix) const {
-    if (!state()) return nullptr;
+  // `members` gets them too.
+  std::shared_ptr<CommState> child(MPI_Comm nc, const std::string& suffix, std::vector<int>& members) const {
     MPI_Group mine, theirs;
     BRAID_MPI_CHECK(MPI_Comm_group(comm_, &mine));
     BRAID_MPI_CHECK(MPI_Comm_group(nc, &theirs));
@@ -455,26 +459,27 @@ class MpiComm final : public CommBase {
     BRAID_MPI_CHECK(MPI_Group_translate_ranks(theirs, n, in.data(), mine, out.data()));
     MPI_Group_free(&mine);
     MPI_Group_free(&theirs);
-    return child_state(suffix, out, me);
+    members = out;
+    return state() ? child_state(suffix, out, me) : nullptr;
   }
 
-  // Whether the group's processes share memory (MPI_COMM_TYPE_SHARED); collective
-  // the first time.
-  bool one_node() {
-    if (one_node_ < 0) {
-      MPI_Comm node;
-      BRAID_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
-      int n = 0;
-      BRAID_MPI_CHECK(MPI_Comm_size(node, &n));
-      MPI_Comm_free(&node);
-      one_node_ = n == size_ ? 1 : 0;
-    }
-    return one_node_ == 1;
+  // Which node each rank is on: the world rank of the first rank of its
+  // MPI_COMM_TYPE_SHARED split, gathered from every rank. Collective.
+ public:
+  void discover_nodes() {
+    MPI_Comm node;
+    BRAID_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    int first = rank_;
+    BRAID_MPI_CHECK(MPI_Bcast(&first, 1, MPI_INT, 0, node));
+    MPI_Comm_free(&node);
+    std::vector<int> ids(static_cast<size_t>(size_));
+    BRAID_MPI_CHECK(MPI_Allgather(&first, 1, MPI_INT, ids.data(), 1, MPI_INT, comm_));
+    set_node_map(NodeMap::from_ids(std::vector<long long>(ids.begin(), ids.end())));
   }
 
+ private:
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
-  int one_node_ = -1;  // unknown until asked
   uint64_t split_seq_ = 0;
 };
 
@@ -522,7 +527,9 @@ std::unique_ptr<Communicator> MpiRuntime::world(const CommOptions& options) {
       },
       /*separate_processes=*/true);
   auto state = std::make_shared<CommState>("world", std::move(ranks), rank_, monitor->origin());
-  return std::make_unique<MpiComm>(dup, monitor, std::move(state));
+  auto comm = std::make_unique<MpiComm>(dup, monitor, std::move(state));
+  comm->discover_nodes();
+  return comm;
 }
 
 }  // namespace braid::comm

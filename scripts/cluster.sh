@@ -1,0 +1,316 @@
+#!/usr/bin/env bash
+# Emulated hosts on one machine: each host is a network namespace (its own address
+# and link), a UTS namespace (its hostname) and a mount namespace (its own /dev/shm,
+# so two hosts never share MPI's shared-memory segments). Hosts hang off one bridge
+# through veth pairs; each link is shaped by tc's token bucket filter in both
+# directions. Addresses come from the benchmarking range 198.18.0.0/15 only
+# (RFC 2544); the root namespace gets none, so no traffic leaves the emulation.
+#
+#   cluster.sh up N [--rate R] [--burst B] [--limit L] [--shm SIZE] [--slots S]
+#   cluster.sh run [--np P] [--hosts "2 2"] [--timeout S] -- COMMAND...
+#   cluster.sh exec H -- COMMAND...   run in host H (0-based)
+#   cluster.sh link H down|up|loss PCT|clear   cut / restore H's link, drop PCT % of its packets
+#   cluster.sh stats H               bytes and packets through H's uplink (tc counters)
+#   cluster.sh hosts                 the hosts, their addresses and holder processes
+#   cluster.sh down                  remove everything (idempotent)
+#
+# Defaults: rate 1gbit, burst 256kb, limit 4mb (tbf queue), /dev/shm 1g, slots =
+# ranks per host for `run` (2). BRAID_CLUSTER names the cluster (default "bc"; at
+# most 4 characters, it prefixes every interface and namespace); state lives in
+# /run/braid-cluster/<name>.
+#
+# `run` starts mpirun inside host 0 over a hostfile of the hosts' addresses; mpirun
+# enters the other hosts through an rsh agent (the file `agent` in the state
+# folder) that runs the remote daemon under nsenter in that host's namespaces, so
+# no sshd is needed. --hosts "2 1" puts 2 ranks on host 0 and 1 on host 1 (uneven
+# nodes); otherwise --np ranks are spread by slot. Ranks are not pinned: this
+# machine has fewer cores than a cluster has ranks (on a larger one, add
+# --bind-to core through BRAID_CLUSTER_MPIRUN_ARGS).
+# Exit status of `run`: the command's own, except that a rank killed by a signal
+# or a lost host daemon gives 4 (braid's rank-failure code) with a line naming the
+# rank and its host; every process the run left on any host is killed within 10 s
+# of the failure.
+#
+# Needs root (namespaces, veth, tc). `up` undoes what it made when it fails or is
+# interrupted.
+set -euo pipefail
+
+NAME=${BRAID_CLUSTER:-bc}
+STATE=/run/braid-cluster/$NAME
+NET_PREFIX=198.18.0   # host i: 198.18.0.(i+1)/24
+RANGE=198.18.0.0/15
+
+die() { echo "cluster: $*" >&2; exit 2; }
+
+need_root() {
+  [ "$(id -u)" = 0 ] || die "needs root (network, UTS and mount namespaces, veth, tc); run it as root or with sudo"
+  command -v ip >/dev/null || die "ip not found: install iproute2"
+  command -v nsenter >/dev/null || die "nsenter not found: install util-linux"
+}
+
+ns() { echo "$NAME-h$1"; }            # network namespace of host i
+veth() { echo "${NAME}v$1"; }         # host i's link, root side
+bridge() { echo "${NAME}br"; }
+addr() { echo "$NET_PREFIX.$(($1 + 1))"; }
+holder() { cat "$STATE/h$1.pid"; }
+nhosts() { cat "$STATE/hosts" 2>/dev/null || echo 0; }
+
+# Runs a command in host i's network, UTS and mount namespaces, in the current folder.
+in_host() {
+  local i=$1; shift
+  nsenter -t "$(holder "$i")" -n -u -m -- /bin/sh -c 'cd "$0" 2>/dev/null || cd /; exec "$@"' "$PWD" "$@"
+}
+
+shape() {  # shape DEV RATE BURST LIMIT [in namespace]
+  local dev=$1 rate=$2 burst=$3 limit=$4; shift 4
+  "$@" tc qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" limit "$limit"
+}
+
+start_holder() {  # a process that keeps host i's UTS and mount namespaces alive
+  local i=$1 shm=$2
+  setsid ip netns exec "$(ns "$i")" unshare --uts --mount --propagation private -- \
+    /bin/sh -c "hostname $NAME-h$i && mount -t tmpfs -o size=$shm,mode=1777 tmpfs /dev/shm && exec sleep infinity" \
+    </dev/null >/dev/null 2>&1 &
+  echo $! >"$STATE/h$i.pid"
+  local t=0
+  until [ "$(nsenter -t $! -u hostname 2>/dev/null)" = "$NAME-h$i" ] &&
+        nsenter -t $! -m -- sh -c 'mountpoint -q /dev/shm' 2>/dev/null; do
+    kill -0 $! 2>/dev/null || die "host $i's holder process exited (unshare or mount failed)"
+    t=$((t + 1)); [ $t -lt 100 ] || die "host $i did not come up within 10 s"
+    sleep 0.1
+  done
+}
+
+write_agent() {  # the rsh agent mpirun uses: `agent HOST COMMAND...`
+  cat >"$STATE/agent" <<EOF
+#!/bin/sh
+# rsh agent of emulated cluster $NAME: runs COMMAND in the namespaces of HOST.
+host=\$1; shift
+i=\$(grep -n "^\$host\$" "$STATE/addresses" | cut -d: -f1)
+[ -n "\$i" ] || { echo "cluster agent: unknown host \$host" >&2; exit 255; }
+exec nsenter -t "\$(cat "$STATE/h\$((i - 1)).pid")" -n -u -m -- /bin/sh -c "\$*"
+EOF
+  chmod +x "$STATE/agent"
+}
+
+cmd_up() {
+  local n=${1:?usage: cluster.sh up N [--rate R] [--burst B] [--limit L] [--shm SIZE]}; shift
+  local rate=1gbit burst=256kb limit=4mb shm=1g
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --rate) rate=$2; shift 2 ;;
+      --burst) burst=$2; shift 2 ;;
+      --limit) limit=$2; shift 2 ;;
+      --shm) shm=$2; shift 2 ;;
+      *) die "up: unknown option '$1' (known: --rate --burst --limit --shm)" ;;
+    esac
+  done
+  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "up: N must be 1..200 hosts, got '$n'"
+  [ ${#NAME} -le 4 ] || die "BRAID_CLUSTER '$NAME' is longer than 4 characters (interface names are limited to 15)"
+  [ ! -e "$STATE/hosts" ] || die "cluster '$NAME' is already up ($(nhosts) hosts); run 'cluster.sh down' first"
+  mkdir -p "$STATE"
+  trap 'echo "cluster: up failed; removing what it made" >&2; cmd_down >/dev/null 2>&1' ERR INT TERM
+  echo "$n" >"$STATE/hosts"
+  ip link add "$(bridge)" type bridge
+  ip link set "$(bridge)" up
+  : >"$STATE/addresses"
+  for ((i = 0; i < n; i++)); do
+    ip netns add "$(ns $i)"
+    ip link add "$(veth $i)" type veth peer name eth0 netns "$(ns $i)"
+    ip link set "$(veth $i)" master "$(bridge)" up
+    ip -n "$(ns $i)" addr add "$(addr $i)/24" dev eth0
+    ip -n "$(ns $i)" link set eth0 up
+    ip -n "$(ns $i)" link set lo up
+    shape "$(veth $i)" "$rate" "$burst" "$limit"                       # toward host i
+    shape eth0 "$rate" "$burst" "$limit" ip netns exec "$(ns $i)"       # host i's uplink
+    addr $i >>"$STATE/addresses"
+    start_holder "$i" "$shm"
+  done
+  printf 'rate=%s burst=%s limit=%s shm=%s\n' "$rate" "$burst" "$limit" "$shm" >"$STATE/link"
+  write_agent
+  trap - ERR INT TERM
+  echo "cluster $NAME: $n hosts up, $(addr 0)..$(addr $((n - 1))), links tbf rate $rate burst $burst limit $limit, /dev/shm $shm each"
+}
+
+# Kills every process in host i's namespaces but its holder; with `all`, the holder too.
+kill_host() {
+  local i=$1 what=${2:-} hp
+  hp=$(holder "$i" 2>/dev/null || true)
+  local pids
+  pids=$(ip netns pids "$(ns "$i")" 2>/dev/null || true)
+  for p in $pids; do
+    [ "$what" = all ] || [ "$p" != "$hp" ] || continue
+    kill -9 "$p" 2>/dev/null || true
+  done
+}
+
+cmd_down() {
+  local n i
+  n=$(nhosts)
+  # Hosts from a run that died before writing its count are found by name.
+  for nsname in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$NAME-h[0-9]*$" || true); do
+    i=${nsname#"$NAME-h"}
+    [ "$i" -lt "$n" ] || n=$((i + 1))
+  done
+  for ((i = 0; i < n; i++)); do
+    kill_host "$i" all
+    [ -f "$STATE/h$i.pid" ] && kill -9 "$(holder "$i")" 2>/dev/null || true
+    ip link del "$(veth $i)" 2>/dev/null || true
+    ip netns del "$(ns $i)" 2>/dev/null || true
+  done
+  ip link del "$(bridge)" 2>/dev/null || true
+  rm -rf "$STATE"
+  echo "cluster $NAME: down"
+}
+
+need_up() { [ -e "$STATE/hosts" ] || die "cluster '$NAME' is not up; run 'cluster.sh up N' first"; }
+host_arg() {
+  [[ ${1:-} =~ ^[0-9]+$ ]] && [ "$1" -lt "$(nhosts)" ] || die "host '${1:-}' is not one of 0..$(($(nhosts) - 1))"
+}
+
+cmd_exec() {
+  need_up; host_arg "${1:-}"; local i=$1; shift
+  [ "${1:-}" != -- ] || shift
+  in_host "$i" "$@"
+}
+
+cmd_link() {
+  need_up; host_arg "${1:-}"; local i=$1 what=${2:-}
+  case $what in
+    down) ip link set "$(veth $i)" down ;;
+    up) ip link set "$(veth $i)" up ;;
+    loss)
+      local pct=${3:-}
+      [[ $pct =~ ^[0-9]+$ ]] && [ "$pct" -le 100 ] || die "link loss: percent must be 0..100, got '$pct'"
+      in_host "$i" nft -f - <<EOF
+table inet braid_loss
+delete table inet braid_loss
+table inet braid_loss {
+  chain out { type filter hook output priority 0; meta l4proto tcp numgen random mod 100 < $pct drop; }
+  chain in { type filter hook input priority 0; meta l4proto tcp numgen random mod 100 < $pct drop; }
+}
+EOF
+      ;;
+    clear) in_host "$i" sh -c 'nft delete table inet braid_loss 2>/dev/null || true' ;;
+    *) die "link: expected down, up, loss PCT or clear, got '$what'" ;;
+  esac
+}
+
+cmd_stats() {  # sent bytes and packets of host i's uplink, as tc counts them
+  need_up; host_arg "${1:-}"
+  in_host "$1" tc -s qdisc show dev eth0 | awk '/Sent/ {print "sent_bytes=" $2, "sent_packets=" $4; exit}'
+}
+
+cmd_hosts() {
+  need_up
+  for ((i = 0; i < $(nhosts); i++)); do
+    echo "host $i: $NAME-h$i $(addr $i) holder $(holder $i)"
+  done
+  cat "$STATE/link"
+}
+
+# The hostfile of a run: --hosts "2 1" gives per-host slots; else `slots` each.
+write_hostfile() {
+  local per=$1 n i=0; n=$(nhosts)
+  : >"$STATE/hostfile"
+  if [ -n "$per" ]; then
+    for s in $per; do
+      [ "$i" -lt "$n" ] || die "--hosts '$per' names more hosts than the $n that are up"
+      [[ $s =~ ^[0-9]+$ ]] && [ "$s" -ge 1 ] || die "--hosts: '$s' is not a rank count >= 1"
+      echo "$(addr $i) slots=$s max_slots=$s" >>"$STATE/hostfile"
+      i=$((i + 1))
+    done
+  else
+    for ((i = 0; i < n; i++)); do echo "$(addr $i) slots=2" >>"$STATE/hostfile"; done
+  fi
+}
+
+# Names the failed rank and its host from mpirun's report, if there is one.
+failure_line() {
+  local log=$1 line rank host
+  line=$(grep -m1 -E "process rank [0-9]+ with PID [0-9]+ on node [^ ]+ exited on signal" "$log" || true)
+  if [ -n "$line" ]; then
+    rank=$(sed -E 's/.*process rank ([0-9]+) .*/\1/' <<<"$line")
+    host=$(sed -E 's/.* on node ([^ ]+) exited.*/\1/' <<<"$line")
+    echo "cluster: rank $rank on host $(host_of "$host") was killed ($(sed -E 's/.*exited on (signal [0-9]+).*/\1/' <<<"$line"))"
+    return 0
+  fi
+  if grep -qE "lost communication with a remote daemon|daemon .*(failed|died)|ORTE has lost|unexpectedly failed" "$log"; then
+    host=$(grep -m1 -oE "198\.1[89]\.[0-9]+\.[0-9]+" "$log" || echo "?")
+    echo "cluster: the daemon of host $(host_of "$host") was lost (its ranks went with it)"
+    return 0
+  fi
+  return 1
+}
+host_of() {  # "198.18.0.2" -> "1 (198.18.0.2)"
+  local i; i=$(grep -n "^$1\$" "$STATE/addresses" 2>/dev/null | cut -d: -f1)
+  [ -n "$i" ] && echo "$((i - 1)) ($1)" || echo "$1"
+}
+
+# Kills what a run left on every host (ranks, daemons), holders excepted.
+sweep() { for ((i = 0; i < $(nhosts); i++)); do kill_host "$i"; done; }
+
+cmd_run() {
+  need_up
+  local np="" per="" limit=0
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --np) np=$2; shift 2 ;;
+      --hosts) per=$2; shift 2 ;;
+      --timeout) limit=$2; shift 2 ;;
+      --) shift; break ;;
+      *) die "run: unknown option '$1' (known: --np --hosts --timeout, then -- COMMAND)" ;;
+    esac
+  done
+  [ $# -gt 0 ] || die "run: no command (cluster.sh run [--np P] [--hosts \"2 2\"] -- COMMAND...)"
+  write_hostfile "$per"
+  if [ -z "$np" ]; then np=$(awk '{split($2, a, "="); s += a[2]} END {print s}' "$STATE/hostfile"); fi
+  local log="$STATE/run.log" rc=0
+  : >"$log"
+  # shellcheck disable=SC2086
+  in_host 0 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    mpirun --hostfile "$STATE/hostfile" -np "$np" --bind-to none \
+    --mca plm_rsh_agent "$STATE/agent" --mca plm_rsh_no_tree_spawn 1 \
+    --mca btl self,vader,tcp --mca btl_tcp_if_include "$RANGE" --mca oob_tcp_if_include "$RANGE" \
+    --mca orte_abort_timeout 5 ${BRAID_CLUSTER_MPIRUN_ARGS:-} "$@" 2> >(tee -a "$log" >&2) &
+  local mp=$! t=0 failed_at=-1
+  # Watch the run: once mpirun reports a failure it has 5 s to finish its abort,
+  # then everything left is killed (a cut link would otherwise leave it hanging).
+  while kill -0 "$mp" 2>/dev/null; do
+    sleep 0.5; t=$((t + 1))
+    if [ "$failed_at" -lt 0 ] && failure_line "$log" >/dev/null; then failed_at=$t; fi
+    if { [ "$failed_at" -ge 0 ] && [ $((t - failed_at)) -ge 10 ]; } ||
+       { [ "$limit" -gt 0 ] && [ $((t / 2)) -ge "$limit" ]; }; then
+      kill -9 "$mp" 2>/dev/null || true
+      sweep
+      break
+    fi
+  done
+  wait "$mp" || rc=$?
+  sweep
+  if failure_line "$log" >/dev/null; then
+    failure_line "$log" >&2
+    return 4
+  fi
+  if [ "$limit" -gt 0 ] && [ $((t / 2)) -ge "$limit" ]; then
+    echo "cluster: run killed after its --timeout of $limit s" >&2
+    return 124
+  fi
+  return "$rc"
+}
+
+main() {
+  local cmd=${1:-}; [ $# -eq 0 ] || shift
+  case $cmd in
+    up) need_root; cmd_up "$@" ;;
+    down) need_root; cmd_down ;;
+    run) need_root; cmd_run "$@" ;;
+    exec) need_root; cmd_exec "$@" ;;
+    link) need_root; cmd_link "$@" ;;
+    stats) need_root; cmd_stats "$@" ;;
+    hosts) need_root; cmd_hosts ;;
+    *) die "usage: cluster.sh up N [options] | run [--np P] [--hosts \"2 1\"] -- CMD | exec H -- CMD | link H down|up|loss PCT|clear | stats H | hosts | down" ;;
+  esac
+}
+
+main "$@"
