@@ -10,6 +10,12 @@
 // factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all,
 // and 1 for broadcast.
 //
+// "link" is no collective: local rank i of every node sends S bytes to local rank i
+// of the next node and receives S from the previous one, all ranks at once (the
+// traffic of the hierarchical collectives' rails); busbw is then the bytes one node's
+// uplink carries per second, algbw one rank's share. It measures the link between
+// nodes as braid's ranks see it, busy ranks and all.
+//
 // Columns: "ours" runs our algorithms on private buffers (point-to-point messages);
 // "zero-copy" runs them on buffers from Communicator::alloc_shared, where ranks on one
 // node read each other's blocks directly; "native" is the transport's own collective on private buffers.
@@ -54,9 +60,10 @@ struct BenchCommArgs {
   int inject_failure_rank = -1;
 };
 
-const char* kOps[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"};
+const char* kOps[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "link"};
 
-double bus_factor(const std::string& op, int n) {
+double bus_factor(const std::string& op, int n, const comm::NodeMap& nodes) {
+  if (op == "link") return nodes.min_local();
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
   if (op == "broadcast") return 1.0;
   return static_cast<double>(n - 1) / n;
@@ -108,7 +115,17 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
   for (const auto& op : ops)
     BRAID_CONFIG_CHECK(std::find(std::begin(kOps), std::end(kOps), op) != std::end(kOps),
                        "--ops: unknown collective '", op,
-                       "'; use all_reduce, all_gather, reduce_scatter, all_to_all, broadcast");
+                       "'; use all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, link");
+  const comm::NodeMap& nodes = c.node_map();
+  const bool wants_link = std::find(ops.begin(), ops.end(), "link") != ops.end();
+  BRAID_CONFIG_CHECK(!wants_link || nodes.nodes() > 1, "--ops link times the link between nodes, but the ",
+                     n, " ranks are all on one node (", nodes.describe(), "); start them on several hosts");
+  // link: this rank's peers on the next and the previous node (none for an uneven
+  // node's extra ranks, which wait).
+  const int node = nodes.node_of(r), local = nodes.local_rank(r), k = nodes.nodes();
+  const bool carries = local < nodes.min_local();
+  const int next = carries ? nodes.members((node + 1) % k)[static_cast<size_t>(local)] : -1;
+  const int prev = carries ? nodes.members((node + k - 1) % k)[static_cast<size_t>(local)] : -1;
   std::vector<Algorithm> algos;
   for (const auto& s : split_list(a.algos)) algos.push_back(comm::parse_algorithm(s));
   BRAID_CONFIG_CHECK(!algos.empty(), "--algos is empty; use ring, native or ring,native");
@@ -148,6 +165,7 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
       std::printf("# zero-copy: shared buffers, %s\n",
                   ssh.zero_copy() ? "mapped by every rank"
                                   : "private (the ranks span nodes, or the shared-memory file system lacks room)");
+    std::printf("# nodes: %s\n", nodes.describe().c_str());
     std::printf("%-15s %12s %11s", "collective", "bytes", "count");
     for (const Variant& v : variants) std::printf(" | %9s us %8s %8s", v.key, "algbw", "busbw");
     for (const Variant& v : variants)
@@ -162,11 +180,12 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
     for (size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= a.factor) {
       // Elements per rank-block, so that the S-byte buffer divides evenly.
       size_t count;
-      if (op == "all_reduce" || op == "broadcast")
+      const bool whole = op == "all_reduce" || op == "broadcast" || op == "link";
+      if (whole)
         count = std::max<size_t>(1, bytes / esz);
       else
         count = std::max<size_t>(1, bytes / (esz * n));
-      const size_t size_bytes = (op == "all_reduce" || op == "broadcast") ? count * esz : count * esz * n;
+      const size_t size_bytes = whole ? count * esz : count * esz * n;
 
       auto run_once = [&](const Variant& v) {
         const Algorithm al = v.algo;
@@ -176,6 +195,9 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
         else if (op == "all_gather") c.all_gather(s, d, count, dt, al);
         else if (op == "reduce_scatter") c.reduce_scatter(s, d, count, dt, comm::ReduceOp::sum, al);
         else if (op == "all_to_all") c.all_to_all(s, d, count, dt, al);
+        else if (op == "link") {
+          if (carries) c.sendrecv(s, count * esz, next, d, count * esz, prev, 7);
+        }
         else c.broadcast(d, count, dt, 0, al);
       };
 
@@ -196,7 +218,7 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
         Timing tm;
         tm.median_s = a.iters % 2 ? t[a.iters / 2] : 0.5 * (t[a.iters / 2 - 1] + t[a.iters / 2]);
         tm.algbw = size_bytes / tm.median_s / 1e9;
-        tm.busbw = tm.algbw * bus_factor(op, n);
+        tm.busbw = tm.algbw * bus_factor(op, n, nodes);
         res.push_back(tm);
       }
       if (r == 0) {

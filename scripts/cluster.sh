@@ -11,6 +11,7 @@
 #   cluster.sh exec H -- COMMAND...   run in host H (0-based)
 #   cluster.sh link H down|up|loss PCT|clear   cut / restore H's link, drop PCT % of its packets
 #   cluster.sh stats H               bytes and packets through H's uplink (tc counters)
+#   cluster.sh procs H               processes running in host H (its holder aside)
 #   cluster.sh hosts                 the hosts, their addresses and holder processes
 #   cluster.sh down                  remove everything (idempotent)
 #
@@ -201,6 +202,11 @@ cmd_stats() {  # sent bytes and packets of host i's uplink, as tc counts them
   in_host "$1" tc -s qdisc show dev eth0 | awk '/Sent/ {print "sent_bytes=" $2, "sent_packets=" $4; exit}'
 }
 
+cmd_procs() {  # what runs in host i besides its holder: "PID COMMAND" lines
+  need_up; host_arg "${1:-}"
+  local p; for p in $(procs "$1"); do echo "$p $(cat /proc/$p/comm 2>/dev/null)"; done
+}
+
 cmd_hosts() {
   need_up
   for ((i = 0; i < $(nhosts); i++)); do
@@ -225,7 +231,12 @@ write_hostfile() {
   fi
 }
 
-# Names the failed rank and its host from mpirun's report, if there is one.
+# Whether mpirun has reported a failed rank or host (its abort is then under way).
+failure_seen() {
+  grep -qE "exited on signal|lost communication|daemon .*(failed|died)|unexpectedly failed|non-zero exit code|MPI_ABORT was invoked" "$1"
+}
+
+# Names the killed rank or lost host from mpirun's report, if there is one.
 failure_line() {
   local log=$1 line rank host
   line=$(grep -m1 -E "process rank [0-9]+ with PID [0-9]+ on node [^ ]+ exited on signal" "$log" || true)
@@ -242,13 +253,32 @@ failure_line() {
   fi
   return 1
 }
+host_of_rank() {  # ranks are placed by slot, host after host
+  awk -v r="$1" '{split($2, a, "="); s += a[2]; if (r < s) {print NR - 1 " (" $1 ")"; exit}}' "$STATE/hostfile"
+}
 host_of() {  # "198.18.0.2" -> "1 (198.18.0.2)"
   local i; i=$(grep -n "^$1\$" "$STATE/addresses" 2>/dev/null | cut -d: -f1)
   [ -n "$i" ] && echo "$((i - 1)) ($1)" || echo "$1"
 }
 
-# Kills what a run left on every host (ranks, daemons), holders excepted.
-sweep() { for ((i = 0; i < $(nhosts); i++)); do kill_host "$i"; done; }
+# The processes in host i's namespaces but its holder.
+procs() {
+  local hp p; hp=$(holder "$1" 2>/dev/null || true)
+  for p in $(ip netns pids "$(ns "$1")" 2>/dev/null || true); do [ "$p" = "$hp" ] || echo "$p"; done
+}
+
+# Kills what a run left on every host (ranks, daemons), holders excepted, and waits
+# (up to 5 s) until they are gone.
+sweep() {
+  local i t=0 left
+  while :; do
+    left=""
+    for ((i = 0; i < $(nhosts); i++)); do left+=$(procs "$i"); done
+    [ -n "$left" ] && [ $t -lt 50 ] || break
+    for ((i = 0; i < $(nhosts); i++)); do kill_host "$i"; done
+    sleep 0.1; t=$((t + 1))
+  done
+}
 
 cmd_run() {
   need_up
@@ -272,17 +302,19 @@ cmd_run() {
     mpirun --hostfile "$STATE/hostfile" -np "$np" --bind-to none \
     --mca plm_rsh_agent "$STATE/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl self,vader,tcp --mca btl_tcp_if_include "$RANGE" --mca oob_tcp_if_include "$RANGE" \
-    --mca orte_abort_timeout 5 ${BRAID_CLUSTER_MPIRUN_ARGS:-} "$@" 2> >(tee -a "$log" >&2) &
-  local mp=$! t=0 failed_at=-1
+    --mca orte_abort_timeout 5 ${BRAID_CLUSTER_MPIRUN_ARGS:-} "$@" > >(tee -a "$log") 2> >(tee -a "$log" >&2) &
+  local mp=$! t=0 failed_at=-1 killed=""
+  # Interrupted (Ctrl-C, a timeout): the run goes, and what it left on every host.
+  trap 'kill -9 "$mp" 2>/dev/null; sweep; exit 130' INT TERM
   # Watch the run: once mpirun reports a failure it has 5 s to finish its abort,
   # then everything left is killed (a cut link would otherwise leave it hanging).
   while kill -0 "$mp" 2>/dev/null; do
     sleep 0.5; t=$((t + 1))
-    if [ "$failed_at" -lt 0 ] && failure_line "$log" >/dev/null; then failed_at=$t; fi
-    if { [ "$failed_at" -ge 0 ] && [ $((t - failed_at)) -ge 10 ]; } ||
-       { [ "$limit" -gt 0 ] && [ $((t / 2)) -ge "$limit" ]; }; then
+    if [ "$failed_at" -lt 0 ] && failure_seen "$log"; then failed_at=$t; fi
+    if [ "$failed_at" -ge 0 ] && [ $((t - failed_at)) -ge 10 ]; then killed=abort; fi
+    if [ "$limit" -gt 0 ] && [ $((t / 2)) -ge "$limit" ]; then killed=timeout; fi
+    if [ -n "$killed" ]; then
       kill -9 "$mp" 2>/dev/null || true
-      sweep
       break
     fi
   done
@@ -292,10 +324,18 @@ cmd_run() {
     failure_line "$log" >&2
     return 4
   fi
-  if [ "$limit" -gt 0 ] && [ $((t / 2)) -ge "$limit" ]; then
-    echo "cluster: run killed after its --timeout of $limit s" >&2
-    return 124
-  fi
+  case $killed in
+    abort)
+      local first; first=$(grep -m1 -oE "Process name: +\[\[[0-9]+,[0-9]+\],[0-9]+\]" "$log" | grep -oE "[0-9]+\]$" | tr -d ']' || true)
+      rc=$(grep -m1 -oE "Exit code: +[0-9]+" "$log" | grep -oE "[0-9]+$" || true)
+      rc=${rc:-4}
+      [ -z "$first" ] || echo "cluster: rank $first on host $(host_of_rank "$first") failed first (exit code $rc)" >&2
+      echo "cluster: mpirun did not finish its abort within 5 s; killed what was left on every host" >&2
+      return "$rc" ;;
+    timeout)
+      echo "cluster: run killed after its --timeout of $limit s" >&2
+      return 124 ;;
+  esac
   return "$rc"
 }
 
@@ -308,8 +348,9 @@ main() {
     exec) need_root; cmd_exec "$@" ;;
     link) need_root; cmd_link "$@" ;;
     stats) need_root; cmd_stats "$@" ;;
+    procs) need_root; cmd_procs "$@" ;;
     hosts) need_root; cmd_hosts ;;
-    *) die "usage: cluster.sh up N [options] | run [--np P] [--hosts \"2 1\"] -- CMD | exec H -- CMD | link H down|up|loss PCT|clear | stats H | hosts | down" ;;
+    *) die "usage: cluster.sh up N [options] | run [--np P] [--hosts \"2 1\"] -- CMD | exec H -- CMD | link H down|up|loss PCT|clear | stats H | procs H | hosts | down" ;;
   esac
 }
 

@@ -15,7 +15,8 @@ failure_paths='Fail|Abort|Error|Reject|Invalid'
 # under either sanitizer; 1 to 4 ranks take the same chunked ring paths. The
 # zero-copy suite on 5 to 8 ranks likewise repeats the paths of 2 to 4.
 # scripts/check-deep.sh runs them.
-skip_large='AllReduceLarge/np[5-8]|SharedBuffers/np[5-8]'
+# Node maps of 7 and 8 ranks repeat the hierarchical paths of the smaller ones.
+skip_large='AllReduceLarge/np[5-8]|SharedBuffers/np[5-8]|CollectiveNodes.*nodes_(4_3|4_4|2_2_2_2|1_1_1_1_1_1_1_1)$'
 
 rc=0
 if san_time "asan+ubsan build" san_build build-asan address,undefined test_dist test_parallel; then

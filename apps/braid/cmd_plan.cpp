@@ -255,10 +255,14 @@ void run_plan(const PlanArgs& a) {
                      "--search, --json and --tokens need --cluster (a preset: ", plan::cluster_preset_names(), ", or a file)");
   // A cluster that does not load is refused before any table is printed.
   const plan::Cluster cl = measured ? *measured : a.cluster.empty() ? plan::Cluster{} : plan::load_cluster(a.cluster);
-  if (a.search) return print_search(a, cl);
-  if (a.json) return print_prediction_json(a, cl);
-  print_memory_plan(a);
-  if (!a.cluster.empty()) print_prediction(a.opt, a.ranks, cl, a.tokens);
+  // The ranks fill the cluster's nodes in order, as mpirun's by-slot mapping does:
+  // the placement rules of `braid train` apply to that node map.
+  PlanArgs placed = a;
+  if (!a.cluster.empty()) placed.opt.nodes = plan::cluster_nodes(cl, a.ranks);
+  if (a.search) return print_search(placed, cl);
+  if (a.json) return print_prediction_json(placed, cl);
+  print_memory_plan(placed);
+  if (!a.cluster.empty()) print_prediction(placed.opt, a.ranks, cl, a.tokens);
 }
 }  // namespace
 

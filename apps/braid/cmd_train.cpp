@@ -22,8 +22,8 @@
 #include "braid/data/token_file.h"
 #include "braid/data/tokenizer.h"
 #include "braid/kernels/cpu/probes.h"
+#include "braid/parallel/placement.h"
 #include "braid/parallel/pipeline/schedule.h"
-#include "braid/kernels/cpu/probes.h"
 #include "braid/train/preemption.h"
 #include "braid/train/trainer.h"
 #include "braid/version.h"
@@ -42,6 +42,7 @@ struct TrainArgs {
   std::string data_format = "auto";
   std::string backend = "mpi";
   int local_ranks = 1;
+  std::string nodes;  // --nodes: the local ranks' node map ("2+1")
   std::string algo = "ring";
   comm::CommOptions comm;
   std::string given, resolved;  // the options set (file or flags) and every option, as TOML key=value lines
@@ -153,6 +154,7 @@ void print_run_header(train::Trainer& trainer, comm::Communicator& world, const 
               (long long)pl.pp.micro_batches, (long long)pl.seq_len, ceiling.describe().c_str(), fma_peak / 1e9, path.c_str());
   const std::string transport = trainer.data_parallel_transport();
   if (!transport.empty()) std::printf("data-parallel collectives: %s\n", transport.c_str());
+  for (const std::string& line : parallel::describe_placement(pl)) std::printf("placement: %s\n", line.c_str());
   if (opt.warmup_steps > opt.steps)
     std::printf("note: --warmup %lld is longer than the run (--steps %lld): the learning rate stays below --lr %g\n",
                 (long long)opt.warmup_steps, (long long)opt.steps, opt.lr);
@@ -269,6 +271,9 @@ void check_flags_that_do_something(const CLI::App& c, const train::TrainOptions&
                      "--virtual-stages has no effect without --schedule interleaved");
   BRAID_CONFIG_CHECK(!given("--ranks") || c.get_option("--backend")->as<std::string>() == "local",
                      "--ranks sets the rank count of --backend local; under mpirun use -np");
+  BRAID_CONFIG_CHECK(!given("--nodes") || c.get_option("--backend")->as<std::string>() == "local",
+                     "--nodes places the ranks of --backend local; under MPI the node map is where mpirun "
+                     "started each rank (a hostfile)");
 }
 
 // The output file's directory is created now; a directory or an unwritable
@@ -368,6 +373,10 @@ void add_runtime_options(CLI::App* c, TrainArgs& a) {
       ->transform(one_of({"mpi", "local"}))
       ->capture_default_str()->group(g);
   c->add_option("--ranks", a.local_ranks, "Ranks for --backend local")->capture_default_str()->group(g);
+  c->add_option("--nodes", a.nodes,
+                "--backend local: ranks per node joined by +, e.g. 2+1 (groups that span nodes take the "
+                "hierarchical collectives, as on hosts placed that way)")
+      ->group(g);
   c->add_option("--comm-algo", a.algo, "Collective implementation: ring (ours) or native (MPI's own)")
       ->transform(one_of({"ring", "native"}))
       ->capture_default_str()->group(g);
@@ -482,10 +491,15 @@ void run_local_ranks(const TrainArgs& a) {
                      a.opt.inject_failure_kind, "' needs one process per rank; use the mpi backend");
   // Checked before the ranks' threads exist (a rank count far beyond the batch
   // would otherwise allocate them all first).
-  check_layout(a.opt, a.local_ranks);
+  const comm::NodeMap nodes = a.nodes.empty() ? comm::NodeMap::one_node(a.local_ranks) : comm::NodeMap::parse(a.nodes);
+  BRAID_CONFIG_CHECK(nodes.world() == a.local_ranks, "--nodes ", a.nodes, " places ", nodes.world(),
+                     " ranks but --ranks is ", a.local_ranks, "; make the counts add up to --ranks");
+  train::TrainOptions probe = a.opt;
+  probe.nodes = nodes;
+  check_layout(probe, a.local_ranks);
   const TokenData d = load_data(a);
   train::install_stop_handler();
-  comm::run_local(a.local_ranks, [&](comm::Communicator& w) { run_rank(a, w, d.train, d.val); }, a.comm);
+  comm::run_local(nodes, [&](comm::Communicator& w) { run_rank(a, w, d.train, d.val); }, a.comm);
 }
 
 void run_mpi_ranks(const TrainArgs& a) {

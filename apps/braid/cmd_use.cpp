@@ -60,6 +60,7 @@ void take_model_from_checkpoint(const CLI::App& c, UseArgs& a) {
 // global batch is one micro-batch per DP rank.
 std::unique_ptr<train::Trainer> make_trainer(UseArgs& a, comm::Communicator& world, std::span<const uint16_t> data) {
   train::TrainOptions o = a.opt;
+  if (o.micro_batch == parallel::kMicroBatchAuto) o.micro_batch = parallel::kMicroBatchAutoMax;  // no batch to divide
   const int dp = o.tp > 0 && o.pp > 0 ? world.size() / (o.tp * o.pp) : 1;
   o.global_batch = o.micro_batch * std::max(dp, 1);
   auto t = std::make_unique<train::Trainer>(o, world, data, std::span<const uint16_t>());

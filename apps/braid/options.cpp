@@ -65,6 +65,18 @@ void add_model_options(CLI::App* c, train::TrainOptions& o) {
       ->capture_default_str()->group(model);
 }
 
+// --fsdp-shard-size S|node into o.fsdp_shard_size (kShardSizeNode for node).
+void parse_shard_size(const std::string& s, train::TrainOptions& o) {
+  uint64_t n = 0;
+  if (s == "node") {
+    o.fsdp_shard_size = parallel::kShardSizeNode;
+    return;
+  }
+  BRAID_CONFIG_CHECK(parse_count(s, n) && n < (uint64_t{1} << 30), "--fsdp-shard-size '", s,
+                     "' is not a rank count (0 for all DP ranks) or node");
+  o.fsdp_shard_size = static_cast<int>(n);
+}
+
 // --micro-batch N|auto into o.micro_batch (kMicroBatchAuto for auto).
 void parse_micro_batch(const std::string& s, train::TrainOptions& o) {
   uint64_t n = 0;
@@ -86,9 +98,9 @@ void add_batch_options(CLI::App* c, train::TrainOptions& o) {
       c->add_option("--micro-batch", [&o](const std::vector<std::string>& v) {
            parse_micro_batch(v.at(0), o);
            return true;
-         }, "Sequences per forward/backward on one rank, or auto: batch / dp (with --pp P, the largest that "
-            "leaves at least P micro-batches)")
-          ->default_str(std::to_string(o.micro_batch))
+         }, "Sequences per forward/backward on one rank, or auto: the largest up to 8 that divides batch / dp "
+            "(with --pp P, leaving at least P micro-batches)")
+          ->default_str(o.micro_batch == parallel::kMicroBatchAuto ? "auto" : std::to_string(o.micro_batch))
           ->type_name("N|auto")
           ->group(batch);
   c->add_option("--micro-batches", o.micro_batches, "Micro-batches per step and pipeline (sets --micro-batch = batch / (dp x m))")
@@ -111,10 +123,16 @@ void add_layout_options(CLI::App* c, train::TrainOptions& o) {
       ->capture_default_str()->group(layout);
   c->add_flag("--fsdp", o.fsdp, "FSDP: shard parameters, gradients and optimizer states with one flat parameter per transformer block (ZeRO-3 by unit)")
       ->group(layout);
-  c->add_option("--fsdp-shard-size", o.fsdp_shard_size, "HSDP: shard within groups of S ranks and replicate across groups (0: shard over all DP ranks)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str()->group(layout);
+  c->add_option("--fsdp-shard-size", [&o](const std::vector<std::string>& v) {
+       parse_shard_size(v.at(0), o);
+       return true;
+     }, "HSDP: shard within groups of S ranks and replicate across groups (0: shard over all DP ranks; node: "
+        "the DP ranks of one node)")
+      ->default_str("0")->type_name("S|node")->group(layout);
   c->add_option("--tp", o.tp, "Tensor-parallel degree: heads, MLP columns and the vocabulary split over groups of consecutive ranks")
       ->capture_default_str()->group(layout);
+  c->add_flag("--tp-across-nodes", o.tp_across_nodes, "Let a TP group span nodes (refused by default: TP's all-reduces sit on every layer's critical path)")
+      ->group(layout);
   c->add_flag("--sequence-parallel", o.sequence_parallel, "Sequence parallelism: LayerNorm/dropout/residual rows sharded over the TP group")
       ->group(layout);
   c->add_option("--pp", o.pp, "Pipeline stages: consecutive layer ranges on groups of ranks (TP fastest, then DP, then PP)")

@@ -44,7 +44,6 @@ TEST_P(CollectiveNodes, Broadcast) { run(tc::broadcast_suite); }
 TEST_P(CollectiveNodes, AllToAll) { run(tc::all_to_all_suite); }
 TEST_P(CollectiveNodes, Async) { run(tc::async_suite); }
 TEST_P(CollectiveNodes, Split) { run(tc::split_suite); }
-TEST_P(CollectiveNodes, SharedBuffersArePrivate) { run(tc::shared_buffer_suite); }
 
 // Even, uneven (the all-reduce's fewest-ranks rule; flat reduce-scatter and
 // all-gather), one rank per node, and interleaved placements.
@@ -62,6 +61,8 @@ INSTANTIATE_TEST_SUITE_P(Maps, CollectiveNodes,
 TEST(CollectiveNodesLarge, SeveralChunksPerSlice) {
   for (const char* m : {"2+2", "2+1", "3+3"}) comm::run_local(NodeMap::parse(m), tc::all_reduce_large);
 }
+
+TEST(CollectiveNodesMaps, SharedBuffersArePrivate) { comm::run_local(NodeMap::parse("2+1"), tc::shared_buffer_suite); }
 
 TEST(CollectiveNodesMaps, SplitGroupsInheritTheirMembersNodes) {
   comm::run_local(NodeMap::parse("2+2"), [](Communicator& c) {

@@ -248,8 +248,8 @@ TEST(ParallelPlan, DescriptionNamesWhereActivationsAreStored) {
   EXPECT_NE(parallel::plan_memory(o, 1, 0).parallel.describe().find("residual stream in f32"), std::string::npos);
 }
 
-// --micro-batch auto: batch / dp without a pipeline; with P stages the
-// largest micro-batch that still gives every stage P micro-batches.
+// --micro-batch auto (the default): the largest up to 8 that divides batch / dp;
+// with P stages the largest that still gives every stage P micro-batches.
 TEST(ParallelPlan, MicroBatchAutoPicksTheLargestThatDividesTheLayout) {
   train::TrainOptions o;
   o.model = "tiny";
@@ -262,8 +262,13 @@ TEST(ParallelPlan, MicroBatchAutoPicksTheLargestThatDividesTheLayout) {
   o.n_layer = 4;
   o.pp = 4;
   EXPECT_EQ(parallel::plan_memory(o, 4, 0).parallel.micro_batch, 3);  // dp 1: 12 per rank, >= 4 micro-batches
-  o.global_batch = 6;
+  o.global_batch = 64;
   o.pp = 1;
+  EXPECT_EQ(parallel::plan_memory(o, 2, 0).parallel.micro_batch, 8);  // 32 per rank: capped at 8, 4 micro-batches
+  o.global_batch = 24;
+  EXPECT_EQ(parallel::plan_memory(o, 4, 0).parallel.micro_batch, 6);  // the default: auto
+  EXPECT_EQ(parallel::plan_memory(o, 3, 0).parallel.micro_batch, 8);
+  o.global_batch = 6;
   EXPECT_THROW(parallel::plan_memory(o, 4, 0), ConfigError);  // 6 does not split over 4 DP ranks
 }
 

@@ -7,12 +7,19 @@
 #include <string>
 
 #include "braid/comm/communicator.h"
+#include "braid/comm/topology.h"
 
 namespace braid::parallel {
 
-/// --micro-batch auto: batch / dp, or with a pipeline of P stages the largest
-/// micro-batch that leaves at least P micro-batches per step (resolve_plan).
+/// --micro-batch auto (the default): the largest micro-batch up to
+/// kMicroBatchAutoMax that divides batch / dp and, with a pipeline of P stages,
+/// leaves at least P micro-batches per step (resolve_plan).
 inline constexpr int64_t kMicroBatchAuto = -1;
+/// auto's ceiling: one micro-batch's activations stay those of 8 sequences (the
+/// fixed default before auto was), however few the ranks.
+inline constexpr int64_t kMicroBatchAutoMax = 8;
+/// --fsdp-shard-size node: HSDP's shard group is the DP ranks of one node (placement.h).
+inline constexpr int kShardSizeNode = -1;
 
 struct LayoutOptions {
   std::string model = "small";
@@ -21,7 +28,7 @@ struct LayoutOptions {
   int64_t vocab_size = 0, n_layer = 0, n_head = 0, n_embd = 0;
   int64_t block_size = 0;  // context length: positions in wpe (0: the preset's)
   int64_t global_batch = 16;  // sequences per optimizer step, over all DP ranks
-  int64_t micro_batch = 8;    // sequences per forward/backward on one rank (kMicroBatchAuto: resolved by the plan)
+  int64_t micro_batch = kMicroBatchAuto;  // sequences per forward/backward on one rank (auto: resolved by the plan)
   int64_t seq_len = 0;        // 0: min(128, block_size)
   int dp = 0;  // 0: all ranks / tp
   int tp = 1;  // tensor-parallel degree (TP groups are consecutive ranks)
@@ -38,7 +45,9 @@ struct LayoutOptions {
   bool zero_copy = true;  // DP reductions / gathers through memory the DP ranks of a node share
   int zero = 0;  // ZeRO stage 0 (DDP), 1 (moments sharded), 2 (+ gradients), 3 (+ parameters)
   bool fsdp = false;            // FSDP: stage 3 with one flat parameter per unit (block)
-  int fsdp_shard_size = 0;      // HSDP: shard within groups of this many ranks (0: all DP ranks)
+  int fsdp_shard_size = 0;      // HSDP: shard within groups of this many ranks (0: all DP ranks; kShardSizeNode)
+  bool tp_across_nodes = false;  // --tp-across-nodes: let a TP group span nodes
+  comm::NodeMap nodes;           // where the ranks live (empty: one node): the world's, or the cluster's
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (compute copies; master weights f32)
   std::string reduce_dtype = "fp32";  // gradient accumulation and reduction: fp32 | the precision
   bool fp32_residual = false;  // keep the residual stream in f32 under --precision bf16|fp16

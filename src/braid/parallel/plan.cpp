@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "braid/core/error.h"
+#include "braid/parallel/placement.h"
 
 namespace braid::parallel {
 
@@ -189,7 +190,7 @@ void apply_micro_batches(LayoutOptions& o, int world_size) {
     BRAID_CONFIG_CHECK(o.global_batch > 0 && o.global_batch % dp == 0, "--micro-batch auto: --batch ", o.global_batch,
                        " does not split over the ", dp, " data-parallel ranks; use a multiple of ", dp);
     const int64_t per_rank = o.global_batch / dp, stages = std::max(1, o.pp);
-    int64_t b = per_rank;
+    int64_t b = std::min(per_rank, kMicroBatchAutoMax);
     while (b > 1 && (per_rank % b != 0 || per_rank / b < stages)) --b;
     o.micro_batch = b;
   }
@@ -250,6 +251,8 @@ ParallelPlan resolve_plan(LayoutOptions& o, int world_size, const model::GPTConf
   BRAID_CONFIG_CHECK(world_size >= 1, "--ranks ", world_size, " must be >= 1");
   if (o.seq_len == 0) o.seq_len = std::min<int64_t>(128, cfg.block_size);
   apply_micro_batches(o, world_size);
+  const comm::NodeMap nodes = world_nodes(o, world_size);
+  resolve_node_shard_size(o, world_size, nodes);
   // A schedule with a fixed chunk count (zb-v: 2) takes it when --virtual-stages is left at 1.
   for (const auto& d : parallel::schedules())
     if (o.pp > 1 && o.schedule == d.name) o.virtual_stages = parallel::schedule_chunks(d, o.virtual_stages);
@@ -274,6 +277,8 @@ ParallelPlan resolve_plan(LayoutOptions& o, int world_size, const model::GPTConf
   p.seq_len = o.seq_len;
   p.dropout = o.dropout;
   p.algo = o.algo;
+  p.nodes = nodes;
+  check_tp_placement(p, o.tp_across_nodes);
   return p;
 }
 

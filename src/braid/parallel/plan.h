@@ -92,6 +92,7 @@ struct ParallelPlan {
   int64_t seq_len = 1;
   float dropout = 0.0f;  // embedding and residual dropout probability
   comm::Algorithm algo = comm::Algorithm::ring;  // --comm-algo: braid's collectives or the backend's
+  comm::NodeMap nodes;  // which node each world rank is on (placement.h)
 
   /// True when the sharding engine holds the model states: ZeRO-2/3, FSDP,
   /// HSDP (DDP and ZeRO-1 run through the gradient buckets).

@@ -193,4 +193,11 @@ std::string cluster_preset_text(const std::string& name) {
   return it->second;
 }
 
+comm::NodeMap cluster_nodes(const Cluster& c, int ranks) {
+  const int per = std::max(1, c.accelerators_per_node);
+  std::vector<int> blocks;
+  for (int left = ranks; left > 0; left -= per) blocks.push_back(std::min(per, left));
+  return comm::NodeMap::blocks(blocks);
+}
+
 }  // namespace braid::plan

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/comm/topology.h"
 #include "braid/core/dtype.h"
 
 namespace braid::plan {
@@ -54,6 +55,10 @@ struct Cluster {
 /// as CLI11's TOML reader gives them. Throws ConfigError naming `origin` when it
 /// does not parse, or when a key has more than one value (a list, or repeated).
 std::map<std::string, std::string> read_toml_values(std::istream& in, const std::string& origin);
+
+/// The node map of `ranks` ranks filling the cluster's nodes in order,
+/// accelerators_per_node each (the last node may hold fewer).
+comm::NodeMap cluster_nodes(const Cluster& c, int ranks);
 
 /// Parses a cluster description (TOML: name, accelerators_per_node, memory_gib,
 /// memory_bandwidth_gbs, matmul_fraction, kernel_overhead_us; [peak_tflops] bf16, fp16, fp32;

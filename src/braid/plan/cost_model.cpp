@@ -237,16 +237,17 @@ StageCost slowest_stage(const Shape& x, const parallel::ParallelPlan& plan, cons
   return slowest;
 }
 
-// Activations between stages, one way: each TP rank sends its 1/t slice over
-// the link to the next stage, then the slices are all-gathered inside the node
-// (Megatron-LM's scatter-gather). 0 without a pipeline.
+// Activations between stages, one way, as the executor sends them: each TP rank
+// sends its activation to the same TP rank of the next stage, whole, or its 1/t of
+// the rows under sequence parallelism (no scatter-gather). The TP ranks of a stage
+// send at once, each over its share of the node's links. 0 without a pipeline.
 double stage_transfer(const Shape& x, const parallel::ParallelPlan& plan, const Cluster& c) {
   if (plan.pp.stages <= 1) return 0;
   const int t = plan.tp.degree;
   const Placement next = place(2, t * plan.dp.degree, c.accelerators_per_node);
   const Link link = next.nodes > 1 ? c.inter_node_per_accelerator() : c.intra_node;
   const double n = tp_message(x);
-  return link.time(n / t) + all_gather(n, place(t, 1, c.accelerators_per_node), c);
+  return link.time(plan.tp.sequence_parallel ? n / t : n);
 }
 
 // Seconds of compute the DP sync can hide behind. Buckets and prefetches run

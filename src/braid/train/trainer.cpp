@@ -24,6 +24,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                  std::span<const uint16_t> train, std::span<const uint16_t> val)
     : opt_(options), world_(world), train_(train), val_(val), tracer_(std::make_shared<TraceRecorder>(options.trace_out)) {
   const model::GPTConfig cfg = parallel::model_config(opt_);
+  opt_.nodes = world.node_map();
   plan_ = parallel::resolve_plan(opt_, world.size(), cfg);
   validate_training(opt_, world.size());
   const TrainOptions& opt = opt_;
