@@ -10,8 +10,9 @@
 // factor 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all,
 // and 1 for broadcast.
 //
-// "link" is no collective: local rank i of every node sends S bytes to local rank i
-// of the next node and receives S from the previous one, all ranks at once (the
+// "link" is no collective: local rank i of every node sends S bytes (in 1 MiB
+// messages) to local rank i of the next node and receives S from the previous one,
+// all ranks at once (the
 // traffic of the hierarchical collectives' rails); busbw is then the bytes one node's
 // uplink carries per second, algbw one rank's share. It measures the link between
 // nodes as braid's ranks see it, busy ranks and all.
@@ -107,6 +108,18 @@ double memcpy_ceiling(Communicator& c, const void* src, void* dst, size_t bytes,
   return static_cast<double>(bytes) / t[t.size() / 2] / 1e9;
 }
 
+// The link op: `bytes` to `next` and from `prev` in 1 MiB messages, all posted at once
+// (as the pipelined collectives stream their chunks), then waited for.
+void stream_link(Communicator& c, const void* send, void* recv, size_t bytes, int next, int prev) {
+  constexpr size_t kPiece = size_t{1} << 20;
+  std::vector<comm::WorkPtr> works;
+  for (size_t at = 0; at < bytes; at += kPiece)
+    works.push_back(c.irecv(static_cast<std::byte*>(recv) + at, std::min(kPiece, bytes - at), prev, 7));
+  for (size_t at = 0; at < bytes; at += kPiece)
+    works.push_back(c.isend(static_cast<const std::byte*>(send) + at, std::min(kPiece, bytes - at), next, 7));
+  for (auto& w : works) w->wait();
+}
+
 void run_bench(const BenchCommArgs& a, Communicator& c) {
   const int n = c.size(), r = c.rank();
   const DType dt = parse_dtype(a.dtype);
@@ -196,7 +209,7 @@ void run_bench(const BenchCommArgs& a, Communicator& c) {
         else if (op == "reduce_scatter") c.reduce_scatter(s, d, count, dt, comm::ReduceOp::sum, al);
         else if (op == "all_to_all") c.all_to_all(s, d, count, dt, al);
         else if (op == "link") {
-          if (carries) c.sendrecv(s, count * esz, next, d, count * esz, prev, 7);
+          if (carries) stream_link(c, s, d, count * esz, next, prev);
         }
         else c.broadcast(d, count, dt, 0, al);
       };
@@ -270,7 +283,10 @@ void add_bench_comm(CLI::App& app) {
   c->add_option("--factor", a->factor, "Size step factor (2 or 4)")->capture_default_str();
   c->add_option("--iters", a->iters, "Timed iterations per size")->capture_default_str();
   c->add_option("--warmup", a->warmup, "Untimed iterations per size")->capture_default_str();
-  c->add_option("--ops", a->ops, "Comma-separated collectives")->capture_default_str();
+  c->add_option("--ops", a->ops,
+                "Comma-separated collectives; link: local rank i of each node streams to its peer on the next node "
+                "(the link between nodes as busy ranks see it)")
+      ->capture_default_str();
   c->add_option("--algos", a->algos, "Comma-separated: ring (ours), native (MPI)")->capture_default_str();
   c->add_option("--dtype", a->dtype, "f32, bf16 or f16")->capture_default_str();
   c->add_option("--zero-copy", a->zero_copy,

@@ -48,7 +48,7 @@ cell() {
     "$path" "$op" "$bytes" "$(( (six - one) / 5 ))" "$out/$path-$op-$bytes.json" >> "$rows"
 }
 
-for bytes in 67108864 16777216; do cell link link "$bytes"; done
+for bytes in 67108864 16777216 4194304; do cell link link "$bytes"; done
 for op in all_reduce reduce_scatter all_gather; do
   for bytes in 262144 1048576 4194304 16777216 67108864; do
     for path in hierarchical flat mpi; do cell "$path" "$op" "$bytes"; done

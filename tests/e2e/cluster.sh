@@ -13,6 +13,7 @@ BRAID_CLUSTER=${BRAID_CLUSTER:0:4}
 [ "$(id -u)" = 0 ] || { echo "SKIP: emulated hosts need root (namespaces, veth, tc)"; exit 0; }
 ip netns add "$BRAID_CLUSTER-probe" 2>/dev/null && ip netns del "$BRAID_CLUSTER-probe" ||
   { echo "SKIP: cannot make network namespaces here"; exit 0; }
+unshare --uts --mount true 2>/dev/null || { echo "SKIP: cannot make UTS and mount namespaces here"; exit 0; }
 trap '"$CLUSTER" down >/dev/null 2>&1; rm -rf "$tmp"' EXIT
 "$CLUSTER" up 2 --shm 256m || fail "cluster up"
 
