@@ -8,13 +8,13 @@
 # set-up traffic cancels). The link's rate is measured beside them by the same tool
 # (`bench-comm --ops link`: every rank streams to its peer on the other host), in
 # wire bytes as tc counts them, and utilisation = uplink bytes / time / that rate.
-#   usage: sudo bench/cluster_table.sh [RATE=500mbit] [OUT_DIR=out/cluster_table]
+#   usage: sudo [OPS="all_reduce ..."] bench/cluster_table.sh [RATE=1gbit] [OUT_DIR=out/cluster_table]
 # Prints a markdown table; the raw rows land in OUT_DIR/rows.json.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BRAID="$root/build/braid"
 CL="$root/scripts/cluster.sh"
-rate=${1:-500mbit}
+rate=${1:-1gbit}
 out=${2:-$root/out/cluster_table}
 mkdir -p "$out"
 export BRAID_CLUSTER=bk OMP_NUM_THREADS=1
@@ -49,7 +49,7 @@ cell() {
 }
 
 for bytes in 67108864 16777216 4194304; do cell link link "$bytes"; done
-for op in all_reduce reduce_scatter all_gather; do
+for op in ${OPS:-all_reduce reduce_scatter all_gather}; do
   for bytes in 262144 1048576 4194304 16777216 67108864; do
     for path in hierarchical flat mpi; do cell "$path" "$op" "$bytes"; done
   done
