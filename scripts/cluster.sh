@@ -6,7 +6,7 @@
 # directions. Addresses come from the benchmarking range 198.18.0.0/15 only
 # (RFC 2544); the root namespace gets none, so no traffic leaves the emulation.
 #
-#   cluster.sh up N [--rate R] [--burst B] [--limit L] [--shm SIZE] [--slots S]
+#   cluster.sh up N [--rate R] [--burst B] [--limit L] [--shm SIZE]
 #   cluster.sh run [--np P] [--hosts "2 2"] [--timeout S] -- COMMAND...
 #   cluster.sh exec H -- COMMAND...   run in host H (0-based)
 #   cluster.sh link H down|up|loss PCT|clear   cut / restore H's link, drop PCT % of its packets
@@ -15,8 +15,8 @@
 #   cluster.sh hosts                 the hosts, their addresses and holder processes
 #   cluster.sh down                  remove everything (idempotent)
 #
-# Defaults: rate 1gbit, burst 256kb, limit 4mb (tbf queue), /dev/shm 1g, slots =
-# ranks per host for `run` (2). BRAID_CLUSTER names the cluster (default "bc"; at
+# Defaults: rate 1gbit, burst 256kb, limit 4mb (tbf queue), /dev/shm 1g, 2 ranks
+# per host for `run`. BRAID_CLUSTER names the cluster (default "bc"; at
 # most 4 characters, it prefixes every interface and namespace); state lives in
 # /run/braid-cluster/<name>.
 #
@@ -24,9 +24,9 @@
 # enters the other hosts through an rsh agent (the file `agent` in the state
 # folder) that runs the remote daemon under nsenter in that host's namespaces, so
 # no sshd is needed. --hosts "2 1" puts 2 ranks on host 0 and 1 on host 1 (uneven
-# nodes); otherwise --np ranks are spread by slot. Ranks are not pinned: this
-# machine has fewer cores than a cluster has ranks (on a larger one, add
-# --bind-to core through BRAID_CLUSTER_MPIRUN_ARGS).
+# nodes); otherwise --np ranks are spread by slot. When the machine has a core for
+# every rank, each host's ranks run on cores of their own (host 0 the first ones,
+# and so on, by taskset around each host's daemon); otherwise they share all cores.
 # Exit status of `run`: the command's own, except that a rank killed by a signal
 # or a lost host daemon gives 4 (braid's rank-failure code) with a line naming the
 # rank and its host; every process the run left on any host is killed within 10 s
@@ -89,7 +89,8 @@ write_agent() {  # the rsh agent mpirun uses: `agent HOST COMMAND...`
 host=\$1; shift
 i=\$(grep -n "^\$host\$" "$STATE/addresses" | cut -d: -f1)
 [ -n "\$i" ] || { echo "cluster agent: unknown host \$host" >&2; exit 255; }
-exec nsenter -t "\$(cat "$STATE/h\$((i - 1)).pid")" -n -u -m -- /bin/sh -c "\$*"
+cores=\$(sed -n "\${i}p" "$STATE/cores" 2>/dev/null)
+exec nsenter -t "\$(cat "$STATE/h\$((i - 1)).pid")" -n -u -m -- taskset -c "\${cores:-0-\$((\$(nproc) - 1))}" /bin/sh -c "\$*"
 EOF
   chmod +x "$STATE/agent"
 }
@@ -236,6 +237,23 @@ failure_seen() {
   grep -qE "exited on signal|lost communication|daemon .*(failed|died)|unexpectedly failed|non-zero exit code|MPI_ABORT was invoked" "$1"
 }
 
+# Each host's cores (one line per host, taskset's list form): its own block when
+# the machine has a core for every slot, else every core.
+write_cores() {
+  local total cores=$(nproc) next=0 s
+  total=$(awk '{split($2, a, "="); s += a[2]} END {print s}' "$STATE/hostfile")
+  : >"$STATE/cores"
+  while read -r _ slots _; do
+    s=${slots#slots=}
+    if [ "$total" -le "$cores" ]; then
+      echo "$next-$((next + s - 1))" >>"$STATE/cores"
+      next=$((next + s))
+    else
+      echo "0-$((cores - 1))" >>"$STATE/cores"
+    fi
+  done <"$STATE/hostfile"
+}
+
 # Names the killed rank or lost host from mpirun's report, if there is one.
 failure_line() {
   local log=$1 line rank host
@@ -295,11 +313,12 @@ cmd_run() {
   [ $# -gt 0 ] || die "run: no command (cluster.sh run [--np P] [--hosts \"2 2\"] -- COMMAND...)"
   write_hostfile "$per"
   if [ -z "$np" ]; then np=$(awk '{split($2, a, "="); s += a[2]} END {print s}' "$STATE/hostfile"); fi
+  write_cores
   local log="$STATE/run.log" rc=0
   : >"$log"
   # shellcheck disable=SC2086
   in_host 0 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    mpirun --hostfile "$STATE/hostfile" -np "$np" --bind-to none \
+    taskset -c "$(head -1 "$STATE/cores")" mpirun --hostfile "$STATE/hostfile" -np "$np" --bind-to none \
     --mca plm_rsh_agent "$STATE/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl self,vader,tcp --mca btl_tcp_if_include "$RANGE" --mca oob_tcp_if_include "$RANGE" \
     --mca orte_abort_timeout 5 ${BRAID_CLUSTER_MPIRUN_ARGS:-} "$@" > >(tee -a "$log") 2> >(tee -a "$log" >&2) &
