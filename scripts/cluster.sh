@@ -42,6 +42,7 @@ NET_PREFIX=198.18.0   # host i: 198.18.0.(i+1)/24
 RANGE=198.18.0.0/15
 
 die() { echo "cluster: $*" >&2; exit 2; }
+need_value() { [ "$2" -ge 2 ] || die "$1 needs a value"; }  # need_value OPTION $#
 
 need_root() {
   [ "$(id -u)" = 0 ] || die "needs root (network, UTS and mount namespaces, veth, tc); run it as root or with sudo"
@@ -96,14 +97,15 @@ EOF
 }
 
 cmd_up() {
-  local n=${1:?usage: cluster.sh up N [--rate R] [--burst B] [--limit L] [--shm SIZE]}; shift
+  [ $# -ge 1 ] || die "usage: cluster.sh up N [--rate R] [--burst B] [--limit L] [--shm SIZE]"
+  local n=$1; shift
   local rate=1gbit burst=256kb limit=4mb shm=1g
   while [ $# -gt 0 ]; do
     case $1 in
-      --rate) rate=$2; shift 2 ;;
-      --burst) burst=$2; shift 2 ;;
-      --limit) limit=$2; shift 2 ;;
-      --shm) shm=$2; shift 2 ;;
+      --rate) need_value "$1" $#; rate=$2; shift 2 ;;
+      --burst) need_value "$1" $#; burst=$2; shift 2 ;;
+      --limit) need_value "$1" $#; limit=$2; shift 2 ;;
+      --shm) need_value "$1" $#; shm=$2; shift 2 ;;
       *) die "up: unknown option '$1' (known: --rate --burst --limit --shm)" ;;
     esac
   done
@@ -111,7 +113,10 @@ cmd_up() {
   [ ${#NAME} -le 4 ] || die "BRAID_CLUSTER '$NAME' is longer than 4 characters (interface names are limited to 15)"
   [ ! -e "$STATE/hosts" ] || die "cluster '$NAME' is already up ($(nhosts) hosts); run 'cluster.sh down' first"
   mkdir -p "$STATE"
-  trap 'echo "cluster: up failed; removing what it made" >&2; cmd_down >/dev/null 2>&1' ERR INT TERM
+  # Whatever ends `up` early (a failed command, a refused value, an interrupt)
+  # removes what it made.
+  trap 'rc=$?; trap - EXIT; echo "cluster: up failed; removing what it made" >&2; cmd_down >/dev/null 2>&1; exit $((rc ? rc : 1))' EXIT
+  trap 'exit 130' INT TERM
   echo "$n" >"$STATE/hosts"
   ip link add "$(bridge)" type bridge
   ip link set "$(bridge)" up
@@ -130,7 +135,7 @@ cmd_up() {
   done
   printf 'rate=%s burst=%s limit=%s shm=%s\n' "$rate" "$burst" "$limit" "$shm" >"$STATE/link"
   write_agent
-  trap - ERR INT TERM
+  trap - EXIT INT TERM
   echo "cluster $NAME: $n hosts up, $(addr 0)..$(addr $((n - 1))), links tbf rate $rate burst $burst limit $limit, /dev/shm $shm each"
 }
 
@@ -303,14 +308,16 @@ cmd_run() {
   local np="" per="" limit=0
   while [ $# -gt 0 ]; do
     case $1 in
-      --np) np=$2; shift 2 ;;
-      --hosts) per=$2; shift 2 ;;
-      --timeout) limit=$2; shift 2 ;;
+      --np) need_value "$1" $#; np=$2; shift 2 ;;
+      --hosts) need_value "$1" $#; per=$2; shift 2 ;;
+      --timeout) need_value "$1" $#; limit=$2; shift 2 ;;
       --) shift; break ;;
       *) die "run: unknown option '$1' (known: --np --hosts --timeout, then -- COMMAND)" ;;
     esac
   done
   [ $# -gt 0 ] || die "run: no command (cluster.sh run [--np P] [--hosts \"2 2\"] -- COMMAND...)"
+  [ -z "$np" ] || [[ $np =~ ^[1-9][0-9]*$ ]] || die "run: --np '$np' is not a rank count >= 1"
+  [[ $limit =~ ^[0-9]+$ ]] || die "run: --timeout '$limit' is not a number of seconds"
   write_hostfile "$per"
   if [ -z "$np" ]; then np=$(awk '{split($2, a, "="); s += a[2]} END {print s}' "$STATE/hostfile"); fi
   write_cores
@@ -337,7 +344,7 @@ cmd_run() {
       break
     fi
   done
-  wait "$mp" || rc=$?
+  { wait "$mp"; } 2>/dev/null || rc=$?  # no job-control line for a killed mpirun
   sweep
   if failure_line "$log" >/dev/null; then
     failure_line "$log" >&2
