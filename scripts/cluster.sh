@@ -329,16 +329,17 @@ cmd_run() {
     --mca plm_rsh_agent "$STATE/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl self,vader,tcp --mca btl_tcp_if_include "$RANGE" --mca oob_tcp_if_include "$RANGE" \
     --mca orte_abort_timeout 5 ${BRAID_CLUSTER_MPIRUN_ARGS:-} "$@" > >(tee -a "$log") 2> >(tee -a "$log" >&2) &
-  local mp=$! t=0 failed_at=-1 killed=""
+  local mp=$! start=$SECONDS failed_at=-1 killed=""
   # Interrupted (Ctrl-C, a timeout): the run goes, and what it left on every host.
   trap 'kill -9 "$mp" 2>/dev/null; sweep; exit 130' INT TERM
-  # Watch the run: once mpirun reports a failure it has 5 s to finish its abort,
-  # then everything left is killed (a cut link would otherwise leave it hanging).
+  # Watch the run: once mpirun reports a failure it has 5 s (of wall time, however
+  # loaded the machine) to finish its abort, then everything left is killed (a cut
+  # link would otherwise leave it hanging).
   while kill -0 "$mp" 2>/dev/null; do
-    sleep 0.5; t=$((t + 1))
-    if [ "$failed_at" -lt 0 ] && failure_seen "$log"; then failed_at=$t; fi
-    if [ "$failed_at" -ge 0 ] && [ $((t - failed_at)) -ge 10 ]; then killed=abort; fi
-    if [ "$limit" -gt 0 ] && [ $((t / 2)) -ge "$limit" ]; then killed=timeout; fi
+    sleep 0.5
+    if [ "$failed_at" -lt 0 ] && failure_seen "$log"; then failed_at=$SECONDS; fi
+    if [ "$failed_at" -ge 0 ] && [ $((SECONDS - failed_at)) -ge 5 ]; then killed=abort; fi
+    if [ "$limit" -gt 0 ] && [ $((SECONDS - start)) -ge "$limit" ]; then killed=timeout; fi
     if [ -n "$killed" ]; then
       kill -9 "$mp" 2>/dev/null || true
       break
