@@ -238,8 +238,11 @@ write_hostfile() {
 }
 
 # Whether mpirun has reported a failed rank or host (its abort is then under way).
+# mpirun's reports of a killed rank and of a lost host daemon.
+KILLED_RE="process rank [0-9]+ with PID [0-9]+ on node [^ ]+ exited on signal"
+LOST_RE="lost communication with a remote daemon|daemon .*(failed|died)|ORTE has lost|unexpectedly failed"
 failure_seen() {
-  grep -qE "exited on signal|lost communication|daemon .*(failed|died)|unexpectedly failed|non-zero exit code|MPI_ABORT was invoked" "$1"
+  grep -qE "$KILLED_RE|$LOST_RE|non-zero exit code|MPI_ABORT was invoked" "$1"
 }
 
 # Each host's cores (one line per host, taskset's list form): its own block when
@@ -262,14 +265,14 @@ write_cores() {
 # Names the killed rank or lost host from mpirun's report, if there is one.
 failure_line() {
   local log=$1 line rank host
-  line=$(grep -m1 -E "process rank [0-9]+ with PID [0-9]+ on node [^ ]+ exited on signal" "$log" || true)
+  line=$(grep -m1 -E "$KILLED_RE" "$log" || true)
   if [ -n "$line" ]; then
     rank=$(sed -E 's/.*process rank ([0-9]+) .*/\1/' <<<"$line")
     host=$(sed -E 's/.* on node ([^ ]+) exited.*/\1/' <<<"$line")
     echo "cluster: rank $rank on host $(host_of "$host") was killed ($(sed -E 's/.*exited on (signal [0-9]+).*/\1/' <<<"$line"))"
     return 0
   fi
-  if grep -qE "lost communication with a remote daemon|daemon .*(failed|died)|ORTE has lost|unexpectedly failed" "$log"; then
+  if grep -qE "$LOST_RE" "$log"; then
     host=$(grep -m1 -oE "198\.1[89]\.[0-9]+\.[0-9]+" "$log" || echo "?")
     echo "cluster: the daemon of host $(host_of "$host") was lost (its ranks went with it)"
     return 0
@@ -347,8 +350,9 @@ cmd_run() {
   done
   { wait "$mp"; } 2>/dev/null || rc=$?  # no job-control line for a killed mpirun
   sweep
-  if failure_line "$log" >/dev/null; then
-    failure_line "$log" >&2
+  local named
+  if named=$(failure_line "$log"); then
+    echo "$named" >&2
     return 4
   fi
   case $killed in

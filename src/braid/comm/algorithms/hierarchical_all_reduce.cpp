@@ -101,10 +101,10 @@ struct Pipeline {
   }
 };
 
-void run_pipelined(Communicator& comm, Workspace& ws, const RingOptions& opts, const CollectiveArgs& a, int m,
+// per_slice: elements of one slice of a chunk.
+void run_pipelined(Communicator& comm, Workspace& ws, const CollectiveArgs& a, int m, size_t per_slice,
                    const Placement& p) {
   const size_t esz = dtype_size(a.dtype);
-  const size_t per_slice = std::max<size_t>(1, opts.chunk_bytes / esz);
   const ReduceOp op = a.op == ReduceOp::avg ? ReduceOp::sum : a.op;
   const int rail_rank = p.rail.empty() ? -1 : comm.node_map().node_of(comm.rank());
   Pipeline pl{comm, ws, a, p, op, m, per_slice * static_cast<size_t>(m), esz, rail_rank, {}, {nullptr, nullptr}, 0};
@@ -144,7 +144,7 @@ void run(Communicator& comm, Workspace& ws, const RingOptions& opts, const Colle
   const int m = comm.node_map().min_local();
   const Placement p(comm, m);
   const size_t per_slice = std::max<size_t>(1, opts.chunk_bytes / dtype_size(a.dtype));
-  if (a.count > per_slice * static_cast<size_t>(m)) return run_pipelined(comm, ws, opts, a, m, p);
+  if (a.count > per_slice * static_cast<size_t>(m)) return run_pipelined(comm, ws, a, m, per_slice, p);
   run_whole(comm, ws, opts, a, m, p);
 }
 
