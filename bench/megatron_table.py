@@ -23,7 +23,7 @@ def flags(a, row):
             "--vocab-size", str(a["vocab_size"]), "--block-size", str(a["seq_len"]), "--seq-len", str(a["seq_len"]),
             "--batch", row["batch"], "--micro-batch", str(a["micro_batch"]), "--tp", row["tp"], "--pp", row["pp"],
             "--precision", a["precision"], "--reduce-dtype", a["reduce_dtype"], "--recompute", a["recompute"],
-            "--schedule", a["schedule"], "--dropout", str(a["dropout"])] + ([] if a["overlap"] else ["--no-overlap"])
+            "--schedule", a["schedule"], "--dropout", str(a["dropout"]), "--bucket-mb", str(a["bucket_mb"])] + ([] if a["overlap"] else ["--no-overlap"])
 
 
 def main():

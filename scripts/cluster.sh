@@ -91,7 +91,7 @@ host=\$1; shift
 i=\$(grep -n "^\$host\$" "$STATE/addresses" | cut -d: -f1)
 [ -n "\$i" ] || { echo "cluster agent: unknown host \$host" >&2; exit 255; }
 cores=\$(sed -n "\${i}p" "$STATE/cores" 2>/dev/null)
-exec nsenter -t "\$(cat "$STATE/h\$((i - 1)).pid")" -n -u -m -- taskset -c "\${cores:-0-\$((\$(nproc) - 1))}" /bin/sh -c "\$*"
+exec nsenter -t "\$(cat "$STATE/h\$((i - 1)).pid")" -n -u -m -- taskset -c "\${cores:-0-\$((\$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) - 1))}" /bin/sh -c "\$*"
 EOF
   chmod +x "$STATE/agent"
 }
@@ -246,9 +246,11 @@ failure_seen() {
 }
 
 # Each host's cores (one line per host, taskset's list form): its own block when
-# the machine has a core for every slot, else every core.
+# the machine has a core for every slot, else every core. (nproc alone would count
+# OMP_NUM_THREADS as the cores: every rank would share one core.)
 write_cores() {
-  local total cores=$(nproc) next=0 s
+  local total cores next=0 s
+  cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
   total=$(awk '{split($2, a, "="); s += a[2]} END {print s}' "$STATE/hostfile")
   : >"$STATE/cores"
   while read -r _ slots _; do

@@ -17,7 +17,7 @@ harnesses=("$@")
 command -v clang++ > /dev/null || { echo "fuzz: clang++ not found; run scripts/setup.sh"; exit 1; }
 
 cmake -S tests/fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
-cmake --build build-fuzz -j"$(nproc)"
+cmake --build build-fuzz -j"$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 rc=0
 summary=()

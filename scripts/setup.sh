@@ -38,4 +38,4 @@ fi
 
 # Build.
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)"
+cmake --build build -j"$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Many hosts on one machine (scripts/cluster.sh: network, UTS and mount namespaces
 # joined by shaped veth links): the collective suites under MPI on 2 + 1 hosts;
-# DDP, ZeRO-1, ZeRO-3, FSDP and HSDP (shard group = node) on 2 + 2 and 2 + 1 hosts
-# training the same model as one rank; DDP on 2 + 1 hosts bitwise the same as the
-# local backend placed 2 + 1; a rank killed on the far host, and a cut link, ending
+# DDP, ZeRO-1, ZeRO-3, FSDP and HSDP (shard group = node) on 2 + 2 and 2 + 1 hosts,
+# and DP2 x TP2 x PP2 on 4 + 4 hosts, training the same model as one rank; DDP on
+# 2 + 1 hosts bitwise the same as the local backend placed 2 + 1; a rank killed on the far host, and a cut link, ending
 # the run with exit code 4 naming the rank; nothing of the cluster left afterwards.
 # Needs root and namespaces; skips, saying why, without them.
 source "$(dirname "$0")/lib/common.bash" "$@"
@@ -44,13 +44,16 @@ on ddp "2 2" --check-replicas
 grep -q "placement: dp: 1 group of 4 ranks, span nodes: hierarchical" "$tmp/ddp.txt" ||
   fail "start-up log does not name the hierarchical path: $(grep placement "$tmp/ddp.txt")"
 on ddp21 "2 1"
-on zero1 "2 2" --zero 1
-on zero3 "2 1" --zero 3
-on fsdp "2 2" --fsdp
 on hsdp "2 2" --fsdp --fsdp-shard-size node --check-replicas
 grep -q "placement: hsdp shard: 2 groups of 2 ranks, each inside one node" "$tmp/hsdp.txt" ||
   fail "HSDP's shard group is not the node: $(grep placement "$tmp/hsdp.txt")"
-same_run loss one ddp ddp21 zero1 zero3 fsdp hsdp
+on zero1 "2 2" --zero 1
+on zero3 "2 1" --zero 3
+on fsdp "2 2" --fsdp
+on threed "4 4" --tp 2 --pp 2 --check-replicas  # each TP group inside a host
+grep -q "placement: tp: 4 groups of 2 ranks, each inside one node" "$tmp/threed.txt" ||
+  fail "TP groups are not inside a host: $(grep placement "$tmp/threed.txt")"
+same_run loss one ddp ddp21 hsdp zero1 zero3 fsdp threed
 # The same node map in the local backend: bitwise the same run.
 timeout 300 "$BRAID" train "${common[@]}" --backend local --ranks 3 --nodes 2+1 --metrics-out "$tmp/local21.jsonl" \
   > "$tmp/local21.txt" 2>&1 || { cat "$tmp/local21.txt"; fail "local 2+1"; }

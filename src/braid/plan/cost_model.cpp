@@ -162,10 +162,12 @@ double dp_sync_seconds(const parallel::ParallelPlan& plan, const Cluster& c, int
     if (S < d) s += all_reduce(grad_bytes / S, place(d / S, t * S, c.accelerators_per_node), c);
     return s;
   }
+  // Bucket by bucket (--bucket-mb): each bucket's collective pays its own latency.
   // Gradients reduce-scattered to the optimizer's shards, parameters all-gathered.
+  const double buckets = std::max(1.0, std::ceil(grad_bytes / static_cast<double>(plan.dp.bucket_bytes)));
   if (held.optimizer == parallel::Holding::shard)
-    return all_gather(grad_bytes, dp_group, c) + all_gather(param_bytes, dp_group, c);
-  return all_reduce(grad_bytes, dp_group, c);
+    return buckets * (all_gather(grad_bytes / buckets, dp_group, c) + all_gather(param_bytes / buckets, dp_group, c));
+  return buckets * all_reduce(grad_bytes / buckets, dp_group, c);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <thread>
 #include <vector>
 
 #include "braid/comm/comm_base.h"
@@ -57,6 +58,7 @@ MPI_Op mpi_op(ReduceOp op) {
 // (poll_signals) ends the wait; MPI_Wait itself cannot be interrupted. On an exception
 // the requests are cancelled first, so none outlives its buffer.
 int wait_requests(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>& st);
+constexpr unsigned kPollsPerYield = 64;  // as the shared-memory waits (shared_memory.cpp)
 
 // Cancels what is still pending and waits until MPI no longer writes to the buffers.
 // Receives cancel at once. A send MPI cannot cancel (OpenMPI's ob1 cannot) is given
@@ -82,11 +84,14 @@ void cancel_requests(std::vector<MPI_Request>& reqs) {
 int wait_requests(std::vector<MPI_Request>& reqs, std::vector<MPI_Status>& st) {
   st.resize(reqs.size());
   try {
-    for (;;) {
+    for (unsigned polls = 1;; ++polls) {
       int flag = 0;
       const int rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, st.data());
       if (rc != MPI_SUCCESS || flag) return rc;
       poll_signals();
+      // Ranks may outnumber cores (or share them with progress threads): a waiter
+      // gives its core up every few polls, or it starves the rank it waits for.
+      if (polls % kPollsPerYield == 0) std::this_thread::yield();
     }
   } catch (...) {
     cancel_requests(reqs);
