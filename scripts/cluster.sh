@@ -314,7 +314,7 @@ cmd_run() {
   while [ $# -gt 0 ]; do
     case $1 in
       --np) need_value "$1" $#; np=$2; shift 2 ;;
-      --hosts) need_value "$1" $#; per=$2; shift 2 ;;
+      --hosts) need_value "$1" $#; [ -n "${2// /}" ] || die "run: --hosts is empty (ranks per host, e.g. --hosts \"2 2\")"; per=$2; shift 2 ;;
       --timeout) need_value "$1" $#; limit=$2; shift 2 ;;
       --) shift; break ;;
       *) die "run: unknown option '$1' (known: --np --hosts --timeout, then -- COMMAND)" ;;
