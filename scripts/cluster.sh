@@ -16,9 +16,10 @@
 #   cluster.sh down                  remove everything (idempotent)
 #
 # Defaults: rate 1gbit, burst 256kb, limit 4mb (tbf queue), /dev/shm 1g, 2 ranks
-# per host for `run`. BRAID_CLUSTER names the cluster (default "bc"; at
-# most 4 characters, it prefixes every interface and namespace); state lives in
-# /run/braid-cluster/<name>.
+# per host for `run`. BRAID_CLUSTER names the cluster (default "bc"; a
+# lower-case letter then up to 10 letters or digits: it prefixes every interface,
+# namespace and hostname, so clusters of different names run side by side); state
+# lives in /run/braid-cluster/<name>.
 #
 # `run` starts mpirun inside host 0 over a hostfile of the hosts' addresses; mpirun
 # enters the other hosts through an rsh agent (the file `agent` in the state
@@ -110,7 +111,8 @@ cmd_up() {
     esac
   done
   [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "up: N must be 1..200 hosts, got '$n'"
-  [ ${#NAME} -le 4 ] || die "BRAID_CLUSTER '$NAME' is longer than 4 characters (interface names are limited to 15)"
+  [[ $NAME =~ ^[a-z][a-z0-9]{0,10}$ ]] ||
+    die "BRAID_CLUSTER '$NAME' must be a lower-case letter then at most 10 letters or digits (interface names are limited to 15 characters)"
   [ ! -e "$STATE/hosts" ] || die "cluster '$NAME' is already up ($(nhosts) hosts); run 'cluster.sh down' first"
   mkdir -p "$STATE"
   # Whatever ends `up` early (a failed command, a refused value, an interrupt)
