@@ -361,8 +361,14 @@ cmd_run() {
   fi
   case $killed in
     abort)
-      local first; first=$(grep -m1 -oE "Process name: +\[\[[0-9]+,[0-9]+\],[0-9]+\]" "$log" | grep -oE "[0-9]+\]$" | tr -d ']' || true)
-      rc=$(grep -m1 -oE "Exit code: +[0-9]+" "$log" | grep -oE "[0-9]+$" || true)
+      # A rank that called MPI_Abort gave its own code (a refused flag: 2); a
+      # rank that exited gave "Exit code"; anything else is a rank failure.
+      local first abort
+      abort=$(grep -m1 -A1 "MPI_ABORT was invoked on rank" "$log" | tr '\n' ' ' || true)
+      first=$(grep -oE "on rank [0-9]+" <<<"$abort" | grep -oE "[0-9]+$" || true)
+      rc=$(grep -oE "errorcode [0-9]+" <<<"$abort" | grep -oE "[0-9]+$" || true)
+      [ -n "$first" ] || first=$(grep -m1 -oE "Process name: +\[\[[0-9]+,[0-9]+\],[0-9]+\]" "$log" | grep -oE "[0-9]+\]$" | tr -d ']' || true)
+      [ -n "$rc" ] || rc=$(grep -m1 -oE "Exit code: +[0-9]+" "$log" | grep -oE "[0-9]+$" || true)
       rc=${rc:-4}
       [ -z "$first" ] || echo "cluster: rank $first on host $(host_of_rank "$first") failed first (exit code $rc)" >&2
       echo "cluster: mpirun did not finish its abort within 5 s; killed what was left on every host" >&2
