@@ -20,6 +20,7 @@
 #include "kernels/normal_values.h"
 #include "braid/kernels/cpu/adamw.h"
 #include "braid/kernels/cpu/attention.h"
+#include "braid/kernels/cpu/flash_attention.h"
 #include "braid/kernels/cpu/convert.h"
 #include "braid/kernels/cpu/crossentropy.h"
 #include "braid/kernels/cpu/elementwise.h"
@@ -225,6 +226,27 @@ TEST(KernelsFD, Attention) {
   std::vector<float> dqkv(qkv.size(), 3.0f);
   k::attention_backward(dqkv.data(), bs.data(), r.data(), qkvr.data(), att.data(), B, T, C, NH);
   fd_check("attention.dqkv", qkv, dqkv, loss);
+}
+
+// The fused kernel's gradients against finite differences: T = 5 in one tile,
+// and T = 300, which crosses query tiles (64) and a key tile (256).
+TEST(KernelsFD, FlashAttention) {
+  for (const int64_t T : {int64_t(5), int64_t(300)}) {
+    const int64_t B = T > 64 ? 1 : 2, C = 8, NH = 2;
+    auto qkv = normal_values(size_t(B * T * 3 * C), 11, 1);
+    auto r = normal_values(size_t(B * T * C), 11, 2);
+    std::vector<float> out(r.size()), qkvr(size_t(3 * B * T * C)), lse(k::flash_attention_lse_floats(B, T, NH));
+    std::vector<float> bs(k::flash_attention_backward_scratch_floats(B, T, C, NH));
+    auto loss = [&] {
+      k::flash_attention_forward(out.data(), qkvr.data(), lse.data(), qkv.data(), braid::DType::f32, B, T, C, NH);
+      return dot(r, out.data());
+    };
+    loss();
+    std::vector<float> dqkv(qkv.size(), 3.0f);
+    k::flash_attention_backward(dqkv.data(), bs.data(), r.data(), out.data(), qkvr.data(), lse.data(), braid::DType::f32,
+                                B, T, C, NH);
+    fd_check("flash_attention.dqkv T=" + std::to_string(T), qkv, dqkv, loss);
+  }
 }
 
 TEST(Kernels, AdamWMatchesClosedForm) {

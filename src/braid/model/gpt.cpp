@@ -213,7 +213,7 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
   const size_t P = size_t(tpn_);
   const size_t BT = size_t(max_B_ * max_T_), C = size_t(cfg_.n_embd), Cl = C / P;
   const size_t rows = sp_ ? BT / P : BT;
-  const size_t att = size_t(max_B_) * (size_t(cfg_.n_head) / P) * size_t(max_T_ * max_T_);
+  const size_t lse = size_t(max_B_) * (size_t(cfg_.n_head) / P) * size_t(max_T_);
   const ChunkInfo& ch = chunks_[size_t(chunk_)];
   float* const base = const_cast<float*>(acts_.as<float>()) + ch.base + slot_floats_ * size_t(slot_) +
                       layer_act_floats_ * size_t(l - l0_);
@@ -254,7 +254,7 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
   r.fch_gelu = take(op(4 * BT * Cl), full || sel);
   r.fcproj = take(op(rows * C), full);
   r.res3 = kept(res(rows * C));
-  r.att = take(op(att), full || sel);
+  r.lse = take(lse, full || sel);
   // The constructor's sizes must match what is carved out here.
   BRAID_CHECK(a == base + layer_act_floats_ && w <= shared + shared_act_floats_,
               "layer activation layout out of sync with the memory plan");
@@ -362,7 +362,7 @@ void GPT::attend(float* out, const LayerActs& a) {
   const int64_t Cl = cfg_.n_embd / tpn_;
   const char* qkv = reinterpret_cast<const char*>(a.qkv);
   const size_t third = size_t(Cl) * dtype_size(op_);
-  ops_->attention_forward(out, {a.qkvr, a.att}, {qkv, qkv + third, qkv + 2 * third, 3 * Cl}, attention_shape());
+  ops_->attention_forward(out, {a.qkvr, a.lse}, {qkv, qkv + third, qkv + 2 * third, 3 * Cl}, attention_shape());
 }
 
 void GPT::sync_replicated_grads(const float* unit_grads, int u) {
@@ -663,7 +663,7 @@ void GPT::block_backward(int64_t l, bool split) {
   dlocal = grad_operand(branch_grad(2 * uint64_t(l)), rows * C);
   stash(a.attproj, dlocal, rows * C);
   ops_->row_backward(datty_, wgrad(g.attprojw), g.attprojb, dlocal, a.atty, p.attprojw_op, Cl, C);
-  ops_->attention_backward({dqkv_, dqkv_ + Cl, dqkv_ + 2 * Cl, 3 * Cl}, datty_, {a.qkvr, a.att}, attention_shape());
+  ops_->attention_backward({dqkv_, dqkv_ + Cl, dqkv_ + 2 * Cl, 3 * Cl}, datty_, {a.qkvr, a.lse, a.atty}, attention_shape());
   const void* dqkv = grad_operand(dqkv_, BT * 3 * Cl);
   stash(a.qkvr, dqkv, BT * 3 * Cl);
   const float* dln1 = ops_->column_backward(dln_, wgrad(g.qkvw), g.qkvb, dqkv, a.ln1, p.qkvw_op, C, 3 * Cl);

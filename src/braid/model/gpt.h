@@ -218,10 +218,10 @@ class GPT {
     // The matmul weights as operands: the f32 ones, or the storage's compute copy.
     const void *qkvw_op, *attprojw_op, *fcw_op, *fcprojw_op;
   };
-  /// Block activations; all but the LayerNorm statistics hold op_ elements
-  /// (half of the floats when op_ is a half dtype).
+  /// Block activations; all but the LayerNorm statistics and attention's
+  /// log-sum-exp hold op_ elements (half of the floats when op_ is a half dtype).
   struct LayerActs {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *qkvr, *att, *atty, *attproj, *res2, *ln2,
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *qkvr, *lse, *atty, *attproj, *res2, *ln2,
         *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *fcproj, *res3;
   };
   /// units_ from the layout, and the partial gradients of TP-replicated tensors per unit.
@@ -274,7 +274,7 @@ class GPT {
   const void* wte_operand(const float* wte_f32);
   /// The current micro-batch's attention over this rank's heads.
   AttentionShape attention_shape() const;
-  /// out (B, T, C/tp) f32 = attention of the block's qkv (a.qkv), saving a.qkvr and a.att.
+  /// out (B, T, C/tp) f32 = attention of the block's qkv (a.qkv), saving a.qkvr and a.lse.
   void attend(float* out, const LayerActs& a);
   /// Dropout at `site` over the residual stream's rows (out, in: local rows x C; may alias).
   void drop(float* out, const float* in, uint64_t site);

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "braid/core/error.h"
-#include "braid/kernels/cpu/attention.h"
+#include "braid/kernels/cpu/flash_attention.h"
 #include "braid/kernels/cpu/matmul.h"
 #include "braid/model/param_layout.h"
 
@@ -71,14 +71,14 @@ RankDims rank_dims(const GPTConfig& cfg, int64_t max_B, int64_t max_T, int tp, b
 
 // Per block (see layer_acts): ln1, attproj, res2, ln2, fcproj, res3 (rows x C
 // each: token rows of this rank); qkv, qkvr (BT x 3C/tp each), atty (BT x C/tp),
-// fch, fch_gelu (BT x 4C/tp each); 4 LayerNorm statistics of rows; the
-// attention matrix B x NH/tp x T x T. All but the statistics are stored in
+// fch, fch_gelu (BT x 4C/tp each); 4 LayerNorm statistics of rows; attention's
+// log-sum-exp, B x NH/tp x T f32. All but the statistics are stored in
 // the operand dtype, the residual stream (res2, res3) too unless it stays
 // f32 (Precision::fp32_residual; GPT::compute_dtype). Sets the floats a block
 // keeps per slot and the recomputation workspace all blocks share.
 void plan_block_activations(const RankDims& d, const Precision& precision, Recompute recompute, GPTMemoryPlan& m) {
   const DType op = d.op;
-  const size_t att = operand_floats(size_t(d.B) * d.NHl * size_t(d.T * d.T), op);
+  const size_t att = k::flash_attention_lse_floats(d.B, d.T, int64_t(d.NHl));  // f32
   const size_t atty = operand_floats(d.BT * d.Cl, op), fch_gelu = operand_floats(4 * d.BT * d.Cl, op);
   const size_t qkv = operand_floats(3 * d.BT * d.Cl, op), res = operand_floats(d.rows * d.C, precision.residual());
   const size_t all_floats = 4 * operand_floats(d.rows * d.C, op) + 2 * res + 2 * qkv +
@@ -127,9 +127,8 @@ size_t plan_stage_activations(const RankDims& d, bool half_res, int64_t n_layer,
 // masked-gradient buffer (rows x C). Sets scratch_floats and matmul_scratch_floats.
 void plan_scratch(const RankDims& d, int tp, bool sp, float dropout, bool head, bool half_res, GPTMemoryPlan& m) {
   const size_t C = d.C, Cl = d.Cl, BT = d.BT, rows = d.rows;
-  const size_t att_scratch =
-      std::max(k::attention_forward_scratch_floats(d.B, d.T, int64_t(Cl), int64_t(d.NHl), d.op),
-               k::attention_backward_scratch_floats(d.B, d.T, int64_t(Cl), int64_t(d.NHl), d.op));
+  // The fused kernel's forward needs no workspace.
+  const size_t att_scratch = k::flash_attention_backward_scratch_floats(d.B, d.T, int64_t(Cl), int64_t(d.NHl), d.op);
   // The linear layers' backward copies (kernels::matmul_backward): the largest
   // over this rank's (in, out) features: c_attn, attn.c_proj, c_fc, mlp.c_proj, head.
   const std::pair<size_t, size_t> linears[] = {{C, 3 * Cl}, {Cl, C}, {C, 4 * Cl}, {4 * Cl, C}, {C, d.Vpl}};

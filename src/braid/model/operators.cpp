@@ -1,7 +1,7 @@
 #include "braid/model/operators.h"
 
 #include "braid/core/error.h"
-#include "braid/kernels/cpu/attention.h"
+#include "braid/kernels/cpu/flash_attention.h"
 #include "braid/kernels/cpu/crossentropy.h"
 #include "braid/kernels/cpu/elementwise.h"
 #include "braid/kernels/cpu/encoder.h"
@@ -71,8 +71,8 @@ void Operators::attention_forward(float* out, const AttentionSaved& saved, const
   // The causal mask of the plain kernel is by position within the rank's tokens.
   BRAID_CHECK(seq_.spans.size() == 1 && seq_.spans[0].first == 0 && seq_.spans[0].count == s.T,
               "attention: the plain operator needs all ", s.T, " tokens of each sequence on this rank, in order");
-  k::attention_forward(out, saved.heads, saved.scores, ws_.attention, packed_qkv(qkv, s), s.store, s.B, s.T,
-                       s.heads * s.head_dim, s.heads, s.round);
+  k::flash_attention_forward(out, saved.heads, saved.lse, packed_qkv(qkv, s), s.store, s.B, s.T,
+                             s.heads * s.head_dim, s.heads, s.round);
 }
 
 void Operators::attention_backward(const AttentionGrads& d, const float* dout, const AttentionSaved& saved,
@@ -80,8 +80,9 @@ void Operators::attention_backward(const AttentionGrads& d, const float* dout, c
   const int64_t Cl = s.heads * s.head_dim;
   BRAID_CHECK(d.ld == 3 * Cl && d.dk == d.dq + Cl && d.dv == d.dq + 2 * Cl,
               "attention: the plain operator writes dq, dk, dv packed as (B, T, 3 x ", Cl, ")");
-  k::attention_backward(d.dq, ws_.attention, dout, saved.heads, saved.scores, s.store, s.B, s.T, Cl, s.heads,
-                        s.round);
+  BRAID_CHECK(saved.out != nullptr, "attention: backward needs the forward's output");
+  k::flash_attention_backward(d.dq, ws_.attention, dout, saved.out, saved.heads, saved.lse, s.store, s.B, s.T, Cl,
+                              s.heads, s.round);
 }
 
 void Operators::dropout(float* out, const float* in, int64_t C, const DropoutKey& key) {

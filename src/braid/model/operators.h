@@ -69,14 +69,17 @@ struct AttentionGrads {
 
 /// What attention keeps from forward to backward: two regions of activation
 /// memory the model owns per block (sized by model::memory_plan, rebuilt by
-/// recomputation), in the operand dtype: `heads` of 3 B heads T head_dim
-/// elements, `scores` of B heads T T elements. The plain form keeps q, k, v
-/// head-major (3, B, heads, T, head_dim) and the softmax probabilities (B,
-/// heads, T, T); another form may keep what it needs within those sizes (ring
-/// attention: its q, k, v and the log-sum-exp per row).
+/// recomputation): `heads` of 3 B heads T head_dim elements in the operand
+/// dtype, and `lse` of B heads T floats. The plain form (the fused kernel,
+/// kernels/cpu/flash_attention.h) keeps q, k, v head-major (3, B, heads, T,
+/// head_dim) and the log-sum-exp of each query row's scores (B, heads, T);
+/// another form may keep what it needs within those sizes. Backward also
+/// reads `out`, the forward's output as the block keeps it (B, T, heads *
+/// head_dim, operand dtype; null in forward).
 struct AttentionSaved {
   void* heads;
-  void* scores;
+  float* lse;
+  const void* out = nullptr;
 };
 
 /// One attention call: B sequences of this rank's T tokens (sequence() says

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "braid/core/error.h"
+#include "braid/kernels/cpu/attention_layout.h"
 #include "braid/kernels/cpu/convert.h"
 #include "braid/kernels/cpu/for_rows.h"
 #include "braid/kernels/cpu/matmul.h"
@@ -22,7 +23,7 @@ size_t attention_backward_scratch_floats(int64_t B, int64_t T, int64_t C, int64_
   return att + 4 * btc + (store == DType::f32 ? 0 : (att + 1) / 2 + (btc + 1) / 2);
 }
 
-namespace {
+namespace detail {
 
 // Copies between the token-major layout (B, T, nparts*C), heads inside each
 // part, and the head-major one (nparts, B, NH, T, hs), elements of `esz`
@@ -46,7 +47,7 @@ void permute_heads(void* dst_v, const void* src_v, size_t esz, int64_t B, int64_
     }
 }
 
-void check_dtypes(int64_t C, int64_t NH, DType store, DType round) {
+void check_attention_dtypes(int64_t C, int64_t NH, DType store, DType round) {
   BRAID_CHECK(NH > 0 && C % NH == 0, "attention: n_embd=", C, " not divisible by n_head=", NH);
   BRAID_CHECK(store == DType::f32 || store == round, "attention: tensors stored in ", dtype_name(store),
               " cannot hold values rounded to ", dtype_name(round));
@@ -81,14 +82,20 @@ void store_all(void* dst, float* src, size_t n, DType store, DType round) {
   round_to_dtype(static_cast<float*>(dst), round, n);
 }
 
-const char* at(const void* p, size_t elems, DType t) { return static_cast<const char*>(p) + elems * dtype_size(t); }
-char* at(void* p, size_t elems, DType t) { return static_cast<char*>(p) + elems * dtype_size(t); }
+}  // namespace detail
 
+namespace {
+using detail::check_attention_dtypes;
+using detail::permute_heads;
+using detail::store_all;
+using detail::store_row;
+const char* at(const void* p, size_t elems, DType t) { return detail::elem_at(p, elems, t); }
+char* at(void* p, size_t elems, DType t) { return detail::elem_at(p, elems, t); }
 }  // namespace
 
 void attention_forward(float* out, void* qkvr, void* att, float* scratch, const void* qkv, DType store, int64_t B,
                        int64_t T, int64_t C, int64_t NH, DType round) {
-  check_dtypes(C, NH, store, round);
+  check_attention_dtypes(C, NH, store, round);
   const int64_t hs = C / NH, BH = B * NH;
   const size_t part = size_t(B * T * C);
   const bool half = store != DType::f32;
@@ -136,7 +143,7 @@ void attention_forward(float* out, float* qkvr, float* att, float* scratch, cons
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const void* qkvr, const void* att,
                         DType store, int64_t B, int64_t T, int64_t C, int64_t NH, DType round) {
-  check_dtypes(C, NH, store, round);
+  check_attention_dtypes(C, NH, store, round);
   const int64_t hs = C / NH, BH = B * NH;
   const size_t part = size_t(B * T * C), natt = size_t(BH * T * T);
   const bool half = store != DType::f32;
