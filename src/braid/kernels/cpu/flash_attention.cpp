@@ -198,11 +198,8 @@ void flash_attention_forward(float* out, void* qkvr, float* lse, const void* qkv
   }
 }
 
-namespace {
-
-// D (B, NH, T) = rowsum(dout * out) per head, out in `store` widened exactly.
-void output_dot(float* D, const float* dout, const void* out, DType store, int64_t B, int64_t T, int64_t C,
-                int64_t NH) {
+void flash_attention_output_dot(float* D, const float* dout, const void* out, DType store, int64_t B, int64_t T,
+                                int64_t C, int64_t NH) {
   const int64_t hs = C / NH;
 #pragma omp parallel
   {
@@ -224,7 +221,6 @@ void output_dot(float* D, const float* dout, const void* out, DType store, int64
   }
 }
 
-}  // namespace
 
 void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const void* out, const void* qkvr,
                               const float* lse, DType store, int64_t B, int64_t T, int64_t C, int64_t NH,
@@ -239,7 +235,7 @@ void flash_attention_backward(float* dqkv, float* scratch, const float* dout, co
   float* dqkvr = D + BH * T;                                      // (3, BH, T, hs) f32
   detail::permute_heads(dy, dout, sizeof(float), B, T, C, NH, 1, true);
   detail::store_all(dy_s, dy, part, store, round);
-  output_dot(D, dout, out, store, B, T, C, NH);
+  flash_attention_output_dot(D, dout, out, store, B, T, C, NH);
   std::fill(dqkvr, dqkvr + 3 * part, 0.0f);
   const void* q = qkvr;
   const void* k = elem_at(qkvr, part, store);

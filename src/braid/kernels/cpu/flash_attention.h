@@ -76,6 +76,11 @@ size_t flash_attention_backward_scratch_floats(int64_t B, int64_t T, int64_t C, 
 /// Floats flash_attention_forward saves besides q, k, v: the log-sum-exp, B NH T.
 size_t flash_attention_lse_floats(int64_t B, int64_t T, int64_t NH);
 
+/// D (B, NH, T) f32 = rowsum over each head's features of dout * out, for
+/// backward: dout (B, T, C) f32, out (B, T, C) in `store` widened exactly.
+void flash_attention_output_dot(float* D, const float* dout, const void* out, DType store, int64_t B, int64_t T,
+                                int64_t C, int64_t NH);
+
 /// Causal self-attention over whole sequences (the result of
 /// kernels::attention_forward, in O(B T C) memory):
 ///   out  (B, T, C) f32        written; heads concatenated along C
