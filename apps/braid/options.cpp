@@ -131,6 +131,12 @@ void add_layout_options(CLI::App* c, train::TrainOptions& o) {
       ->default_str("0")->type_name("S|node")->group(layout);
   c->add_option("--tp", o.tp, "Tensor-parallel degree: heads, MLP columns and the vocabulary split over groups of consecutive ranks")
       ->capture_default_str()->group(layout);
+  c->add_option("--cp", o.cp, "Context-parallel degree: each sequence split over CP ranks in 2 CP chunks, rank r "
+                "holding chunks r and 2 CP - 1 - r (rank order TP, CP, DP, PP)")
+      ->check(CLI::PositiveNumber)->capture_default_str()->group(layout);
+  c->add_option("--cp-comm", o.cp_comm, "How a CP group attends: ring (key/value blocks passed round the group "
+                "while each rank computes on the block it holds)")
+      ->check(CLI::IsMember({"ring"}))->capture_default_str()->group(layout);
   c->add_flag("--tp-across-nodes", o.tp_across_nodes, "Let a TP group span nodes (refused by default: TP's all-reduces sit on every layer's critical path)")
       ->group(layout);
   c->add_flag("--sequence-parallel", o.sequence_parallel, "Sequence parallelism: LayerNorm/dropout/residual rows sharded over the TP group")

@@ -291,6 +291,11 @@ std::function<void()> CommBase::traced(OpRecord& op, std::function<void()> fn, b
   };
 }
 
+std::shared_ptr<SpanSink> CommBase::span_sink() const {
+  std::lock_guard<std::mutex> lk(meta_mu_);
+  return sink_;
+}
+
 void CommBase::set_name(std::string name) {
   std::lock_guard<std::mutex> lk(meta_mu_);
   name_ = std::move(name);

@@ -64,6 +64,7 @@ class CommBase : public Communicator {
   void set_name(std::string name) final;
   std::string name() const final;
   void set_span_sink(std::shared_ptr<SpanSink> sink) final;
+  std::shared_ptr<SpanSink> span_sink() const final;
   void set_next_label(std::string label) final;
 
   uint64_t bytes_sent() const override { return bytes_sent_.load(); }

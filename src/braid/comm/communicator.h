@@ -186,6 +186,9 @@ class Communicator {
   /// Every collective of this communicator from now on is a span in `sink` (null:
   /// none): blocking ones on lane "main", asynchronous ones on "comm <name>".
   virtual void set_span_sink(std::shared_ptr<SpanSink> sink) = 0;
+  /// The sink set_span_sink gave (null: none), for the work a strand runs over
+  /// this group to report its own spans (ring attention's steps).
+  virtual std::shared_ptr<SpanSink> span_sink() const { return nullptr; }
   /// The next collective called on this communicator carries `label` ("DDP bucket
   /// 3") in its record, its trace span and any timeout report about it.
   virtual void set_next_label(std::string label) = 0;

@@ -42,8 +42,9 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   BRAID_CONFIG_CHECK(dropout >= 0.0f && dropout < 1.0f, "--dropout ", dropout, " must be in [0, 1)");
   // Validates cfg, max_B, max_T and TP; every size below comes from the plan.
   const GPTMemoryPlan plan =
-      memory_plan(cfg_, max_B, max_T, storage == nullptr, tpn_, sp_, dropout, stage,
-                  recompute, precision);
+      memory_plan(cfg_, max_B, max_T, storage == nullptr, tpn_, sp_, dropout, stage, recompute, precision,
+                  ops_->attention_scratch_floats(max_B, max_T, cfg_.n_embd / tpn_, cfg_.n_head / tpn_,
+                                                 precision.operands));
   num_params_ = build_param_table(cfg_, tpn_, stage, &table_, &layer_begin_);
   BRAID_CHECK(num_params_ == plan.num_params, "parameter table out of sync with memory_plan");
   build_units();

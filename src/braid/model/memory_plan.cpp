@@ -125,10 +125,13 @@ size_t plan_stage_activations(const RankDims& d, bool half_res, int64_t n_layer,
 // linear layers' copies; with TP > 1 the vocab-parallel loss statistics (3 BT)
 // and, with sequence parallelism, a gather buffer (BT x C); with dropout a
 // masked-gradient buffer (rows x C). Sets scratch_floats and matmul_scratch_floats.
-void plan_scratch(const RankDims& d, int tp, bool sp, float dropout, bool head, bool half_res, GPTMemoryPlan& m) {
+void plan_scratch(const RankDims& d, int tp, bool sp, float dropout, bool head, bool half_res,
+                  size_t attention_scratch, GPTMemoryPlan& m) {
   const size_t C = d.C, Cl = d.Cl, BT = d.BT, rows = d.rows;
-  // The fused kernel's forward needs no workspace.
-  const size_t att_scratch = k::flash_attention_backward_scratch_floats(d.B, d.T, int64_t(Cl), int64_t(d.NHl), d.op);
+  // The fused kernel's forward needs no workspace; another attention form
+  // (context parallelism) may ask for more.
+  const size_t att_scratch = std::max(
+      attention_scratch, k::flash_attention_backward_scratch_floats(d.B, d.T, int64_t(Cl), int64_t(d.NHl), d.op));
   // The linear layers' backward copies (kernels::matmul_backward): the largest
   // over this rank's (in, out) features: c_attn, attn.c_proj, c_fc, mlp.c_proj, head.
   const std::pair<size_t, size_t> linears[] = {{C, 3 * Cl}, {Cl, C}, {C, 4 * Cl}, {4 * Cl, C}, {C, d.Vpl}};
@@ -151,7 +154,7 @@ void plan_scratch(const RankDims& d, int tp, bool sp, float dropout, bool head, 
 
 GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bool owns_state, int tp, bool sp,
                           float dropout, const PipelineStage& stage, Recompute recompute,
-                          const Precision& precision) {
+                          const Precision& precision, size_t attention_scratch) {
   const std::vector<PipelineChunk> chunks = stage.resolved(cfg.n_layer);
   check_sizes(cfg, max_B, max_T, tp, sp, chunks);
   GPTMemoryPlan m;
@@ -166,7 +169,7 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   plan_block_activations(d, precision, recompute, m);
   const size_t slots = plan_stage_activations(d, half_res, cfg.n_layer, chunks, m);
   m.acts_bytes = m.act_floats * sizeof(float);
-  plan_scratch(d, tp, sp, dropout, head, half_res, m);
+  plan_scratch(d, tp, sp, dropout, head, half_res, attention_scratch, m);
   m.workspace_bytes = m.scratch_floats * sizeof(float);
   m.tokens_bytes = 2 * d.BT * sizeof(int32_t) * slots;
   return m;

@@ -53,8 +53,11 @@ size_t half_grad_elems(size_t BT, size_t rows, size_t C, size_t Cl);
 /// invalid config, max_T > block_size, tp not dividing n_head or the padded
 /// vocabulary, sequence parallelism with tp not dividing max_B * max_T, or a
 /// stage whose chunks are not increasing non-empty layer ranges.
+/// attention_scratch: floats of workspace the operators' attention needs
+/// beyond the fused kernel's (Operators::attention_scratch_floats; 0: none).
 GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bool owns_state = true, int tp = 1,
                           bool sequence_parallel = false, float dropout = 0.0f, const PipelineStage& stage = {},
-                          Recompute recompute = Recompute::none, const Precision& precision = {});
+                          Recompute recompute = Recompute::none, const Precision& precision = {},
+                          size_t attention_scratch = 0);
 
 }  // namespace braid::model

@@ -1,5 +1,7 @@
 #include "braid/model/operators.h"
 
+#include <algorithm>
+
 #include "braid/core/error.h"
 #include "braid/kernels/cpu/flash_attention.h"
 #include "braid/kernels/cpu/crossentropy.h"
@@ -85,8 +87,58 @@ void Operators::attention_backward(const AttentionGrads& d, const float* dout, c
                               s.heads, s.round);
 }
 
+bool Operators::whole_sequences() const {
+  return seq_.spans.size() == 1 && seq_.spans[0].first == 0 && seq_.spans[0].count == T_;
+}
+
+void Operators::for_position_runs(const std::function<void(int64_t, int64_t, int64_t, int64_t)>& fn) const {
+  // Local row r is (b, t) = (r / T, r % T); t walks the spans in order.
+  int64_t r = row0_;
+  const int64_t end = row0_ + rows_;
+  while (r < end) {
+    const int64_t b = r / T_;
+    int64_t t = r % T_, span_start = 0;
+    for (const TokenSpan& sp : seq_.spans) {
+      if (t < span_start + sp.count) {
+        const int64_t n = std::min(span_start + sp.count - t, end - r);
+        fn(r - row0_, n, b, sp.first + (t - span_start));
+        r += n;
+        break;
+      }
+      span_start += sp.count;
+    }
+  }
+}
+
+void Operators::add_positions(float* out, const float* wpe) {
+  if (whole_sequences()) {
+    k::position_forward(out, wpe, row0_, rows_, T_, ws_.C);
+    return;
+  }
+  for_position_runs([&](int64_t i, int64_t n, int64_t, int64_t pos) {
+    k::position_forward(out + i * ws_.C, wpe, pos, n, seq_.T_seq, ws_.C);
+  });
+}
+
+void Operators::position_grads(float* dwpe, const float* dout) {
+  if (whole_sequences()) {
+    k::position_backward(dwpe, dout, row0_, rows_, T_, ws_.C);
+    return;
+  }
+  for_position_runs([&](int64_t i, int64_t n, int64_t, int64_t pos) {
+    k::position_backward(dwpe, dout + i * ws_.C, pos, n, seq_.T_seq, ws_.C);
+  });
+}
+
 void Operators::dropout(float* out, const float* in, int64_t C, const DropoutKey& key) {
-  k::dropout(out, in, rows_, C, key.row_base + row0_, key.p, key.seed, key.stream);
+  if (whole_sequences()) {
+    k::dropout(out, in, rows_, C, key.row_base + row0_, key.p, key.seed, key.stream);
+    return;
+  }
+  // The single-rank run numbers token (b, position) as row b * T_seq + position.
+  for_position_runs([&](int64_t i, int64_t n, int64_t b, int64_t pos) {
+    k::dropout(out + i * C, in + i * C, n, C, key.row_base + b * seq_.T_seq + pos, key.p, key.seed, key.stream);
+  });
 }
 
 void Operators::norm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight,
@@ -100,12 +152,22 @@ void Operators::norm_backward(float* dx, float* dweight, float* dbias, const flo
 }
 
 void Operators::embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                                  int64_t) {
-  k::encoder_forward(out, tokens, wte, wpe, B_, T_, ws_.C);
+                                  int64_t Vp) {
+  if (whole_sequences()) {
+    k::encoder_forward(out, tokens, wte, wpe, B_, T_, ws_.C);
+    return;
+  }
+  k::embedding_lookup_range(out, tokens, wte, 0, Vp, BT_, ws_.C);
+  add_positions(out, wpe);
 }
 
-void Operators::embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t) {
-  k::encoder_backward(dwte, dwpe, dout, tokens, B_, T_, ws_.C);
+void Operators::embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t Vp) {
+  if (whole_sequences()) {
+    k::encoder_backward(dwte, dwpe, dout, tokens, B_, T_, ws_.C);
+    return;
+  }
+  position_grads(dwpe, dout);
+  k::embedding_backward_range(dwte, dout, tokens, 0, Vp, BT_, ws_.C);
 }
 
 void Operators::cross_entropy_forward(float* losses, float* lse, const void* logits, const int32_t* targets,

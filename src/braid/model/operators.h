@@ -33,6 +33,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "braid/core/dtype.h"
@@ -123,6 +124,12 @@ class Operators {
   virtual int tp_size() const { return 1; }
   virtual int tp_rank() const { return 0; }
   virtual bool sequence_parallel() const { return false; }
+  /// Floats of attention workspace this form needs for micro-batches of up to
+  /// B x T tokens of Cl features in NHl heads (0: the fused kernel's own, which
+  /// memory_plan always counts).
+  virtual size_t attention_scratch_floats(int64_t B, int64_t T, int64_t Cl, int64_t NHl, DType operands) const {
+    return 0;
+  }
   /// Takes the model's workspace; called once, before any other call below.
   /// Throws braid::Error when a buffer the layout needs is missing.
   virtual void bind(const OperatorWorkspace& ws);
@@ -218,6 +225,17 @@ class Operators {
                                       const int32_t* targets, float scale, int64_t V, int64_t Vp);
 
  protected:
+  /// True when this rank holds every token of its sequences, in order.
+  bool whole_sequences() const;
+  /// Calls fn(i, n, b, position) for each run of the local rows [row0, row0 +
+  /// rows) whose positions are consecutive: rows i .. i + n - 1 (from the
+  /// first local row) are tokens position .. position + n - 1 of sequence b.
+  void for_position_runs(const std::function<void(int64_t, int64_t, int64_t, int64_t)>& fn) const;
+  /// out (local rows, C) += wpe at each row's global position.
+  void add_positions(float* out, const float* wpe);
+  /// dwpe (+=) at each local row's global position from dout (local rows, C).
+  void position_grads(float* dwpe, const float* dout);
+
   OperatorWorkspace ws_;
   int64_t B_ = 0, T_ = 0, BT_ = 0, rows_ = 0, row0_ = 0;
   SequenceLayout seq_;

@@ -32,6 +32,8 @@ struct LayoutOptions {
   int64_t seq_len = 0;        // 0: min(128, block_size)
   int dp = 0;  // 0: all ranks / tp
   int tp = 1;  // tensor-parallel degree (TP groups are consecutive ranks)
+  int cp = 1;  // context-parallel degree: each sequence split over CP ranks (2 CP chunks, causal balance)
+  std::string cp_comm = "ring";  // how a CP group attends: ring
   bool sequence_parallel = false;  // shard LayerNorm/dropout/residual rows over TP
   float dropout = 0.0f;            // embedding and residual dropout probability
   int pp = 1;                      // pipeline stages (consecutive layer ranges)

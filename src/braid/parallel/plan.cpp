@@ -13,17 +13,18 @@ namespace {
 
 bool is_ps(const LayoutOptions& o) { return o.dp_mode == "ps"; }
 
-// The DP degree the ranks leave once TP and PP are placed (workers under a PS).
+// The DP degree the ranks leave once TP, CP and PP are placed (workers under a PS).
 int derived_dp(const LayoutOptions& o, int world_size) {
   // 64-bit: the degrees are not validated yet and may be huge.
-  const int64_t model_ranks = std::max<int64_t>(1, int64_t{o.tp} * o.pp);
+  const int64_t model_ranks = std::max<int64_t>(1, int64_t{o.tp} * std::max(1, o.cp) * o.pp);
   return is_ps(o) ? world_size - 1 : static_cast<int>(world_size / model_ranks);
 }
 
-// The data-parallel flags as the mode registry reads them.
+// The data-parallel flags as the mode registry reads them: the engine's group
+// is DP x CP (the CP ranks of a DP rank hold the same parameters).
 DataParallelFlags dp_flags(const LayoutOptions& o, int world_size) {
   return {o.dp_mode, o.zero, o.fsdp, o.fsdp_shard_size, o.precision, o.tp, o.pp, world_size,
-          derived_dp(o, world_size)};
+          derived_dp(o, world_size) * std::max(1, o.cp)};
 }
 
 // --dp-mode, the parameter server, ZeRO and FSDP flags on their own; then the
@@ -52,6 +53,10 @@ void validate_data_parallel_flags(const LayoutOptions& o, int world_size) {
 // The degrees multiply to the world size; --dp and --fsdp-shard-size fit them.
 void validate_degrees(const LayoutOptions& o, int world_size) {
   BRAID_CONFIG_CHECK(o.tp >= 1, "--tp ", o.tp, " must be >= 1");
+  BRAID_CONFIG_CHECK(o.cp >= 1, "--cp ", o.cp, " must be >= 1");
+  BRAID_CONFIG_CHECK(o.cp == 1 || (world_size % (int64_t{o.tp} * o.cp) == 0 && int64_t{o.tp} * o.cp * o.pp <= world_size),
+                     "--tp ", o.tp, " x --cp ", o.cp, " x --pp ", o.pp, " does not fit the ", world_size,
+                     " ranks of the job; the product of the parallel degrees must divide the number of ranks");
   BRAID_CONFIG_CHECK(o.pp >= 1, "--pp ", o.pp, " must be >= 1");
   BRAID_CONFIG_CHECK(int64_t{o.tp} * o.pp <= world_size, "--tp ", o.tp, " x --pp ", o.pp, " needs at least ",
                      int64_t{o.tp} * o.pp, " ranks but the job has ", world_size);
@@ -75,6 +80,21 @@ void validate_degrees(const LayoutOptions& o, int world_size) {
                      "--fsdp-shard-size ", o.fsdp_shard_size, " must divide the ", dp,
                      " data-parallel ranks (shard within groups of S, replicate across ", "the groups); "
                      "use a divisor of ", dp);
+}
+
+// Context parallelism: the sequence splits into 2 CP equal chunks; the
+// parameter server has no grid for a CP group.
+void validate_context_parallel(const LayoutOptions& o) {
+  if (o.cp == 1) return;
+  BRAID_CONFIG_CHECK(o.cp_comm == "ring", "--cp-comm '", o.cp_comm, "' is not known; use ring");
+  BRAID_CONFIG_CHECK(o.seq_len % (2 * int64_t{o.cp}) == 0, "--cp ", o.cp, ": a sequence of ", o.seq_len,
+                     " tokens does not split into 2 x CP = ", 2 * o.cp, " equal chunks; use a --seq-len that ",
+                     2 * o.cp, " divides (for example ", (o.seq_len / (2 * o.cp) + 1) * 2 * o.cp, ")");
+  BRAID_CONFIG_CHECK(!is_ps(o), "--cp ", o.cp, " with --dp-mode ps: the parameter server's workers are whole "
+                     "ranks, each training whole sequences, so there is no group to split a sequence over; drop "
+                     "--cp or use --dp-mode ddp");
+  BRAID_CONFIG_CHECK(o.fsdp_shard_size == 0, "--cp ", o.cp, " with --fsdp-shard-size: hybrid sharding over "
+                     "DP x CP groups is not built yet; use --fsdp (sharding over DP x CP) or drop --cp");
 }
 
 void validate_tensor_parallel(const LayoutOptions& o, const model::GPTConfig& cfg) {
@@ -208,7 +228,7 @@ void apply_micro_batches(LayoutOptions& o, int world_size) {
 DataParallelPlan data_parallel_plan(const LayoutOptions& o, int world_size) {
   const DataParallelFlags flags = dp_flags(o, world_size);
   DataParallelPlan d;
-  d.degree = flags.dp;
+  d.degree = derived_dp(o, world_size);  // the batch's split; the engine's group is DP x CP (flags.dp)
   d.mode = &parallel::resolve_data_parallel_mode(flags);
   d.zero_stage = d.mode->zero_stage;
   d.shard_degree = d.mode->shard_degree(flags);
@@ -224,6 +244,7 @@ DataParallelPlan data_parallel_plan(const LayoutOptions& o, int world_size) {
 
 void validate_layout(const LayoutOptions& o, int world_size, const model::GPTConfig& cfg) {
   validate_data_parallel_flags(o, world_size);
+  validate_context_parallel(o);
   validate_degrees(o, world_size);
   validate_tensor_parallel(o, cfg);
   validate_pipeline(o, cfg);
@@ -261,6 +282,7 @@ ParallelPlan resolve_plan(LayoutOptions& o, int world_size, const model::GPTConf
   p.world = world_size;
   p.dp = data_parallel_plan(o, world_size);
   p.tp = {o.tp, o.sequence_parallel};
+  p.cp = {o.cp, o.cp_comm};
   p.pp.stages = o.pp;
   p.pp.virtual_stages = o.virtual_stages;
   // Without a pipeline the step is the one-stage program (1F1B with P = 1).
@@ -316,18 +338,21 @@ bool ParallelPlan::sharded_engine() const { return dp.mode->sharded_engine; }
 
 RankGrid ParallelPlan::grid() const {
   if (dp.parameter_server()) return RankGrid(world, 1, world, 1);
-  return RankGrid(world, tp.degree, dp.degree, pp.stages);
+  return RankGrid(world, tp.degree, dp.degree * cp.degree, pp.stages);
 }
 
+int ParallelPlan::grad_rank(int rank) const { return dp.parameter_server() ? rank - 1 : grid().coord(rank).dp; }
 int ParallelPlan::dp_rank(int rank) const {
-  return dp.parameter_server() ? rank - 1 : grid().coord(rank).dp;
+  return dp.parameter_server() ? rank - 1 : grid().coord(rank).dp / cp.degree;
 }
+int ParallelPlan::cp_rank(int rank) const { return dp.parameter_server() ? 0 : grid().coord(rank).dp % cp.degree; }
 int ParallelPlan::tp_rank(int rank) const { return dp.parameter_server() ? 0 : grid().coord(rank).tp; }
 int ParallelPlan::pp_rank(int rank) const { return dp.parameter_server() ? 0 : grid().coord(rank).pp; }
 
 std::string ParallelPlan::describe() const {
   std::string s = "dp=" + std::to_string(dp.degree);
   if (tp.degree > 1) s += " x tp=" + std::to_string(tp.degree) + (tp.sequence_parallel ? "+sp" : "");
+  if (cp.degree > 1) s += " x cp=" + std::to_string(cp.degree) + " (" + cp.comm + ")";
   if (pp.stages > 1) {
     s += " x pp=" + std::to_string(pp.stages) + " (" + pp.schedule->name;
     if (pp.virtual_stages > 1) s += ", v=" + std::to_string(pp.virtual_stages);
@@ -396,11 +421,16 @@ std::unique_ptr<GradSync> make_grad_sync(const ParallelPlan& plan, ParallelConte
 ParallelContext::ParallelContext(const ParallelPlan& plan, comm::Communicator& world)
     : world_(world), dp_(&world) {
   const int r = world.rank();
-  const int tp = plan.tp.degree, pp = plan.pp.stages;
-  if (tp > 1 || pp > 1) {
+  const int tp = plan.tp.degree, pp = plan.pp.stages, cp = plan.cp.degree;
+  if (tp > 1 || pp > 1 || cp > 1) {
     // The order of the splits is the same on every rank (each is collective).
     const RankGrid grid = plan.grid();
     if (tp > 1) tp_ = world.split(grid.tp_color(r), r);
+    // A CP group: the same TP, DP and PP coordinates; its first member's rank names it.
+    if (cp > 1) {
+      cp_ = world.split(r - plan.cp_rank(r) * tp, r);
+      cp_rank_ = cp_->rank();
+    }
     dp_own_ = world.split(grid.dp_color(r), r);
     dp_ = dp_own_.get();
     if (tp_) tp_rank_ = tp_->rank();
@@ -415,7 +445,7 @@ ParallelContext::ParallelContext(const ParallelPlan& plan, comm::Communicator& w
       if (!ends) emb_.reset();
     }
   }
-  dp_rank_ = plan.dp.parameter_server() ? r - 1 : dp_->rank();
+  dp_rank_ = plan.dp.parameter_server() ? r - 1 : dp_->rank() / cp;
   if (plan.hsdp()) {
     // Shard inside consecutive groups of S DP ranks, replicate across them.
     const int S = plan.dp.shard_degree;
@@ -424,7 +454,8 @@ ParallelContext::ParallelContext(const ParallelPlan& plan, comm::Communicator& w
   }
   // The names of the groups' lanes in a trace.
   world.set_name(dp_ == &world ? "dp" : "world");
-  const std::pair<comm::Communicator*, const char*> names[] = {{tp_.get(), "tp"},       {dp_own_.get(), "dp"},
+  const std::pair<comm::Communicator*, const char*> names[] = {{tp_.get(), "tp"},       {cp_.get(), "cp"},
+                                                              {dp_own_.get(), "dp"},
                                                               {pp_.get(), "pp"},       {emb_.get(), "embedding"},
                                                               {shard_.get(), "shard"}, {replicate_.get(), "replicate"}};
   for (const auto& [c, name] : names)
@@ -433,7 +464,7 @@ ParallelContext::ParallelContext(const ParallelPlan& plan, comm::Communicator& w
 
 void ParallelContext::set_span_sink(const std::shared_ptr<SpanSink>& sink) {
   world_.set_span_sink(sink);
-  for (auto* c : {tp_.get(), dp_own_.get(), shard_.get(), replicate_.get(), pp_.get(), emb_.get()})
+  for (auto* c : {tp_.get(), cp_.get(), dp_own_.get(), shard_.get(), replicate_.get(), pp_.get(), emb_.get()})
     if (c) c->set_span_sink(sink);
 }
 
@@ -441,14 +472,14 @@ ParallelContext::~ParallelContext() = default;
 
 uint64_t ParallelContext::bytes_sent() const {
   uint64_t b = world_.bytes_sent();
-  for (const auto* c : {tp_.get(), dp_own_.get(), shard_.get(), replicate_.get(), pp_.get(), emb_.get()})
+  for (const auto* c : {tp_.get(), cp_.get(), dp_own_.get(), shard_.get(), replicate_.get(), pp_.get(), emb_.get()})
     if (c) b += c->bytes_sent();
   return b;
 }
 
 uint64_t ParallelContext::bytes_received() const {
   uint64_t b = world_.bytes_received();
-  for (const auto* c : {tp_.get(), dp_own_.get(), shard_.get(), replicate_.get(), pp_.get(), emb_.get()})
+  for (const auto* c : {tp_.get(), cp_.get(), dp_own_.get(), shard_.get(), replicate_.get(), pp_.get(), emb_.get()})
     if (c) b += c->bytes_received();
   return b;
 }

@@ -45,6 +45,13 @@ struct TensorParallelPlan {
   bool sequence_parallel = false;
 };
 
+/// The context-parallel strand (Megatron-Core's context parallelism; ring
+/// attention, Liu et al. 2023): each sequence split over `degree` ranks.
+struct ContextParallelPlan {
+  int degree = 1;
+  std::string comm = "ring";  // --cp-comm
+};
+
 /// The pipeline strand: what `braid schedule` takes on its own.
 struct PipelinePlan {
   int stages = 1;          // P
@@ -75,6 +82,7 @@ struct ParallelPlan {
   int world = 1;
   DataParallelPlan dp;
   TensorParallelPlan tp;
+  ContextParallelPlan cp;
   PipelinePlan pp;
   DType compute = DType::f32;  // --precision: compute copies (master weights stay f32)
   DType reduce = DType::f32;   // --reduce-dtype: gradient accumulation and reduction
@@ -98,15 +106,22 @@ struct ParallelPlan {
   /// HSDP (DDP and ZeRO-1 run through the gradient buckets).
   bool sharded_engine() const;
   bool hsdp() const { return dp.mode->shard_groups; }
-  /// TP fastest, then DP, then PP (a parameter server's world is not a grid:
-  /// rank 0 serves, ranks 1.. are DP ranks 0..).
+  /// TP fastest, then CP, then DP, then PP (Megatron's tp-cp-dp-pp; a
+  /// parameter server's world is not a grid: rank 0 serves, ranks 1.. are DP
+  /// ranks 0..). The grid's "dp" dimension is DP x CP: the ranks that hold the
+  /// same parameters and reduce their gradients together (Megatron's dp-cp group).
   RankGrid grid() const;
-  /// This rank's DP coordinate (-1 for a parameter server), TP and PP coordinates.
+  /// Ranks of a gradient-reduction group (DP x CP) and this rank's place in it.
+  int grad_ranks() const { return dp.degree * cp.degree; }
+  int grad_rank(int rank) const;
+  /// This rank's DP coordinate (-1 for a parameter server: which sequences it
+  /// reads), CP, TP and PP coordinates.
   int dp_rank(int rank) const;
+  int cp_rank(int rank) const;
   int tp_rank(int rank) const;
   int pp_rank(int rank) const;
   /// Ranks that compute a forward (all but a parameter server).
-  int compute_ranks() const { return dp.degree * tp.degree * pp.stages; }
+  int compute_ranks() const { return dp.degree * cp.degree * tp.degree * pp.stages; }
   /// "dp=2 x tp=2+sp x pp=2 (1f1b), zero=1, bf16" for start-up lines.
   std::string describe() const;
 };
@@ -154,9 +169,11 @@ class ParallelContext {
   ~ParallelContext();
 
   comm::Communicator& world() { return world_; }
-  /// The DP group (the world when TP = PP = 1, and under a parameter server).
+  /// The gradient-reduction group: DP x CP ranks (the world when TP = PP = 1,
+  /// and under a parameter server).
   comm::Communicator& dp() { return *dp_; }
   comm::Communicator* tp() { return tp_.get(); }    // null at TP = 1
+  comm::Communicator* cp() { return cp_.get(); }    // null at CP = 1
   comm::Communicator* pp() { return pp_.get(); }    // null at PP = 1
   /// The ranks of the first and the last virtual stage (the tied embedding's
   /// copies); null at PP = 1, on the other ranks, and when one rank holds both.
@@ -164,7 +181,8 @@ class ParallelContext {
   /// The ranks the sharded states span: the DP group, or an HSDP shard group.
   comm::Communicator& shard() { return shard_ ? *shard_ : *dp_; }
   comm::Communicator* replicate() { return replicate_.get(); }  // HSDP: across shard groups
-  int dp_rank() const { return dp_rank_; }  // -1 on a parameter server
+  int dp_rank() const { return dp_rank_; }  // which sequences this rank reads; -1 on a parameter server
+  int cp_rank() const { return cp_rank_; }
   int tp_rank() const { return tp_rank_; }
   int pp_rank() const { return pp_rank_; }
   /// Sends every collective of the world and of each group to `sink` (null: stop).
@@ -176,8 +194,8 @@ class ParallelContext {
  private:
   comm::Communicator& world_;
   comm::Communicator* dp_;
-  std::unique_ptr<comm::Communicator> tp_, dp_own_, pp_, emb_, shard_, replicate_;
-  int dp_rank_ = 0, tp_rank_ = 0, pp_rank_ = 0;
+  std::unique_ptr<comm::Communicator> tp_, cp_, dp_own_, pp_, emb_, shard_, replicate_;
+  int dp_rank_ = 0, cp_rank_ = 0, tp_rank_ = 0, pp_rank_ = 0;
 };
 
 }  // namespace braid::parallel

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "braid/core/error.h"
+#include "braid/parallel/context/ring_attention.h"
 #include "braid/parallel/pipeline/schedule.h"
 #include "braid/parallel/pipeline/executor.h"
 #include "braid/parallel/data_parallel/registry.h"
@@ -74,10 +75,16 @@ MemoryPlan plan_rank(MemoryPlan p, int rank, const model::PipelineStage& stage) 
   const bool engine = pl.sharded_engine();
   const bool storage = engine || pl.compute != DType::f32;
   const int pp_rank = pl.pp_rank(rank);
-  const model::GPTMemoryPlan g = model::memory_plan(p.config, pl.micro_batch, pl.seq_len, !storage,
-                                                         pl.tp.degree, pl.tp.sequence_parallel, pl.dropout, stage,
-                                                         pl.recompute,
-                                                         pl.precision());
+  // Under context parallelism the model holds seq_len / CP tokens of each sequence.
+  const int64_t T = pl.seq_len / pl.cp.degree;
+  const size_t ring = pl.cp.degree == 1 ? 0
+                                        : context::ring_attention_scratch_floats(
+                                              {pl.micro_batch, T, p.config.n_embd / pl.tp.degree,
+                                               p.config.n_head / pl.tp.degree, pl.precision().operands,
+                                               pl.precision().operands, pl.seq_len});
+  const model::GPTMemoryPlan g =
+      model::memory_plan(p.config, pl.micro_batch, T, !storage, pl.tp.degree, pl.tp.sequence_parallel, pl.dropout,
+                         stage, pl.recompute, pl.precision(), ring);
   p.num_params = g.num_params;
   for (size_t i = 0; i < kNumMemCategories; ++i)
     add(static_cast<MemCategory>(i), g.bytes(static_cast<MemCategory>(i)));
@@ -91,7 +98,7 @@ MemoryPlan plan_rank(MemoryPlan p, int rank, const model::PipelineStage& stage) 
   const BucketedConfig bucketed = bucketed_config(pl, p.config, stage);
   const ShardedConfig sharded = sharded_config(pl, stage);
   const SyncMemory sync = pl.dp.mode->plan_memory(
-      {p.config, bucketed, sharded, pl.dp.degree, pl.dp.shard_degree, pl.dp_rank(rank), rank, g.num_params});
+      {p.config, bucketed, sharded, pl.grad_ranks(), pl.dp.shard_degree, pl.grad_rank(rank), rank, g.num_params});
   for (size_t i = 0; i < kNumMemCategories; ++i) p.bytes[i] += sync.bytes[i];
   p.optimizer_elems = sync.optimizer_elems;
   if (sync.num_params > 0) p.num_params = sync.num_params;

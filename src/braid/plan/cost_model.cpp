@@ -66,10 +66,13 @@ double megatron_flops_per_iteration(double B, double s, double l, double h, doub
   return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
 }
 
-BlockWork block_forward_work(double b, double s, double h, double heads, int tp, double e, bool sp, bool dropout) {
-  const double t = tp, tokens = b * s, rows = sp ? tokens / t : tokens;
+BlockWork block_forward_work(double b, double s, double h, double heads, int tp, double e, bool sp, bool dropout,
+                             int cp) {
+  // Under context parallelism a rank holds s / cp tokens of each sequence and
+  // attends them to all s keys.
+  const double t = tp, tokens = b * s / cp, rows = sp ? tokens / t : tokens;
   BlockWork w;
-  w.flops = (24.0 * tokens * h * h + 4.0 * b * s * s * h) / t;
+  w.flops = (24.0 * tokens * h * h + 4.0 * tokens * s * h) / t;
   const double drop = dropout ? 1.0 : 0.0;  // one mask byte per element
   const double replicated = rows * h * (2 * 2 * e + 2 * 3 * e + drop * 2 * (2 * e + 1));
   const double gelu = tokens * 4 * h / t * 2 * e;
@@ -110,10 +113,13 @@ struct Shape {
   double b, s, h, a, V, t;  // micro-batch, sequence, width, heads, padded vocabulary, TP degree
   double e;                 // bytes per activation element (the compute dtype)
   bool sp, dropout;         // sequence parallel; dropout masks written and read
+  double cp = 1;            // context-parallel degree: a rank holds s / cp tokens of a sequence
+  double tokens() const { return b * s / cp; }  // one rank's tokens of a micro-batch
 };
 
 Work block_forward(const Shape& x) {
-  const BlockWork w = block_forward_work(x.b, x.s, x.h, x.a, static_cast<int>(x.t), x.e, x.sp, x.dropout);
+  const BlockWork w =
+      block_forward_work(x.b, x.s, x.h, x.a, static_cast<int>(x.t), x.e, x.sp, x.dropout, static_cast<int>(x.cp));
   return {w.flops, w.bytes};
 }
 
@@ -122,16 +128,34 @@ Work block_forward(const Shape& x) {
 // exponentials, probabilities). Backward: twice the matmul FLOPs, and one pass
 // that reads the probabilities and writes the logits' gradient.
 Work head_forward(const Shape& x) {
-  const double tokens = x.b * x.s;
+  const double tokens = x.tokens();
   return {2.0 * tokens * x.h * x.V / x.t, tokens * x.V / x.t * 4 * 3};
 }
 Work head_backward(const Shape& x) {
-  const double tokens = x.b * x.s;
+  const double tokens = x.tokens();
   return {4.0 * tokens * x.h * x.V / x.t, tokens * x.V / x.t * 4 * 2};
 }
 
 // Activation bytes one TP collective of a block carries.
-double tp_message(const Shape& x) { return x.b * x.s * x.h * x.e; }
+double tp_message(const Shape& x) { return x.tokens() * x.h * x.e; }
+
+// Ring attention over the CP group, seconds per micro-batch of one block:
+// forward passes cp - 1 key/value blocks (2 of tokens x h/t elements) round the
+// group, each hidden behind the attention on the block held (a 1/cp share of
+// the block's attention FLOPs); backward passes them again with their f32
+// gradients, which wait for the block's compute (not hidden).
+struct RingCost {
+  double forward = 0, backward = 0;
+};
+RingCost ring_cost(const Shape& x, const parallel::ParallelPlan& plan, const Cluster& c) {
+  if (x.cp <= 1) return {};
+  const Placement g = place(plan.cp.degree, plan.tp.degree, c.accelerators_per_node);
+  const Link link = g.nodes > 1 ? c.inter_node_per_accelerator() : c.intra_node;
+  const double kv = 2 * x.tokens() * x.h / x.t, steps = x.cp - 1;
+  const double attend = 4.0 * x.tokens() * x.s * x.h / x.t / x.cp / c.matmul_flops(plan.compute);
+  const double kv_s = link.time(kv * x.e);
+  return {steps * std::max(0.0, kv_s - attend), steps * (std::max(0.0, kv_s - 2 * attend) + link.time(kv * 4))};
+}
 
 // Parameters one rank holds for its layers (TP-split matrices, replicated
 // LayerNorms and biases of width h) and, on the end stages, the embeddings.
@@ -147,7 +171,7 @@ double rank_params(const model::GPTConfig& cfg, double layers, bool first, bool 
 // parameters over m micro-batches: what the mode shards decides it
 // (DataParallelMode::sharding).
 double dp_sync_seconds(const parallel::ParallelPlan& plan, const Cluster& c, int m, double stage_params) {
-  const int t = plan.tp.degree, d = plan.dp.degree;
+  const int t = plan.tp.degree, d = plan.grad_ranks();  // gradients reduce over DP x CP
   const Placement dp_group = place(d, t, c.accelerators_per_node);
   const double grad_bytes = stage_params * static_cast<double>(dtype_size(plan.reduce));
   const double param_bytes = stage_params * static_cast<double>(dtype_size(plan.compute));
@@ -178,7 +202,7 @@ Shape shape_of(const parallel::ParallelPlan& plan, const model::GPTConfig& cfg, 
   return {static_cast<double>(plan.micro_batch), static_cast<double>(plan.seq_len), static_cast<double>(cfg.n_embd),
           static_cast<double>(cfg.n_head), static_cast<double>(cfg.padded_vocab_size),
           static_cast<double>(plan.tp.degree), static_cast<double>(dtype_size(plan.compute)),
-          plan.tp.sequence_parallel, opt.dropout > 0};
+          plan.tp.sequence_parallel, opt.dropout > 0, static_cast<double>(plan.cp.degree)};
 }
 
 // One block on one rank, seconds per micro-batch.
@@ -186,6 +210,7 @@ struct BlockCost {
   double forward = 0, backward = 0;  // each with its TP collectives and kernel launches
   double tp_all_reduce = 0;          // one TP collective (= reduce-scatter + all-gather under SP)
   double recompute_comm = 0;         // full recomputation's repeated forward collectives
+  double cp_comm = 0;                // ring attention's exposed transfers, forward + backward
 };
 
 // Forward, backward (twice the forward's matmuls) and recomputation of one block.
@@ -196,16 +221,18 @@ BlockCost block_cost(const Shape& x, const parallel::ParallelPlan& plan, const C
   Work recompute;
   if (full) recompute = fwd;
   if (plan.recompute == model::Recompute::selective)
-    recompute = {4.0 * x.b * x.s * x.s * x.h / x.t, x.b * x.s * (x.a / x.t) * x.s * 2 * x.e};
+    recompute = {4.0 * x.tokens() * x.s * x.h / x.t, x.tokens() * (x.a / x.t) * x.s * 2 * x.e};
   BlockCost k;
+  const RingCost ring = ring_cost(x, plan, c);
+  k.cp_comm = ring.forward + ring.backward;
   k.tp_all_reduce = all_reduce(tp_message(x), place(plan.tp.degree, 1, c.accelerators_per_node), c);
   k.recompute_comm = full ? 2 * k.tp_all_reduce : 0.0;
   // Each kernel a block launches also pays a fixed cost (launch and dispatch):
   // its forward runs kBlockKernels, backward twice as many.
   const double launch = kBlockKernels * c.kernel_overhead;
-  k.forward = fwd.seconds(c, ct) + 2 * k.tp_all_reduce + launch;
+  k.forward = fwd.seconds(c, ct) + 2 * k.tp_all_reduce + ring.forward + launch;
   k.backward = (2.0 * fwd).seconds(c, ct, true) + recompute.seconds(c, ct) + 2 * k.tp_all_reduce +
-               k.recompute_comm + (2 + (full ? 1 : 0)) * launch;
+               k.recompute_comm + ring.backward + (full ? ring.forward : 0.0) + (2 + (full ? 1 : 0)) * launch;
   return k;
 }
 
@@ -214,6 +241,7 @@ struct StageCost {
   double forward = 0, backward = 0;  // seconds per micro-batch
   double params = 0;                 // parameters one of its ranks holds
   double tp_comm = 0;                // seconds of TP collectives within forward + backward
+  double cp_comm = 0;                // seconds of ring attention's exposed transfers within them
 };
 
 StageCost slowest_stage(const Shape& x, const parallel::ParallelPlan& plan, const model::GPTConfig& cfg,
@@ -233,6 +261,7 @@ StageCost slowest_stage(const Shape& x, const parallel::ParallelPlan& plan, cons
     if (f + b > slowest.forward + slowest.backward) {
       slowest.forward = f, slowest.backward = b;
       slowest.tp_comm = layers * (4 * k.tp_all_reduce + k.recompute_comm);
+      slowest.cp_comm = layers * k.cp_comm;
       slowest.params = rank_params(cfg, layers, first, last, plan.tp.degree);
     }
   }
@@ -246,7 +275,7 @@ StageCost slowest_stage(const Shape& x, const parallel::ParallelPlan& plan, cons
 double stage_transfer(const Shape& x, const parallel::ParallelPlan& plan, const Cluster& c) {
   if (plan.pp.stages <= 1) return 0;
   const int t = plan.tp.degree;
-  const Placement next = place(2, t * plan.dp.degree, c.accelerators_per_node);
+  const Placement next = place(2, t * plan.grad_ranks(), c.accelerators_per_node);
   const Link link = next.nodes > 1 ? c.inter_node_per_accelerator() : c.intra_node;
   const double n = tp_message(x);
   return link.time(plan.tp.sequence_parallel ? n / t : n);
@@ -301,8 +330,9 @@ StepPrediction predict_step(const parallel::LayoutOptions& options, int world, c
   r.micro_batches = m;
   r.stage_forward_s = f_cost;
   r.stage_backward_s = b_cost;
-  r.compute = m * (st.forward + st.backward - st.tp_comm);
+  r.compute = m * (st.forward + st.backward - st.tp_comm - st.cp_comm);
   r.tp_comm = m * st.tp_comm;
+  r.cp_comm = m * st.cp_comm;
   r.pp_comm = m * 2 * p2p;
   r.bubble = std::max(0.0, pipeline - m * (f_cost + b_cost));
   r.step_s = pipeline + r.dp_exposed + r.optimizer;
@@ -314,9 +344,10 @@ std::string format_prediction(const StepPrediction& p) {
   char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "step %.4g s | %.4g tokens/s | %.3g TFLOP/s per accelerator | MFU %.1f%%\n"
-                "  compute %.4g s, TP communication %.4g s, pipeline transfers %.4g s, bubble %.4g s, "
+                "  compute %.4g s, TP communication %.4g s, CP ring %.4g s, pipeline transfers %.4g s, bubble %.4g s, "
                 "exposed DP sync %.4g s, optimizer %.4g s (slowest stage, %d micro-batch%s)\n",
-                p.step_s, p.tokens_per_s, p.tflops_per_accelerator, 100 * p.mfu, p.compute, p.tp_comm, p.pp_comm,
+                p.step_s, p.tokens_per_s, p.tflops_per_accelerator, 100 * p.mfu, p.compute, p.tp_comm, p.cp_comm,
+                p.pp_comm,
                 p.bubble, p.dp_exposed, p.optimizer, p.micro_batches, p.micro_batches == 1 ? "" : "es");
   return buf;
 }

@@ -57,8 +57,11 @@ struct BlockWork {
 /// Element-wise (read + write): per token two LayerNorms and two residual adds
 /// over h (split over TP only with sequence parallelism), GeLU over 4h, the
 /// score softmax over s per head, dropout's masks when dropout is on.
+/// cp: the context-parallel degree (a rank holds s / cp tokens of each sequence
+/// and attends them to all s keys: QKV, projection and MLP over b s / cp tokens,
+/// attention 4 b (s / cp) s h).
 BlockWork block_forward_work(double b, double s, double h, double heads, int tp, double elem_bytes,
-                             bool sequence_parallel, bool dropout);
+                             bool sequence_parallel, bool dropout, int cp = 1);
 
 /// Bytes braid's optimizer moves per element of state it updates: the f32 master,
 /// m and v read and written (24), the gradient read twice (the global norm's
@@ -76,6 +79,7 @@ struct StepPrediction {
   // Breakdown on the slowest stage, seconds per step:
   double compute = 0;           // forward, backward, recomputation (matmuls and element-wise)
   double tp_comm = 0;           // tensor-parallel collectives (on the critical path)
+  double cp_comm = 0;           // ring attention's transfers not hidden behind its compute
   double pp_comm = 0;           // activations and gradients between stages
   double bubble = 0;            // pipeline idle time
   double dp_exposed = 0;        // gradient sync not hidden behind backward

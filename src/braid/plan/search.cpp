@@ -44,10 +44,14 @@ std::vector<parallel::LayoutOptions> enumerate(const parallel::LayoutOptions& ba
   const int64_t B = base.global_batch;
   for (int tp : divisors(std::min(n, c.accelerators_per_node))) {
     if (cfg.n_head % tp != 0 || cfg.padded_vocab_size % tp != 0) continue;
-    for (int pp : divisors(n / tp)) {
+    for (int cp : divisors(n / tp)) {
+    // A CP group splits each sequence into 2 cp chunks.
+    if (cp > 1 && base.seq_len % (2 * cp) != 0) continue;
+    for (int pp : divisors(n / (tp * cp))) {
       if (pp > cfg.n_layer) continue;
-      const int dp = n / (tp * pp);
-      const std::vector<Sharding> sharded = shardings(dp);
+      const int dp = n / (tp * cp * pp);
+      std::vector<Sharding> sharded = shardings(dp * cp);  // ZeRO / FSDP shard over DP x CP
+      if (cp > 1) std::erase_if(sharded, [&](const Sharding& s) { return s.shard_size > 0; });  // no HSDP with CP
       for (int64_t mb : {1, 2, 4, 8, 16, 32}) {
         if (B % (dp * mb) != 0) continue;
         const int64_t m = B / (dp * mb);
@@ -63,7 +67,7 @@ std::vector<parallel::LayoutOptions> enumerate(const parallel::LayoutOptions& ba
               for (const char* rc : {"none", "selective", "full"}) {
                 if (s.def->refuse && !s.def->refuse({rc}).empty()) continue;
                 parallel::LayoutOptions o = base;
-                o.tp = tp, o.pp = pp, o.dp = dp, o.micro_batch = mb, o.micro_batches = 0;
+                o.tp = tp, o.cp = cp, o.pp = pp, o.dp = dp, o.micro_batch = mb, o.micro_batches = 0;
                 o.schedule = s.def->name, o.virtual_stages = s.v;
                 o.zero = sh.zero, o.fsdp = sh.fsdp, o.fsdp_shard_size = sh.shard_size;
                 o.sequence_parallel = sp, o.recompute = rc, o.pp_layers.clear();
@@ -71,6 +75,7 @@ std::vector<parallel::LayoutOptions> enumerate(const parallel::LayoutOptions& ba
               }
             }
       }
+    }
     }
   }
   return out;
@@ -87,12 +92,12 @@ double largest_rank_bytes(const parallel::LayoutOptions& opt, int world) {
 
 std::string describe_layout(const parallel::LayoutOptions& o, int world) {
   char buf[256];
-  const int dp = world / (o.tp * o.pp);
+  const int dp = world / (o.tp * o.cp * o.pp);
   const std::string sharding = !o.fsdp ? "zero=" + std::to_string(o.zero)
                                : o.fsdp_shard_size > 0 && o.fsdp_shard_size < dp ? "hsdp=" + std::to_string(o.fsdp_shard_size)
                                                        : std::string("fsdp");
-  std::snprintf(buf, sizeof buf, "tp=%d%s pp=%d%s dp=%d mb=%lld %s recompute=%s", o.tp,
-                o.sequence_parallel ? "+sp" : "", o.pp,
+  std::snprintf(buf, sizeof buf, "tp=%d%s%s pp=%d%s dp=%d mb=%lld %s recompute=%s", o.tp,
+                o.sequence_parallel ? "+sp" : "", o.cp > 1 ? (" cp=" + std::to_string(o.cp)).c_str() : "", o.pp,
                 o.pp == 1 ? ""
                           : (" " + o.schedule + (o.virtual_stages > 1 ? "x" + std::to_string(o.virtual_stages) : ""))
                                 .c_str(),
@@ -103,6 +108,7 @@ std::string describe_layout(const parallel::LayoutOptions& o, int world) {
 std::string why_slower(const StepPrediction& o, const StepPrediction& b) {
   const std::pair<const char*, double> parts[] = {{"compute", o.compute - b.compute},
                                                  {"TP communication", o.tp_comm - b.tp_comm},
+                                                 {"CP ring", o.cp_comm - b.cp_comm},
                                                  {"pipeline transfers", o.pp_comm - b.pp_comm},
                                                  {"bubble", o.bubble - b.bubble},
                                                  {"exposed DP sync", o.dp_exposed - b.dp_exposed},

@@ -8,7 +8,8 @@
 
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
-#include "braid/parallel/tensor/operators.h"
+#include "braid/parallel/context/operators.h"
+#include "braid/parallel/context/ring_attention.h"
 #include "braid/train/checkpoint_dir.h"
 #include "braid/train/evaluation.h"
 #include "braid/train/input_checks.h"
@@ -36,6 +37,8 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   pp_rank_ = ctx_->pp_rank();
   dp_size_ = plan_.dp.degree;
   dp_rank_ = ctx_->dp_rank();
+  cp_size_ = plan_.cp.degree;
+  cp_layout_ = parallel::context::chunk_layout(opt.seq_len, cp_size_, ctx_->cp_rank());
   accum_steps_ = plan_.pp.micro_batches;
   check_token_data(opt, cfg, train, val);
   check_memory_before_allocating(opt, world);
@@ -52,8 +55,9 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   simulated_bubble_ = st.bubble;
   const model::PipelineStage stage = plan_.pp.stage(pp_rank_);
   sync_ = parallel::make_grad_sync(plan_, *ctx_, cfg, stage, &ledger_);
-  model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len, &ledger_, sync_->storage(),
-                                        parallel::tensor::make_operators(ctx_->tp(), plan_.tp.sequence_parallel),
+  model_ = std::make_unique<model::GPT>(cfg, opt.micro_batch, opt.seq_len / cp_size_, &ledger_, sync_->storage(),
+                                        parallel::context::make_operators(ctx_->tp(), plan_.tp.sequence_parallel,
+                                                                          ctx_->cp(), parallel::context::parse_cp_comm(plan_.cp.comm)),
                                         plan_.dropout, stage, plan_.recompute, plan_.precision());
   sync_->attach(*model_);
   executor_ = std::make_unique<parallel::PipelineExecutor>(
@@ -93,7 +97,7 @@ void Trainer::finish_record(StepRecord& r, double seconds, uint64_t sent0, uint6
   if (opt_.peak_flops_per_rank > 0) {
     // Only ranks that compute count towards the available FLOP/s.
     r.mfu = static_cast<double>(model_->flops_per_token(T)) * r.tokens_per_sec /
-            (opt_.peak_flops_per_rank * dp_size_ * tp_size_ * pp_size_);
+            (opt_.peak_flops_per_rank * dp_size_ * cp_size_ * tp_size_ * pp_size_);
   }
   r.peak_mem_bytes = ledger_.peak_total();
   r.comm_bytes_sent = bytes_sent() - sent0;
@@ -134,10 +138,21 @@ struct EvalMode {
 };
 }  // namespace
 
+void Trainer::load_batch(const uint16_t* data, const size_t* offsets, int64_t B, int64_t T) {
+  int32_t *tokens = tokens_.as<int32_t>(), *targets = targets_.as<int32_t>();
+  data::gather_batch(data, offsets, B, T, tokens, targets);
+  if (cp_size_ == 1) return;
+  parallel::context::keep_local_tokens(tokens, B, cp_layout_);
+  parallel::context::keep_local_tokens(targets, B, cp_layout_);
+}
+
 float Trainer::batch_loss(std::span<const uint16_t> tokens, const size_t* offsets, int64_t B, int64_t T) {
-  if (model_->is_first_stage() || model_->is_last_stage())
-    data::gather_batch(tokens.data(), offsets, B, T, tokens_.as<int32_t>(), targets_.as<int32_t>());
-  float l = forward_pass(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T);
+  BRAID_CHECK(cp_size_ == 1 || T == opt_.seq_len, "context parallel: windows of ", T, " tokens, the run's are ",
+              opt_.seq_len);
+  if (model_->is_first_stage() || model_->is_last_stage()) load_batch(tokens.data(), offsets, B, T);
+  float l = forward_pass(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T / cp_size_);
+  // Each CP rank's mean over its equal share of the tokens: their mean is the sequence's.
+  if (cp_size_ > 1) ctx_->cp()->all_reduce(&l, &l, 1, DType::f32, comm::ReduceOp::avg);
   // The loss lives on the last stage.
   if (pp_size_ > 1) ctx_->pp()->broadcast(&l, 1, DType::f32, plan_.pp.last_rank());
   return l;
@@ -156,6 +171,7 @@ float Trainer::evaluate() {
 
 WindowLoss Trainer::evaluate_windows(std::span<const uint16_t> tokens, int64_t max_windows) {
   BRAID_CONFIG_CHECK(!ps_, "evaluation runs without a parameter server; drop --dp-mode ps");
+  BRAID_CONFIG_CHECK(cp_size_ == 1, "evaluation windows run on whole sequences; evaluate without --cp");
   const int64_t T = opt_.seq_len;
   // A window may run alone (the last ones), so its T rows must split over TP.
   BRAID_CONFIG_CHECK(!opt_.sequence_parallel || T % opt_.tp == 0, "--sequence-parallel shards a window's ", T,
@@ -184,6 +200,7 @@ void Trainer::last_logits(const std::vector<int32_t>& context, int64_t len, floa
 }
 
 std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed) {
+  BRAID_CONFIG_CHECK(cp_size_ == 1, "sampling runs on whole sequences; sample without --cp");
   EvalMode eval(*model_);
   // Sequence parallelism splits the token rows over TP: the context is rounded
   // up to a multiple of TP with trailing filler tokens.

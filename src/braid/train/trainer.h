@@ -158,6 +158,11 @@ class Trainer {
   LrSchedule sched_;
   bool ps_ = false;              // --dp-mode ps
   int dp_size_, dp_rank_;        // under ps: the workers (rank - 1); the server has -1
+  int cp_size_ = 1;              // context parallel: each rank holds seq_len / CP tokens of a sequence
+  model::SequenceLayout cp_layout_;  // which tokens of each sequence this rank holds
+  /// Gathers micro-batch sequences (B of T + 1 tokens at `offsets`) into
+  /// tokens_ and targets_, keeping this rank's chunks under context parallelism.
+  void load_batch(const uint16_t* data, const size_t* offsets, int64_t B, int64_t T);
   int64_t accum_steps_;
   int64_t start_step_ = 0;
   /// Graceful stop (preemption.h): whether any rank received a stop signal, as

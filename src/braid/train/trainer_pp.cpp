@@ -27,18 +27,16 @@ std::string span_name(const char* what, int64_t micro) {
 class Trainer::TrainStage final : public GptStage {
  public:
   TrainStage(Trainer& t, int64_t step)
-      : GptStage(*t.model_, t.opt_.micro_batch, t.opt_.seq_len), t_(t), step_(step),
+      : GptStage(*t.model_, t.opt_.micro_batch, t.opt_.seq_len / t.cp_size_), t_(t), step_(step),
         offsets_(t.sampler_->rank_offsets(step)),
         scale_(t.scaler_->scale() / static_cast<float>(t.accum_steps_)) {}
 
 
   float forward(int j, bool first, bool last) override {
-    const int64_t B = t_.opt_.micro_batch, T = t_.opt_.seq_len;
-    int32_t* tokens = t_.tokens_.as<int32_t>();
-    int32_t* targets = t_.targets_.as<int32_t>();
-    if (first || last) data::gather_batch(t_.train_.data(), offsets_.data() + j * B, B, T, tokens, targets);
+    const int64_t B = t_.opt_.micro_batch;
+    if (first || last) t_.load_batch(t_.train_.data(), offsets_.data() + j * B, B, t_.opt_.seq_len);
     dropout_key(j);
-    return m_.forward(first ? tokens : nullptr, last ? targets : nullptr, B, T);
+    return m_.forward(first ? t_.tokens_.as<int32_t>() : nullptr, last ? t_.targets_.as<int32_t>() : nullptr, B, T_);
   }
 
   void backward(int j, parallel::PipeOp op, bool last) override {

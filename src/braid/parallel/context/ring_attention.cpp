@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <string>
 
 #include "braid/comm/communicator.h"
 #include "braid/core/error.h"
+#include "braid/core/span_sink.h"
 #include "braid/kernels/cpu/attention_layout.h"
 #include "braid/kernels/cpu/flash_attention.h"
 
@@ -21,6 +24,16 @@ model::SequenceLayout chunk_layout(int64_t T_seq, int cp, int rank) {
                      2 * cp, " divides (for example ", (T_seq / (2 * cp) + 1) * 2 * cp, ")");
   const int64_t c = T_seq / (2 * cp);
   return {T_seq, {{rank * c, c}, {(2 * cp - 1 - rank) * c, c}}};
+}
+
+void keep_local_tokens(int32_t* x, int64_t B, const model::SequenceLayout& layout) {
+  // Destinations never pass their sources (row b's tokens move to b * T <= b * T_seq).
+  int32_t* dst = x;
+  for (int64_t b = 0; b < B; ++b)
+    for (const model::TokenSpan& sp : layout.spans) {
+      std::memmove(dst, x + b * layout.T_seq + sp.first, size_t(sp.count) * sizeof(int32_t));
+      dst += sp.count;
+    }
 }
 
 namespace {
@@ -92,16 +105,34 @@ void unfold_block(float* dq, float* dkv, const void* q, const void* kv, const vo
 }
 
 // Posts the exchange of one block round the ring: send `cur` on, receive the
-// previous rank's into `next`. Nothing at CP = 1 or after the last step.
+// previous rank's into `next`. Nothing at CP = 1 or after the last step. With
+// a trace, each step's compute and the wait for its transfers after it are
+// spans of the main lane ("ring fold 2", "ring wait 2"): a short wait is a
+// transfer hidden behind the compute.
 struct Exchange {
+  Exchange(std::shared_ptr<SpanSink> s, const char* p) : sink(std::move(s)), pass(p) {}
+  std::shared_ptr<SpanSink> sink;
+  const char* pass;  // "ring forward" or "ring backward"
   comm::WorkPtr send, recv;
-  void post(comm::Communicator& cp, const Ring& ring, const void* cur, void* next, size_t bytes, int tag) {
-    recv = cp.irecv(next, bytes, ring.prev(), tag);
-    send = cp.isend(cur, bytes, ring.next(), tag);
+  size_t bytes = 0;
+  double t0 = 0;
+  void post(comm::Communicator& cp, const Ring& ring, const void* cur, void* next, size_t n, int tag) {
+    recv = cp.irecv(next, n, ring.prev(), tag);
+    send = cp.isend(cur, n, ring.next(), tag);
+    bytes = n;
   }
-  void wait() {
+  void start() { t0 = sink ? SpanSink::now_us() : 0; }
+  // After step s's compute: waits for its transfers.
+  void wait(int step) {
+    const double t1 = sink ? SpanSink::now_us() : 0;
     if (send) send->wait();
     if (recv) recv->wait();
+    if (sink) {
+      const std::string s = std::to_string(step);
+      sink->span(std::string(pass) + " fold " + s, "compute", "main", t0, t1);
+      if (send) sink->span(std::string(pass) + " wait " + s, "comm", "main", t1, SpanSink::now_us(),
+                           std::to_string(bytes) + " bytes each way");
+    }
     send.reset(), recv.reset();
   }
 };
@@ -134,12 +165,13 @@ void ring_attention_forward(comm::Communicator& cp, float* out, void* qkvr, floa
   k::flash_state_init(st, int64_t(bht), hs);
   const model::SequenceLayout mine = chunk_layout(s.T_seq, ring.size, ring.rank);
   const void* cur = elem_at(qkvr, part, s.store);  // this rank's [k | v]
-  Exchange ex;
+  Exchange ex{cp.span_sink(), "ring forward"};
   for (int step = 0; step < ring.size; ++step) {
     void* next = bufs[step % 2];
+    ex.start();
     if (step + 1 < ring.size) ex.post(cp, ring, cur, next, kv_bytes, kTagKv);  // in flight while we compute
     fold_block(st, qkvr, cur, mine, chunk_layout(s.T_seq, ring.size, ring.owner(step)), s);
-    ex.wait();
+    ex.wait(step);
     cur = next;
   }
 #pragma omp parallel for schedule(static)
@@ -170,12 +202,13 @@ void ring_attention_backward(comm::Communicator& cp, float* dqkv, float* scratch
   const model::SequenceLayout mine = chunk_layout(s.T_seq, ring.size, ring.rank);
   const void* cur = elem_at(qkvr, part, s.store);
   float* grad = grad_bufs[0];
-  Exchange ex;
+  Exchange ex{cp.span_sink(), "ring backward"};
   for (int step = 0; step < ring.size; ++step) {
     void* next = kv_bufs[step % 2];
+    ex.start();
     if (step + 1 < ring.size) ex.post(cp, ring, cur, next, kv_bytes, kTagKv);
     unfold_block(dqkvr, grad, qkvr, cur, dy_s, lse, D, mine, chunk_layout(s.T_seq, ring.size, ring.owner(step)), s);
-    ex.wait();
+    ex.wait(step);
     // The block's gradients go on with it; after the last step they go home.
     float* other = grad == grad_bufs[0] ? grad_bufs[1] : grad_bufs[0];
     if (ring.size > 1) cp.sendrecv(grad, grad_bytes, ring.next(), other, grad_bytes, ring.prev(), kTagGradKv);

@@ -28,6 +28,10 @@ namespace braid::parallel::context {
 /// Throws braid::ConfigError when 2 CP does not divide T_seq.
 model::SequenceLayout chunk_layout(int64_t T_seq, int cp, int rank);
 
+/// Keeps this rank's tokens of each of B sequences of layout.T_seq ids, in
+/// place: x (B, T_seq) int32 becomes (B, T) with the layout's spans in order.
+void keep_local_tokens(int32_t* x, int64_t B, const model::SequenceLayout& layout);
+
 /// One ring-attention call: B sequences, this rank's T tokens of each (the
 /// layout's spans, in order), NH heads of C / NH features, operands stored in
 /// `store`, products' inputs rounded to `round`.

@@ -127,7 +127,7 @@ void TensorParallelOperators::embedding_forward(float* out, const int32_t* token
   float* partial = sp_ ? ws_.gather : out;
   k::embedding_lookup_range(partial, tokens, wte, rank_ * Vpl, Vpl, BT_, ws_.C);
   reduce_rows(partial, out);
-  k::position_forward(out, wpe, row0_, rows_, T_, ws_.C);
+  add_positions(out, wpe);
 }
 
 void TensorParallelOperators::embedding_backward(float* dwte, float* dwpe, const float* dout,
@@ -137,7 +137,7 @@ void TensorParallelOperators::embedding_backward(float* dwte, float* dwpe, const
     return;
   }
   const int64_t Vpl = Vp / size_;
-  k::position_backward(dwpe, dout, row0_, rows_, T_, ws_.C);
+  position_grads(dwpe, dout);
   k::embedding_backward_range(dwte, gather_rows(dout), tokens, rank_ * Vpl, Vpl, BT_, ws_.C);
 }
 

@@ -1,0 +1,71 @@
+#include "braid/parallel/context/operators.h"
+
+#include "braid/comm/communicator.h"
+#include "braid/core/error.h"
+#include "braid/parallel/context/ring_attention.h"
+
+namespace braid::parallel::context {
+
+CpComm parse_cp_comm(const std::string& s) {
+  if (s == "ring") return CpComm::ring;
+  throw ConfigError("--cp-comm '" + s + "': known ways are ring");
+}
+
+const char* cp_comm_name(CpComm) { return "ring"; }
+
+ContextParallelOperators::ContextParallelOperators(comm::Communicator* tp, bool sequence_parallel,
+                                                   comm::Communicator* cp, CpComm how)
+    : TensorParallelOperators(tp, sequence_parallel),
+      cp_(cp),
+      cp_size_(cp ? cp->size() : 1),
+      cp_rank_(cp ? cp->rank() : 0),
+      how_(how) {}
+
+std::unique_ptr<model::Operators> make_operators(comm::Communicator* tp, bool sequence_parallel,
+                                                 comm::Communicator* cp, CpComm how) {
+  if (!cp || cp->size() == 1) return tensor::make_operators(tp, sequence_parallel);
+  return std::make_unique<ContextParallelOperators>(tp, sequence_parallel, cp, how);
+}
+
+size_t ContextParallelOperators::attention_scratch_floats(int64_t B, int64_t T, int64_t Cl, int64_t NHl,
+                                                          DType operands) const {
+  return ring_attention_scratch_floats({B, T, Cl, NHl, operands, operands, T * cp_size_});
+}
+
+void ContextParallelOperators::set_batch(int64_t B, int64_t T) {
+  TensorParallelOperators::set_batch(B, T);
+  seq_ = chunk_layout(T * cp_size_, cp_size_, cp_rank_);
+}
+
+namespace {
+
+// The ring reads c_attn's packed output (B, T, 3 C_l): q, k, v side by side.
+const void* packed(const model::AttentionInputs& in, const model::AttentionShape& s) {
+  const int64_t Cl = s.heads * s.head_dim;
+  const char* q = static_cast<const char*>(in.q);
+  const size_t esz = dtype_size(s.store);
+  BRAID_CHECK(in.ld == 3 * Cl && static_cast<const char*>(in.k) == q + size_t(Cl) * esz &&
+                  static_cast<const char*>(in.v) == q + size_t(2 * Cl) * esz,
+              "ring attention: needs q, k, v packed as (B, T, 3 x ", Cl, "), got row stride ", in.ld);
+  return q;
+}
+
+}  // namespace
+
+void ContextParallelOperators::attention_forward(float* out, const model::AttentionSaved& saved,
+                                                 const model::AttentionInputs& qkv, const model::AttentionShape& s) {
+  const RingShape rs{s.B, s.T, s.heads * s.head_dim, s.heads, s.store, s.round, seq_.T_seq};
+  ring_attention_forward(*cp_, out, saved.heads, saved.lse, ws_.attention, packed(qkv, s), rs);
+}
+
+void ContextParallelOperators::attention_backward(const model::AttentionGrads& d, const float* dout,
+                                                  const model::AttentionSaved& saved,
+                                                  const model::AttentionShape& s) {
+  const int64_t Cl = s.heads * s.head_dim;
+  BRAID_CHECK(d.ld == 3 * Cl && d.dk == d.dq + Cl && d.dv == d.dq + 2 * Cl && saved.out,
+              "ring attention: writes dq, dk, dv packed as (B, T, 3 x ", Cl, ") and needs the forward's output");
+  const RingShape rs{s.B, s.T, Cl, s.heads, s.store, s.round, seq_.T_seq};
+  ring_attention_backward(*cp_, d.dq, ws_.attention, dout, saved.out, saved.heads, saved.lse, rs);
+}
+
+}  // namespace braid::parallel::context
