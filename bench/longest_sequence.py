@@ -7,7 +7,8 @@ training step at that T under `--max-memory BUDGET` and reports the step's
 ledger peak and the process's peak resident memory.
 
 Usage: /usr/bin/python3 bench/longest_sequence.py [--braid BIN] [--model small]
-       [--budget 12GiB] [--step 256] [--extra "ARGS"] [--launch "mpirun -np 2 ..."] [--check]
+       [--budget 12GiB] [--step 256] [--extra "ARGS"] [--plan-extra "--ranks 2"]
+       [--launch "mpirun -np 2 ..."] [--check]
 """
 import argparse
 import re
@@ -26,7 +27,7 @@ def parse_bytes(s):
 
 def planned_peak(a, T):
     cmd = [a.braid, "plan", "--model", a.model, "--block-size", str(T), "--seq-len", str(T), "--batch", "1"]
-    cmd += shlex.split(a.extra)
+    cmd += shlex.split(a.extra) + shlex.split(a.plan_extra)
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         return None, out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "plan failed"
@@ -65,6 +66,7 @@ def main():
     ap.add_argument("--budget", default="12GiB")
     ap.add_argument("--step", type=int, default=256)
     ap.add_argument("--extra", default="")
+    ap.add_argument("--plan-extra", default="", help="flags for braid plan only (--ranks N)")
     ap.add_argument("--launch", default="")
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args()

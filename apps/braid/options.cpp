@@ -135,8 +135,9 @@ void add_layout_options(CLI::App* c, train::TrainOptions& o) {
                 "holding chunks r and 2 CP - 1 - r (rank order TP, CP, DP, PP)")
       ->check(CLI::PositiveNumber)->capture_default_str()->group(layout);
   c->add_option("--cp-comm", o.cp_comm, "How a CP group attends: ring (key/value blocks passed round the group "
-                "while each rank computes on the block it holds)")
-      ->check(CLI::IsMember({"ring"}))->capture_default_str()->group(layout);
+                "while each rank computes on the block it holds) or a2a (all-to-all to a head split and back; "
+                "heads / TP must divide by CP)")
+      ->check(CLI::IsMember({"ring", "a2a"}))->capture_default_str()->group(layout);
   c->add_flag("--tp-across-nodes", o.tp_across_nodes, "Let a TP group span nodes (refused by default: TP's all-reduces sit on every layer's critical path)")
       ->group(layout);
   c->add_flag("--sequence-parallel", o.sequence_parallel, "Sequence parallelism: LayerNorm/dropout/residual rows sharded over the TP group")

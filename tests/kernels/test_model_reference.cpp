@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -56,14 +57,18 @@ std::string source_dir() {
 
 }  // namespace
 
-TEST(GPTReference, TinyMatchesPyTorch) {
+namespace {
+
+// tiny on B sequences of T tokens against the oracle (block_size raised to T).
+void check_tiny_against_torch(int64_t B, int64_t T) {
   if (std::system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy; skipping the PyTorch oracle";
   const fs::path script = fs::path(source_dir()) / "tools" / "make_reference.py";
   ASSERT_TRUE(fs::exists(script)) << script;
 
-  const GPTConfig cfg = GPTConfig::preset("tiny");
-  const int64_t B = 2, T = 32, C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+  GPTConfig cfg = GPTConfig::preset("tiny");
+  cfg.block_size = std::max(cfg.block_size, T);
+  const int64_t C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
   GPT m(cfg, B, T);
   m.init_weights(1234);
   braid::Rng rng(5);
@@ -103,7 +108,8 @@ TEST(GPTReference, TinyMatchesPyTorch) {
   std::printf("  logits: max |diff| %.3g (ratio to tolerance %.3g)\n", cl.max_abs, cl.max_ratio);
   EXPECT_LE(cl.max_ratio, 1.0) << "worst logit index " << cl.worst;
 
-  const float ref_loss = read_bin(dir / "ref_loss.bin", 1)[0];
+  const std::vector<float> ref_loss_v = read_bin(dir / "ref_loss.bin", 1);
+  const float ref_loss = ref_loss_v.at(0);
   std::printf("  loss: braid %.8f torch %.8f diff %.3g\n", loss, ref_loss, double(loss - ref_loss));
   EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));  // tighter than rtol 1e-4: holds
 
@@ -127,7 +133,8 @@ TEST(GPTReference, TinyMatchesPyTorch) {
   // first step is ~lr * sign(g), which would amplify grad noise near g = 0).
   std::vector<float> p(m.params(), m.params() + m.num_params());
   std::vector<float> mom(p.size(), 0.0f), var(p.size(), 0.0f);
-  for (const auto& info : m.param_table())
+  const auto table = m.param_table();
+  for (const auto& info : table)
     braid::kernels::adamw_update(p.data() + info.offset, ref_grads.data() + info.offset,
                                  mom.data() + info.offset, var.data() + info.offset, info.numel,
                                  lr, beta1, beta2, eps, info.weight_decay ? wd : 0.0f, 1);
@@ -140,3 +147,10 @@ TEST(GPTReference, TinyMatchesPyTorch) {
                                << " torch " << ref_after[ca.worst];
   fs::remove_all(dir);
 }
+
+}  // namespace
+
+// T = 32 runs the attention kernel that saves the probabilities; T = 512 the
+// fused one (kernels::kFusedAttentionMinT).
+TEST(GPTReference, TinyMatchesPyTorch) { check_tiny_against_torch(2, 32); }
+TEST(GPTReference, TinyMatchesPyTorchOnTheFusedAttentionPath) { check_tiny_against_torch(1, 512); }

@@ -30,7 +30,7 @@ train::TrainOptions cp_tiny(uint64_t seed) {
 }
 
 std::string layout_name(const train::TrainOptions& o) {
-  std::string s = "cp=" + std::to_string(o.cp);
+  std::string s = "cp=" + std::to_string(o.cp) + " " + o.cp_comm;
   if (o.tp > 1) s += " tp=" + std::to_string(o.tp) + (o.sequence_parallel ? "+sp" : "");
   if (o.pp > 1) s += " pp=" + std::to_string(o.pp);
   if (o.zero) s += " zero=" + std::to_string(o.zero);
@@ -75,6 +75,29 @@ TEST(ContextParallel, ComposesWithDataTensorAndPipelineParallel) {
     const int ranks = 4;  // CP 2 x (DP 2, TP 2 or PP 2)
     expect_close(run(c, ranks, data).steps[0], run(s, 1, data).steps[0], layout_name(c));
   }
+}
+
+// All-to-all (Ulysses): a head split of whole sequences, alone and with DP and
+// TP (+ SP); tiny's 4 heads divide over CP x TP = 4.
+TEST(ContextParallel, AllToAllMatchesSingleRank) {
+  auto o = cp_tiny(36);
+  o.steps = 8;
+  const auto data = testing_harness::synthetic_tokens(40000, 81);
+  const Runs single = run(o, 1, data);
+  struct Layout {
+    int cp, tp, ranks;
+    bool sp;
+  };
+  for (const Layout l : {Layout{2, 1, 2, false}, Layout{4, 1, 4, false}, Layout{2, 1, 4, false},
+                         Layout{2, 2, 4, false}, Layout{2, 2, 4, true}}) {
+    auto c = o;
+    c.cp = l.cp, c.tp = l.tp, c.sequence_parallel = l.sp, c.cp_comm = "a2a";
+    expect_close(run(c, l.ranks, data).steps[0], single.steps[0], layout_name(c) + " on " + std::to_string(l.ranks));
+  }
+  auto c = o;
+  c.cp = 4, c.tp = 2, c.cp_comm = "a2a";
+  const std::string e = testing_harness::config_error(c, 8, data);
+  EXPECT_NE(e.find("--n-head that CP x TP = 8 divides"), std::string::npos) << e;
 }
 
 TEST(ContextParallel, Bf16TracksTheSingleRankBf16Run) {

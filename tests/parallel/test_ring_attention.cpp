@@ -1,4 +1,4 @@
-// Ring attention over a CP group (parallel/context/ring_attention.h) against
+// Ring and all-to-all attention over a CP group (parallel/context/) against
 // the fused kernel on whole sequences: each CP rank holds chunks r and
 // 2 CP - 1 - r of every sequence; its output rows and q, k, v gradients are
 // the single-rank ones at those positions, for CP = 1..4, f32 and bf16, with
@@ -15,6 +15,7 @@
 #include "braid/kernels/cpu/convert.h"
 #include "braid/kernels/cpu/flash_attention.h"
 #include "braid/parallel/context/ring_attention.h"
+#include "braid/parallel/context/ulysses_attention.h"
 #include "kernels/normal_values.h"
 
 namespace ctx = braid::parallel::context;
@@ -51,7 +52,9 @@ struct Case {
   DType t;
 };
 
-void check_ring(const Case& c, int cp) {
+// The CP group's attention (ring, or all-to-all with a2a) against the fused
+// kernel on whole sequences.
+void check_ring(const Case& c, int cp, bool a2a = false) {
   const int64_t T = c.T_seq / cp;
   auto qkv = testing_data::normal_values(size_t(c.B * c.T_seq * 3 * c.C), 21, 1);
   k::round_to_dtype(qkv.data(), c.t, qkv.size());
@@ -76,14 +79,21 @@ void check_ring(const Case& c, int cp) {
     const size_t part = size_t(c.B * T * c.C);
     auto qkv_s = stored(local_rows(qkv, layout, c.B, 3 * c.C), c.t);
     std::vector<float> out(part), qkvr(qkv_s.size()), lse(size_t(c.B * c.NH * T)), dqkv(3 * part);
-    std::vector<float> scratch(ctx::ring_attention_scratch_floats(s));
-    ctx::ring_attention_forward(g, out.data(), qkvr.data(), lse.data(), scratch.data(), qkv_s.data(), s);
+    std::vector<float> scratch(a2a ? ctx::ulysses_attention_scratch_floats(s, cp) : ctx::ring_attention_scratch_floats(s));
+    if (a2a)
+      ctx::ulysses_attention_forward(g, out.data(), qkvr.data(), lse.data(), scratch.data(), qkv_s.data(), s);
+    else
+      ctx::ring_attention_forward(g, out.data(), qkvr.data(), lse.data(), scratch.data(), qkv_s.data(), s);
     std::vector<float> kept = out;
     k::round_to_dtype(kept.data(), c.t, kept.size());
     auto out_s = stored(kept, c.t);
     const auto dout_l = local_rows(dout, layout, c.B, c.C);
-    ctx::ring_attention_backward(g, dqkv.data(), scratch.data(), dout_l.data(), out_s.data(), qkvr.data(), lse.data(),
-                                 s);
+    if (a2a)
+      ctx::ulysses_attention_backward(g, dqkv.data(), scratch.data(), dout_l.data(), out_s.data(), qkvr.data(),
+                                      lse.data(), s);
+    else
+      ctx::ring_attention_backward(g, dqkv.data(), scratch.data(), dout_l.data(), out_s.data(), qkvr.data(),
+                                   lse.data(), s);
     // f32: only the order of the sums differs. bf16: the probabilities are
     // rounded relative to the running maximum of the keys seen so far, which
     // the block order changes, so the two runs differ by up to bf16's unit
@@ -115,4 +125,18 @@ TEST(RingAttention, MatchesOneRankF32) {
 
 TEST(RingAttention, MatchesOneRankBf16) {
   for (int cp : {2, 4}) check_ring({2, 16 * cp, 32, 4, DType::bf16}, cp);
+}
+
+// All-to-all: the whole sequence of a 1/CP share of the heads on each rank, the
+// same kernel on the same tiles as one rank: f32 to the order of its sums.
+TEST(UlyssesAttention, MatchesOneRank) {
+  for (int cp : {1, 2, 4}) check_ring({2, 24 * cp, 32, 4, DType::f32}, cp, true);
+  check_ring({1, 2 * 2 * 70, 48, 6, DType::f32}, 2, true);
+  for (int cp : {2, 4}) check_ring({2, 16 * cp, 32, 4, DType::bf16}, cp, true);
+  braid::comm::run_local(2, [&](braid::comm::Communicator& g) {
+    const ctx::RingShape s{1, 8, 12, 3, DType::f32, DType::f32, 16};  // 3 heads over CP = 2
+    std::vector<float> out(96), qkvr(288), lse(24), scratch(ctx::ulysses_attention_scratch_floats(s, 2)), qkv(288);
+    EXPECT_THROW(ctx::ulysses_attention_forward(g, out.data(), qkvr.data(), lse.data(), scratch.data(), qkv.data(), s),
+                 braid::ConfigError);
+  });
 }

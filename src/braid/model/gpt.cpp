@@ -37,6 +37,7 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   }
   has_unit0_ = owns_embed_ || owns_head_;
   tpn_ = ops_->tp_size();
+  fused_attention_ = ops_->fused_attention(max_T);
   tpr_ = ops_->tp_rank();
   sp_ = ops_->sequence_parallel();
   BRAID_CONFIG_CHECK(dropout >= 0.0f && dropout < 1.0f, "--dropout ", dropout, " must be in [0, 1)");
@@ -44,7 +45,8 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   const GPTMemoryPlan plan =
       memory_plan(cfg_, max_B, max_T, storage == nullptr, tpn_, sp_, dropout, stage, recompute, precision,
                   ops_->attention_scratch_floats(max_B, max_T, cfg_.n_embd / tpn_, cfg_.n_head / tpn_,
-                                                 precision.operands));
+                                                 precision.operands),
+                  fused_attention_);
   num_params_ = build_param_table(cfg_, tpn_, stage, &table_, &layer_begin_);
   BRAID_CHECK(num_params_ == plan.num_params, "parameter table out of sync with memory_plan");
   build_units();
@@ -214,7 +216,9 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
   const size_t P = size_t(tpn_);
   const size_t BT = size_t(max_B_ * max_T_), C = size_t(cfg_.n_embd), Cl = C / P;
   const size_t rows = sp_ ? BT / P : BT;
-  const size_t lse = size_t(max_B_) * (size_t(cfg_.n_head) / P) * size_t(max_T_);
+  // The fused kernel saves a log-sum-exp per row; the other the probabilities.
+  const size_t heads_rows = size_t(max_B_) * (size_t(cfg_.n_head) / P) * size_t(max_T_);
+  const size_t lse = fused_attention_ ? heads_rows : operand_floats(heads_rows * size_t(max_T_), op_);
   const ChunkInfo& ch = chunks_[size_t(chunk_)];
   float* const base = const_cast<float*>(acts_.as<float>()) + ch.base + slot_floats_ * size_t(slot_) +
                       layer_act_floats_ * size_t(l - l0_);
@@ -255,7 +259,7 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
   r.fch_gelu = take(op(4 * BT * Cl), full || sel);
   r.fcproj = take(op(rows * C), full);
   r.res3 = kept(res(rows * C));
-  r.lse = take(lse, full || sel);
+  r.lse = take(lse, full || sel);  // floats (operand_floats already applied)
   // The constructor's sizes must match what is carved out here.
   BRAID_CHECK(a == base + layer_act_floats_ && w <= shared + shared_act_floats_,
               "layer activation layout out of sync with the memory plan");
@@ -355,7 +359,7 @@ void GPT::drop(float* out, const float* in, uint64_t site) {
 
 AttentionShape GPT::attention_shape() const {
   const int64_t NHl = cfg_.n_head / tpn_;
-  return {B_, T_, NHl, cfg_.n_embd / cfg_.n_head, op_, compute_dtype_};
+  return {B_, T_, NHl, cfg_.n_embd / cfg_.n_head, op_, compute_dtype_, fused_attention_};
 }
 
 void GPT::attend(float* out, const LayerActs& a) {

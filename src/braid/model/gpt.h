@@ -327,6 +327,7 @@ class GPT {
   std::unique_ptr<Operators> ops_;  // what the blocks call; owns no tensors
   int tpn_ = 1, tpr_ = 0;
   bool sp_ = false;  // sequence parallelism asked for (sizes the residual stream's rows)
+  bool fused_attention_ = true;  // the fused attention kernel (else the one saving the probabilities)
   // One rank's chunks: layers, slots and where their activation slots start.
   struct ChunkInfo {
     int64_t l0, l1, slots;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "braid/core/error.h"
+#include "braid/kernels/cpu/attention.h"
 #include "braid/kernels/cpu/flash_attention.h"
 #include "braid/kernels/cpu/matmul.h"
 #include "braid/model/param_layout.h"
@@ -61,6 +62,7 @@ struct RankDims {
   size_t C, Vpl, Cl, NHl, BT, rows;
   int64_t B, T;
   DType op;  // the matmul operands' storage dtype
+  bool fused = true;  // the fused attention kernel (else the one saving the probabilities)
 };
 
 RankDims rank_dims(const GPTConfig& cfg, int64_t max_B, int64_t max_T, int tp, bool sp, const Precision& precision) {
@@ -78,7 +80,9 @@ RankDims rank_dims(const GPTConfig& cfg, int64_t max_B, int64_t max_T, int tp, b
 // keeps per slot and the recomputation workspace all blocks share.
 void plan_block_activations(const RankDims& d, const Precision& precision, Recompute recompute, GPTMemoryPlan& m) {
   const DType op = d.op;
-  const size_t att = k::flash_attention_lse_floats(d.B, d.T, int64_t(d.NHl));  // f32
+  // The fused kernel's log-sum-exp (f32), or the probabilities (operand dtype).
+  const size_t att = d.fused ? k::flash_attention_lse_floats(d.B, d.T, int64_t(d.NHl))
+                             : operand_floats(size_t(d.B) * d.NHl * size_t(d.T * d.T), op);
   const size_t atty = operand_floats(d.BT * d.Cl, op), fch_gelu = operand_floats(4 * d.BT * d.Cl, op);
   const size_t qkv = operand_floats(3 * d.BT * d.Cl, op), res = operand_floats(d.rows * d.C, precision.residual());
   const size_t all_floats = 4 * operand_floats(d.rows * d.C, op) + 2 * res + 2 * qkv +
@@ -130,8 +134,11 @@ void plan_scratch(const RankDims& d, int tp, bool sp, float dropout, bool head, 
   const size_t C = d.C, Cl = d.Cl, BT = d.BT, rows = d.rows;
   // The fused kernel's forward needs no workspace; another attention form
   // (context parallelism) may ask for more.
-  const size_t att_scratch = std::max(
-      attention_scratch, k::flash_attention_backward_scratch_floats(d.B, d.T, int64_t(Cl), int64_t(d.NHl), d.op));
+  const size_t kernel_scratch =
+      d.fused ? k::flash_attention_backward_scratch_floats(d.B, d.T, int64_t(Cl), int64_t(d.NHl), d.op)
+              : std::max(k::attention_forward_scratch_floats(d.B, d.T, int64_t(Cl), int64_t(d.NHl), d.op),
+                         k::attention_backward_scratch_floats(d.B, d.T, int64_t(Cl), int64_t(d.NHl), d.op));
+  const size_t att_scratch = std::max(attention_scratch, kernel_scratch);
   // The linear layers' backward copies (kernels::matmul_backward): the largest
   // over this rank's (in, out) features: c_attn, attn.c_proj, c_fc, mlp.c_proj, head.
   const std::pair<size_t, size_t> linears[] = {{C, 3 * Cl}, {Cl, C}, {C, 4 * Cl}, {4 * Cl, C}, {C, d.Vpl}};
@@ -154,7 +161,8 @@ void plan_scratch(const RankDims& d, int tp, bool sp, float dropout, bool head, 
 
 GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bool owns_state, int tp, bool sp,
                           float dropout, const PipelineStage& stage, Recompute recompute,
-                          const Precision& precision, size_t attention_scratch) {
+                          const Precision& precision, size_t attention_scratch,
+                          std::optional<bool> fused_attention) {
   const std::vector<PipelineChunk> chunks = stage.resolved(cfg.n_layer);
   check_sizes(cfg, max_B, max_T, tp, sp, chunks);
   GPTMemoryPlan m;
@@ -163,7 +171,8 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   m.num_params = build_param_table(cfg, tp, stage, &table, &layer_begin);
   m.params_bytes = owns_state ? m.num_params * sizeof(float) : 0;
   m.grads_bytes = owns_state ? m.num_params * sizeof(float) : 0;
-  const RankDims d = rank_dims(cfg, max_B, max_T, tp, sp, precision);
+  RankDims d = rank_dims(cfg, max_B, max_T, tp, sp, precision);
+  d.fused = fused_attention.value_or(max_T >= k::kFusedAttentionMinT);
   const bool half_res = precision.residual() != DType::f32;
   const bool head = std::any_of(chunks.begin(), chunks.end(), [&](const auto& c) { return c.last_layer == cfg.n_layer; });
   plan_block_activations(d, precision, recompute, m);

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "braid/core/dtype.h"
 #include "braid/core/memory.h"
@@ -55,9 +56,12 @@ size_t half_grad_elems(size_t BT, size_t rows, size_t C, size_t Cl);
 /// stage whose chunks are not increasing non-empty layer ranges.
 /// attention_scratch: floats of workspace the operators' attention needs
 /// beyond the fused kernel's (Operators::attention_scratch_floats; 0: none).
+/// fused_attention: the model runs the fused kernel (Operators::fused_attention),
+/// else the one that saves the probabilities (B x heads x T x T); unset: the
+/// plain operators' rule, max_T >= kernels::kFusedAttentionMinT.
 GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bool owns_state = true, int tp = 1,
                           bool sequence_parallel = false, float dropout = 0.0f, const PipelineStage& stage = {},
                           Recompute recompute = Recompute::none, const Precision& precision = {},
-                          size_t attention_scratch = 0);
+                          size_t attention_scratch = 0, std::optional<bool> fused_attention = std::nullopt);
 
 }  // namespace braid::model

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "braid/core/error.h"
+#include "braid/kernels/cpu/attention.h"
 #include "braid/kernels/cpu/flash_attention.h"
 #include "braid/kernels/cpu/crossentropy.h"
 #include "braid/kernels/cpu/elementwise.h"
@@ -31,6 +32,8 @@ const void* packed_qkv(const AttentionInputs& in, const AttentionShape& s) {
 }  // namespace
 
 void Operators::bind(const OperatorWorkspace& ws) { ws_ = ws; }
+
+bool Operators::fused_attention(int64_t max_T) const { return max_T >= k::kFusedAttentionMinT; }
 
 void Operators::set_batch(int64_t B, int64_t T) {
   B_ = B, T_ = T, BT_ = B * T;
@@ -73,6 +76,11 @@ void Operators::attention_forward(float* out, const AttentionSaved& saved, const
   // The causal mask of the plain kernel is by position within the rank's tokens.
   BRAID_CHECK(seq_.spans.size() == 1 && seq_.spans[0].first == 0 && seq_.spans[0].count == s.T,
               "attention: the plain operator needs all ", s.T, " tokens of each sequence on this rank, in order");
+  if (!s.fused) {
+    k::attention_forward(out, saved.heads, saved.lse, ws_.attention, packed_qkv(qkv, s), s.store, s.B, s.T,
+                         s.heads * s.head_dim, s.heads, s.round);
+    return;
+  }
   k::flash_attention_forward(out, saved.heads, saved.lse, packed_qkv(qkv, s), s.store, s.B, s.T,
                              s.heads * s.head_dim, s.heads, s.round);
 }
@@ -82,6 +90,11 @@ void Operators::attention_backward(const AttentionGrads& d, const float* dout, c
   const int64_t Cl = s.heads * s.head_dim;
   BRAID_CHECK(d.ld == 3 * Cl && d.dk == d.dq + Cl && d.dv == d.dq + 2 * Cl,
               "attention: the plain operator writes dq, dk, dv packed as (B, T, 3 x ", Cl, ")");
+  if (!s.fused) {
+    k::attention_backward(d.dq, ws_.attention, dout, saved.heads, saved.lse, s.store, s.B, s.T, Cl, s.heads,
+                          s.round);
+    return;
+  }
   BRAID_CHECK(saved.out != nullptr, "attention: backward needs the forward's output");
   k::flash_attention_backward(d.dq, ws_.attention, dout, saved.out, saved.heads, saved.lse, s.store, s.B, s.T, Cl,
                               s.heads, s.round);

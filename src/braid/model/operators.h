@@ -74,9 +74,11 @@ struct AttentionGrads {
 /// dtype, and `lse` of B heads T floats. The plain form (the fused kernel,
 /// kernels/cpu/flash_attention.h) keeps q, k, v head-major (3, B, heads, T,
 /// head_dim) and the log-sum-exp of each query row's scores (B, heads, T);
-/// another form may keep what it needs within those sizes. Backward also
-/// reads `out`, the forward's output as the block keeps it (B, T, heads *
-/// head_dim, operand dtype; null in forward).
+/// another form may keep what it needs within those sizes. A model that plans
+/// the kernel that saves the probabilities (AttentionShape::fused false: short
+/// sequences) gives `lse` room for them instead, B heads T T elements in the
+/// operand dtype. Backward also reads `out`, the forward's output as the block
+/// keeps it (B, T, heads * head_dim, operand dtype; null in forward).
 struct AttentionSaved {
   void* heads;
   float* lse;
@@ -90,6 +92,7 @@ struct AttentionSaved {
 struct AttentionShape {
   int64_t B, T, heads, head_dim;
   DType store = DType::f32, round = DType::f32;
+  bool fused = true;  // the model planned the fused kernel (Operators::fused_attention)
 };
 
 /// Mask of one dropout site: keyed by (seed, stream) and the global token row
@@ -124,6 +127,11 @@ class Operators {
   virtual int tp_size() const { return 1; }
   virtual int tp_rank() const { return 0; }
   virtual bool sequence_parallel() const { return false; }
+  /// Whether attention runs the fused kernel for micro-batches of up to max_T
+  /// tokens per sequence (the model sizes what attention saves by it): from
+  /// kernels::kFusedAttentionMinT on; below, the kernel that saves the
+  /// probabilities, which is faster there.
+  virtual bool fused_attention(int64_t max_T) const;
   /// Floats of attention workspace this form needs for micro-batches of up to
   /// B x T tokens of Cl features in NHl heads (0: the fused kernel's own, which
   /// memory_plan always counts).

@@ -33,7 +33,7 @@ struct LayoutOptions {
   int dp = 0;  // 0: all ranks / tp
   int tp = 1;  // tensor-parallel degree (TP groups are consecutive ranks)
   int cp = 1;  // context-parallel degree: each sequence split over CP ranks (2 CP chunks, causal balance)
-  std::string cp_comm = "ring";  // how a CP group attends: ring
+  std::string cp_comm = "ring";  // how a CP group attends: ring | a2a
   bool sequence_parallel = false;  // shard LayerNorm/dropout/residual rows over TP
   float dropout = 0.0f;            // embedding and residual dropout probability
   int pp = 1;                      // pipeline stages (consecutive layer ranges)

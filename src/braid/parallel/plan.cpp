@@ -84,9 +84,16 @@ void validate_degrees(const LayoutOptions& o, int world_size) {
 
 // Context parallelism: the sequence splits into 2 CP equal chunks; the
 // parameter server has no grid for a CP group.
-void validate_context_parallel(const LayoutOptions& o) {
+void validate_context_parallel(const LayoutOptions& o, const model::GPTConfig& cfg) {
   if (o.cp == 1) return;
-  BRAID_CONFIG_CHECK(o.cp_comm == "ring", "--cp-comm '", o.cp_comm, "' is not known; use ring");
+  BRAID_CONFIG_CHECK(o.cp_comm == "ring" || o.cp_comm == "a2a", "--cp-comm '", o.cp_comm,
+                     "' is not known; use ring or a2a");
+  // a2a: each rank attends a 1/CP share of its TP rank's heads over whole sequences.
+  const int64_t heads = o.tp >= 1 && cfg.n_head % o.tp == 0 ? cfg.n_head / o.tp : 0;
+  BRAID_CONFIG_CHECK(o.cp_comm != "a2a" || (heads > 0 && heads % o.cp == 0), "--cp-comm a2a turns the sequence "
+                     "split into a head split, but the ", heads, " heads of each TP rank (n_head ", cfg.n_head,
+                     " / TP ", o.tp, ") do not divide over CP=", o.cp, "; use an --n-head that CP x TP = ",
+                     int64_t{o.cp} * o.tp, " divides, or --cp-comm ring");
   BRAID_CONFIG_CHECK(o.seq_len % (2 * int64_t{o.cp}) == 0, "--cp ", o.cp, ": a sequence of ", o.seq_len,
                      " tokens does not split into 2 x CP = ", 2 * o.cp, " equal chunks; use a --seq-len that ",
                      2 * o.cp, " divides (for example ", (o.seq_len / (2 * o.cp) + 1) * 2 * o.cp, ")");
@@ -244,7 +251,7 @@ DataParallelPlan data_parallel_plan(const LayoutOptions& o, int world_size) {
 
 void validate_layout(const LayoutOptions& o, int world_size, const model::GPTConfig& cfg) {
   validate_data_parallel_flags(o, world_size);
-  validate_context_parallel(o);
+  validate_context_parallel(o, cfg);
   validate_degrees(o, world_size);
   validate_tensor_parallel(o, cfg);
   validate_pipeline(o, cfg);
@@ -373,7 +380,8 @@ std::string ParallelPlan::describe() const {
 }
 
 size_t boundary_bytes(const ParallelPlan& p, const model::GPTConfig& cfg) {
-  const int64_t rows = p.micro_batch * p.seq_len / (p.tp.sequence_parallel ? p.tp.degree : 1);
+  // A rank holds seq_len / CP tokens of each sequence (context parallelism).
+  const int64_t rows = p.micro_batch * (p.seq_len / p.cp.degree) / (p.tp.sequence_parallel ? p.tp.degree : 1);
   return static_cast<size_t>(rows * cfg.n_embd) * sizeof(float);
 }
 

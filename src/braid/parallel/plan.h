@@ -141,7 +141,7 @@ void validate_layout(const LayoutOptions& opt, int world_size, const model::GPTC
 ParallelPlan resolve_plan(LayoutOptions& opt, int world_size, const model::GPTConfig& cfg);
 
 /// Bytes of one activation (or its gradient) crossing a pipeline stage
-/// boundary: (rows, n_embd) f32, rows = micro_batch x seq_len (/ TP under
+/// boundary: (rows, n_embd) f32, rows = micro_batch x seq_len / CP (/ TP under
 /// sequence parallelism).
 size_t boundary_bytes(const ParallelPlan& plan, const model::GPTConfig& cfg);
 

@@ -26,6 +26,13 @@
 
 namespace braid::kernels {
 
+/// The shortest sequence (the model's longest micro-batch) from which a model
+/// runs this kernel: below it, the kernel that saves the probabilities
+/// (kernels/cpu/attention.h) was faster, its batched products over every head
+/// beating one product per tile (docs/BENCHMARKS.md, "Attention and long
+/// sequences": 0.89-0.93x at T = 256, 1.05-1.21x at 512), and its T x T memory is small.
+inline constexpr int64_t kFusedAttentionMinT = 512;
+
 /// Query rows and key columns of one tile: forward takes 64 query rows, backward
 /// 128 (its five products per tile pair run fewer, larger calls), both 256 keys;
 /// measured on T = 256 .. 4,096 with 64 features per head (docs/BENCHMARKS.md).

@@ -3,15 +3,17 @@
 #include "braid/comm/communicator.h"
 #include "braid/core/error.h"
 #include "braid/parallel/context/ring_attention.h"
+#include "braid/parallel/context/ulysses_attention.h"
 
 namespace braid::parallel::context {
 
 CpComm parse_cp_comm(const std::string& s) {
   if (s == "ring") return CpComm::ring;
-  throw ConfigError("--cp-comm '" + s + "': known ways are ring");
+  if (s == "a2a") return CpComm::a2a;
+  throw ConfigError("--cp-comm '" + s + "': known ways are ring and a2a");
 }
 
-const char* cp_comm_name(CpComm) { return "ring"; }
+const char* cp_comm_name(CpComm c) { return c == CpComm::a2a ? "a2a" : "ring"; }
 
 ContextParallelOperators::ContextParallelOperators(comm::Communicator* tp, bool sequence_parallel,
                                                    comm::Communicator* cp, CpComm how)
@@ -29,7 +31,8 @@ std::unique_ptr<model::Operators> make_operators(comm::Communicator* tp, bool se
 
 size_t ContextParallelOperators::attention_scratch_floats(int64_t B, int64_t T, int64_t Cl, int64_t NHl,
                                                           DType operands) const {
-  return ring_attention_scratch_floats({B, T, Cl, NHl, operands, operands, T * cp_size_});
+  const RingShape s{B, T, Cl, NHl, operands, operands, T * cp_size_};
+  return how_ == CpComm::a2a ? ulysses_attention_scratch_floats(s, cp_size_) : ring_attention_scratch_floats(s);
 }
 
 void ContextParallelOperators::set_batch(int64_t B, int64_t T) {
@@ -46,7 +49,7 @@ const void* packed(const model::AttentionInputs& in, const model::AttentionShape
   const size_t esz = dtype_size(s.store);
   BRAID_CHECK(in.ld == 3 * Cl && static_cast<const char*>(in.k) == q + size_t(Cl) * esz &&
                   static_cast<const char*>(in.v) == q + size_t(2 * Cl) * esz,
-              "ring attention: needs q, k, v packed as (B, T, 3 x ", Cl, "), got row stride ", in.ld);
+              "context-parallel attention: needs q, k, v packed as (B, T, 3 x ", Cl, "), got row stride ", in.ld);
   return q;
 }
 
@@ -55,7 +58,10 @@ const void* packed(const model::AttentionInputs& in, const model::AttentionShape
 void ContextParallelOperators::attention_forward(float* out, const model::AttentionSaved& saved,
                                                  const model::AttentionInputs& qkv, const model::AttentionShape& s) {
   const RingShape rs{s.B, s.T, s.heads * s.head_dim, s.heads, s.store, s.round, seq_.T_seq};
-  ring_attention_forward(*cp_, out, saved.heads, saved.lse, ws_.attention, packed(qkv, s), rs);
+  if (how_ == CpComm::a2a)
+    ulysses_attention_forward(*cp_, out, saved.heads, saved.lse, ws_.attention, packed(qkv, s), rs);
+  else
+    ring_attention_forward(*cp_, out, saved.heads, saved.lse, ws_.attention, packed(qkv, s), rs);
 }
 
 void ContextParallelOperators::attention_backward(const model::AttentionGrads& d, const float* dout,
@@ -63,9 +69,12 @@ void ContextParallelOperators::attention_backward(const model::AttentionGrads& d
                                                   const model::AttentionShape& s) {
   const int64_t Cl = s.heads * s.head_dim;
   BRAID_CHECK(d.ld == 3 * Cl && d.dk == d.dq + Cl && d.dv == d.dq + 2 * Cl && saved.out,
-              "ring attention: writes dq, dk, dv packed as (B, T, 3 x ", Cl, ") and needs the forward's output");
+              "context-parallel attention: writes dq, dk, dv packed as (B, T, 3 x ", Cl, ") and needs the forward's output");
   const RingShape rs{s.B, s.T, Cl, s.heads, s.store, s.round, seq_.T_seq};
-  ring_attention_backward(*cp_, d.dq, ws_.attention, dout, saved.out, saved.heads, saved.lse, rs);
+  if (how_ == CpComm::a2a)
+    ulysses_attention_backward(*cp_, d.dq, ws_.attention, dout, saved.out, saved.heads, saved.lse, rs);
+  else
+    ring_attention_backward(*cp_, d.dq, ws_.attention, dout, saved.out, saved.heads, saved.lse, rs);
 }
 
 }  // namespace braid::parallel::context
