@@ -133,7 +133,7 @@ void add_layout_options(CLI::App* c, train::TrainOptions& o) {
       ->capture_default_str()->group(layout);
   c->add_option("--cp", o.cp, "Context-parallel degree: each sequence split over CP ranks in 2 CP chunks, rank r "
                 "holding chunks r and 2 CP - 1 - r (rank order TP, CP, DP, PP)")
-      ->check(CLI::PositiveNumber)->capture_default_str()->group(layout);
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str()->group(layout);
   c->add_option("--cp-comm", o.cp_comm, "How a CP group attends: ring (key/value blocks passed round the group "
                 "while each rank computes on the block it holds) or a2a (all-to-all to a head split and back; "
                 "heads / TP must divide by CP)")

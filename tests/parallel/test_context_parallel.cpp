@@ -3,7 +3,8 @@
 // PP, ZeRO and FSDP, with dropout (the masks are keyed by global position);
 // the CP ranks of a DP rank stay bitwise equal (check_replicas compares the
 // DP x CP group after every step); `braid plan` equals the ledger; layouts
-// that cannot split are refused naming the values and the fix.
+// that cannot split are refused naming the values and the fix. HSDP shards
+// within groups of the DP x CP ranks.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -34,7 +35,7 @@ std::string layout_name(const train::TrainOptions& o) {
   if (o.tp > 1) s += " tp=" + std::to_string(o.tp) + (o.sequence_parallel ? "+sp" : "");
   if (o.pp > 1) s += " pp=" + std::to_string(o.pp);
   if (o.zero) s += " zero=" + std::to_string(o.zero);
-  if (o.fsdp) s += " fsdp";
+  if (o.fsdp) s += o.fsdp_shard_size ? " hsdp=" + std::to_string(o.fsdp_shard_size) : std::string(" fsdp");
   return s;
 }
 
@@ -63,17 +64,16 @@ TEST(ContextParallel, ComposesWithDataTensorAndPipelineParallel) {
   struct Layout {
     int tp, pp, zero;
     bool sp, fsdp;
+    int shard = 0;  // HSDP: shard groups of this many DP x CP ranks
   };
   for (const Layout l : {Layout{1, 1, 0, false, false}, Layout{2, 1, 0, false, false}, Layout{2, 1, 0, true, false},
                          Layout{1, 2, 0, false, false}, Layout{1, 1, 1, false, false}, Layout{1, 1, 3, false, false},
-                         Layout{1, 1, 0, false, true}}) {
+                         Layout{1, 1, 0, false, true}, Layout{1, 1, 0, false, true, 2}}) {
     auto c = o;
     c.cp = 2, c.tp = l.tp, c.pp = l.pp, c.zero = l.zero, c.sequence_parallel = l.sp, c.fsdp = l.fsdp;
-    c.steps = 8;
-    auto s = o;
-    s.steps = 8;
+    c.fsdp_shard_size = l.shard;
     const int ranks = 4;  // CP 2 x (DP 2, TP 2 or PP 2)
-    expect_close(run(c, ranks, data).steps[0], run(s, 1, data).steps[0], layout_name(c));
+    expect_close(run(c, ranks, data).steps[0], single.steps[0], layout_name(c));
   }
 }
 
@@ -81,7 +81,6 @@ TEST(ContextParallel, ComposesWithDataTensorAndPipelineParallel) {
 // TP (+ SP); tiny's 4 heads divide over CP x TP = 4.
 TEST(ContextParallel, AllToAllMatchesSingleRank) {
   auto o = cp_tiny(36);
-  o.steps = 8;
   const auto data = testing_harness::synthetic_tokens(40000, 81);
   const Runs single = run(o, 1, data);
   struct Layout {

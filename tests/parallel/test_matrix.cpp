@@ -131,7 +131,6 @@ std::string expected_refusal(const Cell& c) {
   // The schedule's own refusal (ZB-H1 defers each weight gradient past the
   // input gradient's pass, which needs the block's matmul inputs that full
   // recomputation drops: "zb-h1 keeps the matmul inputs ...").
-  if (c.v[5] >= 1 && c.v[0] == 5) return "hybrid sharding over DP x CP groups is not built yet";
   if (c.v[2] == 0) return "";
   const auto& d = parallel::find_schedule(pp_axis()[size_t(c.v[2])]);
   return d.refuse ? d.refuse({kRec[size_t(c.v[4])]}) : "";

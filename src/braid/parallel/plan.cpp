@@ -76,10 +76,12 @@ void validate_degrees(const LayoutOptions& o, int world_size) {
                      "; the product of the parallel degrees must equal the number of "
                      "ranks (launch with mpirun -np ", ps ? int64_t{dp} + 1 : int64_t{dp} * o.tp * o.pp, ", or pass --dp ",
                      ranks_for_dp, ")");
-  BRAID_CONFIG_CHECK(o.fsdp_shard_size == 0 || (o.fsdp_shard_size <= dp && dp % o.fsdp_shard_size == 0),
-                     "--fsdp-shard-size ", o.fsdp_shard_size, " must divide the ", dp,
-                     " data-parallel ranks (shard within groups of S, replicate across ", "the groups); "
-                     "use a divisor of ", dp);
+  // HSDP shards within S consecutive ranks of the gradient group (DP x CP).
+  const int grad = dp * std::max(1, o.cp);
+  BRAID_CONFIG_CHECK(o.fsdp_shard_size == 0 || (o.fsdp_shard_size <= grad && grad % o.fsdp_shard_size == 0),
+                     "--fsdp-shard-size ", o.fsdp_shard_size, " must divide the ", grad,
+                     o.cp > 1 ? " DP x CP ranks" : " data-parallel ranks",
+                     " (shard within groups of S, replicate across the groups); use a divisor of ", grad);
 }
 
 // Context parallelism: the sequence splits into 2 CP equal chunks; the
@@ -94,14 +96,16 @@ void validate_context_parallel(const LayoutOptions& o, const model::GPTConfig& c
                      "split into a head split, but the ", heads, " heads of each TP rank (n_head ", cfg.n_head,
                      " / TP ", o.tp, ") do not divide over CP=", o.cp, "; use an --n-head that CP x TP = ",
                      int64_t{o.cp} * o.tp, " divides, or --cp-comm ring");
-  BRAID_CONFIG_CHECK(o.seq_len % (2 * int64_t{o.cp}) == 0, "--cp ", o.cp, ": a sequence of ", o.seq_len,
-                     " tokens does not split into 2 x CP = ", 2 * o.cp, " equal chunks; use a --seq-len that ",
-                     2 * o.cp, " divides (for example ", (o.seq_len / (2 * o.cp) + 1) * 2 * o.cp, ")");
+  const int64_t chunks = 2 * int64_t{o.cp};
+  BRAID_CONFIG_CHECK(chunks <= o.seq_len, "--cp ", o.cp, ": a sequence of ", o.seq_len, " tokens cannot split into ",
+                     "2 x CP = ", chunks, " chunks of at least one token; use a --cp of at most ", o.seq_len / 2);
+  // The suggestion stays within the block: the multiple of 2 CP at or below the length.
+  BRAID_CONFIG_CHECK(o.seq_len % chunks == 0, "--cp ", o.cp, ": a sequence of ", o.seq_len,
+                     " tokens does not split into 2 x CP = ", chunks, " equal chunks; use a --seq-len that ", chunks,
+                     " divides (for example ", o.seq_len / chunks * chunks, ")");
   BRAID_CONFIG_CHECK(!is_ps(o), "--cp ", o.cp, " with --dp-mode ps: the parameter server's workers are whole "
                      "ranks, each training whole sequences, so there is no group to split a sequence over; drop "
                      "--cp or use --dp-mode ddp");
-  BRAID_CONFIG_CHECK(o.fsdp_shard_size == 0, "--cp ", o.cp, " with --fsdp-shard-size: hybrid sharding over "
-                     "DP x CP groups is not built yet; use --fsdp (sharding over DP x CP) or drop --cp");
 }
 
 void validate_tensor_parallel(const LayoutOptions& o, const model::GPTConfig& cfg) {

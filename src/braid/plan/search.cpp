@@ -51,7 +51,6 @@ std::vector<parallel::LayoutOptions> enumerate(const parallel::LayoutOptions& ba
       if (pp > cfg.n_layer) continue;
       const int dp = n / (tp * cp * pp);
       std::vector<Sharding> sharded = shardings(dp * cp);  // ZeRO / FSDP shard over DP x CP
-      if (cp > 1) std::erase_if(sharded, [&](const Sharding& s) { return s.shard_size > 0; });  // no HSDP with CP
       for (int64_t mb : {1, 2, 4, 8, 16, 32}) {
         if (B % (dp * mb) != 0) continue;
         const int64_t m = B / (dp * mb);

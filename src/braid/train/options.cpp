@@ -23,6 +23,9 @@ void validate_training(const TrainOptions& o, int world_size) {
   BRAID_CONFIG_CHECK(o.warmup_steps >= 0, "--warmup ", o.warmup_steps, " must be >= 0");
   BRAID_CONFIG_CHECK(o.grad_clip >= 0, "--grad-clip ", o.grad_clip, " must be >= 0 (0 disables)");
   BRAID_CONFIG_CHECK(o.sample_tokens >= 0, "--sample-tokens ", o.sample_tokens, " must be >= 0");
+  BRAID_CONFIG_CHECK(o.sample_tokens == 0 || o.cp <= 1, "--sample-tokens ", o.sample_tokens, " with --cp ", o.cp,
+                     ": sampling runs on whole sequences; drop --sample-tokens and sample the saved checkpoint "
+                     "with braid sample");
   BRAID_CONFIG_CHECK(o.sample_top_k >= 1, "--top-k ", o.sample_top_k,
                      " must be >= 1 (the k most likely tokens are sampled from; the vocabulary size samples from all)");
   BRAID_CONFIG_CHECK(std::isfinite(o.sample_temperature) && o.sample_temperature > 0, "--temperature ",
