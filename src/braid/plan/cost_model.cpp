@@ -139,7 +139,8 @@ Work head_backward(const Shape& x) {
 // Activation bytes one TP collective of a block carries.
 double tp_message(const Shape& x) { return x.tokens() * x.h * x.e; }
 
-// Ring attention over the CP group, seconds per micro-batch of one block:
+// Context-parallel attention over the CP group, seconds per micro-batch of one
+// block. Ring:
 // forward passes cp - 1 key/value blocks (2 of tokens x h/t elements) round the
 // group, each hidden behind the attention on the block held (a 1/cp share of
 // the block's attention FLOPs); backward passes them again with their f32
@@ -147,10 +148,20 @@ double tp_message(const Shape& x) { return x.tokens() * x.h * x.e; }
 struct RingCost {
   double forward = 0, backward = 0;
 };
+// All-to-all attention (--cp-comm a2a): each pass's all-to-alls send (cp - 1) /
+// cp of what they carry, pairwise, not hidden: forward q, k, v (compute dtype)
+// and the output (f32); backward dO (f32), O, and dq, dk, dv (f32).
+RingCost all_to_all_cost(const Shape& x, const Link& link) {
+  const double act = x.tokens() * x.h / x.t, share = (x.cp - 1) / x.cp;
+  auto a2a = [&](double bytes) { return (x.cp - 1) * link.latency + share * bytes / link.bandwidth; };
+  return {a2a(3 * act * x.e) + a2a(act * 4), a2a(act * 4) + a2a(act * x.e) + a2a(3 * act * 4)};
+}
+
 RingCost ring_cost(const Shape& x, const parallel::ParallelPlan& plan, const Cluster& c) {
   if (x.cp <= 1) return {};
   const Placement g = place(plan.cp.degree, plan.tp.degree, c.accelerators_per_node);
   const Link link = g.nodes > 1 ? c.inter_node_per_accelerator() : c.intra_node;
+  if (plan.cp.comm == "a2a") return all_to_all_cost(x, link);
   const double kv = 2 * x.tokens() * x.h / x.t, steps = x.cp - 1;
   const double attend = 4.0 * x.tokens() * x.s * x.h / x.t / x.cp / c.matmul_flops(plan.compute);
   const double kv_s = link.time(kv * x.e);
@@ -344,7 +355,7 @@ std::string format_prediction(const StepPrediction& p) {
   char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "step %.4g s | %.4g tokens/s | %.3g TFLOP/s per accelerator | MFU %.1f%%\n"
-                "  compute %.4g s, TP communication %.4g s, CP ring %.4g s, pipeline transfers %.4g s, bubble %.4g s, "
+                "  compute %.4g s, TP communication %.4g s, CP attention %.4g s, pipeline transfers %.4g s, bubble %.4g s, "
                 "exposed DP sync %.4g s, optimizer %.4g s (slowest stage, %d micro-batch%s)\n",
                 p.step_s, p.tokens_per_s, p.tflops_per_accelerator, 100 * p.mfu, p.compute, p.tp_comm, p.cp_comm,
                 p.pp_comm,

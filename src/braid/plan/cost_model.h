@@ -79,7 +79,7 @@ struct StepPrediction {
   // Breakdown on the slowest stage, seconds per step:
   double compute = 0;           // forward, backward, recomputation (matmuls and element-wise)
   double tp_comm = 0;           // tensor-parallel collectives (on the critical path)
-  double cp_comm = 0;           // ring attention's transfers not hidden behind its compute
+  double cp_comm = 0;           // context-parallel attention: ring transfers not hidden, all-to-alls
   double pp_comm = 0;           // activations and gradients between stages
   double bubble = 0;            // pipeline idle time
   double dp_exposed = 0;        // gradient sync not hidden behind backward

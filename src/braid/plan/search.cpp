@@ -70,7 +70,13 @@ std::vector<parallel::LayoutOptions> enumerate(const parallel::LayoutOptions& ba
                 o.schedule = s.def->name, o.virtual_stages = s.v;
                 o.zero = sh.zero, o.fsdp = sh.fsdp, o.fsdp_shard_size = sh.shard_size;
                 o.sequence_parallel = sp, o.recompute = rc, o.pp_layers.clear();
+                o.cp_comm = "ring";
                 out.push_back(o);
+                // All-to-all where the CP group divides a TP rank's heads.
+                if (cp > 1 && (cfg.n_head / tp) % cp == 0) {
+                  o.cp_comm = "a2a";
+                  out.push_back(o);
+                }
               }
             }
       }
@@ -96,7 +102,8 @@ std::string describe_layout(const parallel::LayoutOptions& o, int world) {
                                : o.fsdp_shard_size > 0 && o.fsdp_shard_size < dp ? "hsdp=" + std::to_string(o.fsdp_shard_size)
                                                        : std::string("fsdp");
   std::snprintf(buf, sizeof buf, "tp=%d%s%s pp=%d%s dp=%d mb=%lld %s recompute=%s", o.tp,
-                o.sequence_parallel ? "+sp" : "", o.cp > 1 ? (" cp=" + std::to_string(o.cp)).c_str() : "", o.pp,
+                o.sequence_parallel ? "+sp" : "",
+                o.cp > 1 ? (" cp=" + std::to_string(o.cp) + (o.cp_comm == "a2a" ? " a2a" : "")).c_str() : "", o.pp,
                 o.pp == 1 ? ""
                           : (" " + o.schedule + (o.virtual_stages > 1 ? "x" + std::to_string(o.virtual_stages) : ""))
                                 .c_str(),
@@ -107,7 +114,7 @@ std::string describe_layout(const parallel::LayoutOptions& o, int world) {
 std::string why_slower(const StepPrediction& o, const StepPrediction& b) {
   const std::pair<const char*, double> parts[] = {{"compute", o.compute - b.compute},
                                                  {"TP communication", o.tp_comm - b.tp_comm},
-                                                 {"CP ring", o.cp_comm - b.cp_comm},
+                                                 {"CP attention", o.cp_comm - b.cp_comm},
                                                  {"pipeline transfers", o.pp_comm - b.pp_comm},
                                                  {"bubble", o.bubble - b.bubble},
                                                  {"exposed DP sync", o.dp_exposed - b.dp_exposed},
