@@ -221,6 +221,34 @@ TEST(CostModel, OneStageStepIsTheMicroBatchesWork) {
   EXPECT_LT(p.mfu, c.matmul_fraction);
 }
 
+// Context parallelism: each CP rank holds 1/CP of every sequence and attends
+// it to all keys, so its compute is 1/CP of one rank's (the model's matmuls and
+// the causal attention both split evenly; the kernels' fixed launch costs do
+// not); inside a node the ring's forward transfers hide behind the attention
+// and only backward's f32 key/value gradients show, while all-to-alls cost
+// time of their own.
+TEST(CostModel, ContextParallelSplitsComputeAndCostsItsAttention) {
+  parallel::LayoutOptions o;
+  o.model = "gpt2";
+  o.block_size = 16384;
+  o.seq_len = 16384;
+  o.global_batch = 1;
+  o.micro_batch = 1;
+  o.precision = "bf16";
+  const Cluster c = load_cluster("a100-80gb");
+  const StepPrediction one = predict_step(o, 1, c);
+  o.cp = 4;
+  const StepPrediction ring = predict_step(o, 4, c);
+  o.cp_comm = "a2a";
+  const StepPrediction a2a = predict_step(o, 4, c);
+  EXPECT_NEAR(ring.compute, one.compute / 4, 0.03 * one.compute / 4);
+  EXPECT_GT(ring.cp_comm, 0.0);
+  EXPECT_LT(ring.cp_comm, 0.05 * ring.step_s);
+  EXPECT_GT(a2a.cp_comm, 0.0);
+  EXPECT_NEAR(a2a.compute, ring.compute, 1e-9 * ring.compute);
+  EXPECT_EQ(one.cp_comm, 0.0);
+}
+
 TEST(CostModel, OneFOneBBubbleIsTheClosedForm) {
   // P stages, m micro-batches, uniform stages: (P-1)(f+b) idle per stage
   // (Narayanan et al. 2021, sec. 2.2.1).
