@@ -99,6 +99,24 @@ TEST(ContextParallel, AllToAllMatchesSingleRank) {
   EXPECT_NE(e.find("--n-head that CP x TP = 8 divides"), std::string::npos) << e;
 }
 
+// CP 4 with TP 2, PP 2 and DP 2 on 8 ranks, ring and a2a (8 heads: a2a
+// needs CP x TP = 8 to divide them).
+TEST(ContextParallel, FourWaysComposeOnEightRanks) {
+  auto o = cp_tiny(37);
+  o.n_head = 8;  // 8 features per head
+  const auto data = testing_harness::synthetic_tokens(40000, 83);
+  const Runs single = run(o, 1, data);
+  struct Layout {
+    int tp, pp;
+    const char* comm;
+  };
+  for (const Layout l : {Layout{2, 1, "ring"}, Layout{2, 1, "a2a"}, Layout{1, 2, "ring"}, Layout{1, 1, "a2a"}}) {
+    auto c = o;
+    c.cp = 4, c.tp = l.tp, c.pp = l.pp, c.cp_comm = l.comm;
+    expect_close(run(c, 8, data).steps[0], single.steps[0], layout_name(c) + " on 8");
+  }
+}
+
 TEST(ContextParallel, Bf16TracksTheSingleRankBf16Run) {
   auto o = cp_tiny(33);
   o.precision = "bf16";
