@@ -21,6 +21,7 @@
 #include "braid/kernels/cpu/attention.h"
 #include "braid/kernels/cpu/convert.h"
 #include "braid/kernels/cpu/flash_attention.h"
+#include "braid/model/memory_plan.h"
 
 namespace braid::cli {
 
@@ -41,8 +42,6 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Bytes as a float count for buffers of `n` elements of dtype t.
-size_t floats_of(size_t n, DType t) { return (n * dtype_size(t) + sizeof(float) - 1) / sizeof(float); }
 
 // The kernel's buffers, allocated once; forward() and backward() run it.
 struct AttentionRun {
@@ -57,13 +56,13 @@ struct AttentionRun {
     const bool fused = a.kernel == "fused";
     std::vector<float> x(3 * part);
     for (size_t i = 0; i < x.size(); ++i) x[i] = rand_normal(7, 1, i);
-    qkv.resize(floats_of(3 * part, t));
+    qkv.resize(model::operand_floats(3 * part, t));
     kernels::cast_from_f32(qkv.data(), t, x.data(), x.size());
-    out.resize(part), out_store.resize(floats_of(part, t)), dout.resize(part), dqkv.resize(3 * part);
+    out.resize(part), out_store.resize(model::operand_floats(part, t)), dout.resize(part), dqkv.resize(3 * part);
     for (size_t i = 0; i < part; ++i) dout[i] = rand_normal(7, 2, i);
-    qkvr.resize(floats_of(3 * part, t));
+    qkvr.resize(model::operand_floats(3 * part, t));
     const size_t BHT = size_t(a.B * a.heads * a.T);
-    saved.resize(fused ? kernels::flash_attention_lse_floats(a.B, a.T, a.heads) : floats_of(BHT * size_t(a.T), t));
+    saved.resize(fused ? kernels::flash_attention_lse_floats(a.B, a.T, a.heads) : model::operand_floats(BHT * size_t(a.T), t));
     fscratch.resize(fused ? 0 : kernels::attention_forward_scratch_floats(a.B, a.T, C, a.heads, t));
     bscratch.resize(fused ? kernels::flash_attention_backward_scratch_floats(a.B, a.T, C, a.heads, t)
                           : kernels::attention_backward_scratch_floats(a.B, a.T, C, a.heads, t));

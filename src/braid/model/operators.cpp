@@ -15,21 +15,15 @@ namespace braid::model {
 
 namespace k = braid::kernels;
 
-namespace {
-
-/// The plain kernel reads c_attn's packed output: q, k, v side by side in each
-/// token row. Returns q as the start of that (B, T, 3 C_l) buffer.
-const void* packed_qkv(const AttentionInputs& in, const AttentionShape& s) {
+const void* Operators::packed_qkv(const AttentionInputs& in, const AttentionShape& s) {
   const int64_t Cl = s.heads * s.head_dim;
   const size_t esz = dtype_size(s.store);
   const char* q = static_cast<const char*>(in.q);
   BRAID_CHECK(in.ld == 3 * Cl && static_cast<const char*>(in.k) == q + size_t(Cl) * esz &&
                   static_cast<const char*>(in.v) == q + size_t(2 * Cl) * esz,
-              "attention: the plain operator needs q, k, v packed as (B, T, 3 x ", Cl, "), got row stride ", in.ld);
+              "attention: needs q, k, v packed as (B, T, 3 x ", Cl, "), got row stride ", in.ld);
   return q;
 }
-
-}  // namespace
 
 void Operators::bind(const OperatorWorkspace& ws) { ws_ = ws; }
 

@@ -233,6 +233,10 @@ class Operators {
                                       const int32_t* targets, float scale, int64_t V, int64_t Vp);
 
  protected:
+  /// The kernels read c_attn's packed output: q, k, v side by side in each
+  /// token row. Returns q as the start of that (B, T, 3 C_l) buffer; throws
+  /// braid::Error for other views.
+  static const void* packed_qkv(const AttentionInputs& in, const AttentionShape& s);
   /// True when this rank holds every token of its sequences, in order.
   bool whole_sequences() const;
   /// Calls fn(i, n, b, position) for each run of the local rows [row0, row0 +

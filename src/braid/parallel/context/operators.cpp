@@ -40,28 +40,13 @@ void ContextParallelOperators::set_batch(int64_t B, int64_t T) {
   seq_ = chunk_layout(T * cp_size_, cp_size_, cp_rank_);
 }
 
-namespace {
-
-// The ring reads c_attn's packed output (B, T, 3 C_l): q, k, v side by side.
-const void* packed(const model::AttentionInputs& in, const model::AttentionShape& s) {
-  const int64_t Cl = s.heads * s.head_dim;
-  const char* q = static_cast<const char*>(in.q);
-  const size_t esz = dtype_size(s.store);
-  BRAID_CHECK(in.ld == 3 * Cl && static_cast<const char*>(in.k) == q + size_t(Cl) * esz &&
-                  static_cast<const char*>(in.v) == q + size_t(2 * Cl) * esz,
-              "context-parallel attention: needs q, k, v packed as (B, T, 3 x ", Cl, "), got row stride ", in.ld);
-  return q;
-}
-
-}  // namespace
-
 void ContextParallelOperators::attention_forward(float* out, const model::AttentionSaved& saved,
                                                  const model::AttentionInputs& qkv, const model::AttentionShape& s) {
   const RingShape rs{s.B, s.T, s.heads * s.head_dim, s.heads, s.store, s.round, seq_.T_seq};
   if (how_ == CpComm::a2a)
-    ulysses_attention_forward(*cp_, out, saved.heads, saved.lse, ws_.attention, packed(qkv, s), rs);
+    ulysses_attention_forward(*cp_, out, saved.heads, saved.lse, ws_.attention, packed_qkv(qkv, s), rs);
   else
-    ring_attention_forward(*cp_, out, saved.heads, saved.lse, ws_.attention, packed(qkv, s), rs);
+    ring_attention_forward(*cp_, out, saved.heads, saved.lse, ws_.attention, packed_qkv(qkv, s), rs);
 }
 
 void ContextParallelOperators::attention_backward(const model::AttentionGrads& d, const float* dout,

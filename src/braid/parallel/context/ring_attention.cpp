@@ -10,6 +10,7 @@
 #include "braid/core/span_sink.h"
 #include "braid/kernels/cpu/attention_layout.h"
 #include "braid/kernels/cpu/flash_attention.h"
+#include "braid/model/memory_plan.h"
 
 namespace braid::parallel::context {
 
@@ -40,7 +41,6 @@ namespace {
 
 constexpr int kTagKv = 0x5201, kTagGradKv = 0x5202;
 
-size_t floats_of(size_t n, DType t) { return (n * dtype_size(t) + sizeof(float) - 1) / sizeof(float); }
 
 // The ring's neighbours and the owner of the block held at step s.
 struct Ring {
@@ -146,9 +146,9 @@ void check_shape(const comm::Communicator& cp, const RingShape& s) {
 }  // namespace
 
 size_t ring_attention_scratch_floats(const RingShape& s) {
-  const size_t part = size_t(s.B * s.T * s.C), bht = size_t(s.B * s.NH * s.T), kv = floats_of(2 * part, s.store);
+  const size_t part = size_t(s.B * s.T * s.C), bht = size_t(s.B * s.NH * s.T), kv = model::operand_floats(2 * part, s.store);
   const size_t forward = part + 2 * bht + 2 * kv;
-  const size_t backward = 3 * part + 2 * kv + 4 * part + part + floats_of(part, s.store) + bht;
+  const size_t backward = 3 * part + 2 * kv + 4 * part + part + model::operand_floats(part, s.store) + bht;
   return std::max(forward, backward);
 }
 
@@ -161,7 +161,7 @@ void ring_attention_forward(comm::Communicator& cp, float* out, void* qkvr, floa
   const size_t part = size_t(s.B * s.T * s.C), bht = size_t(BH * s.T), kv_bytes = 2 * part * dtype_size(s.store);
   k::detail::permute_heads(qkvr, qkv, dtype_size(s.store), s.B, s.T, s.C, s.NH, 3, true);
   const k::FlashState st{scratch, scratch + part, scratch + part + bht};
-  void* bufs[2] = {scratch + part + 2 * bht, scratch + part + 2 * bht + floats_of(2 * part, s.store)};
+  void* bufs[2] = {scratch + part + 2 * bht, scratch + part + 2 * bht + model::operand_floats(2 * part, s.store)};
   k::flash_state_init(st, int64_t(bht), hs);
   const model::SequenceLayout mine = chunk_layout(s.T_seq, ring.size, ring.rank);
   const void* cur = elem_at(qkvr, part, s.store);  // this rank's [k | v]
@@ -186,14 +186,14 @@ void ring_attention_backward(comm::Communicator& cp, float* dqkv, float* scratch
                              const void* qkvr, const float* lse, const RingShape& s) {
   check_shape(cp, s);
   const Ring ring{cp.rank(), cp.size()};
-  const size_t part = size_t(s.B * s.T * s.C), kvf = floats_of(2 * part, s.store);
+  const size_t part = size_t(s.B * s.T * s.C), kvf = model::operand_floats(2 * part, s.store);
   const size_t kv_bytes = 2 * part * dtype_size(s.store), grad_bytes = 2 * part * sizeof(float);
   float* dqkvr = scratch;  // [dq | dk | dv] head-major f32: the result
   void* kv_bufs[2] = {dqkvr + 3 * part, dqkvr + 3 * part + kvf};
   float* grad_bufs[2] = {dqkvr + 3 * part + 2 * kvf, dqkvr + 5 * part + 2 * kvf};
   float* dy = dqkvr + 7 * part + 2 * kvf;
   void* dy_s = s.store == DType::f32 ? static_cast<void*>(dy) : static_cast<void*>(dy + part);
-  float* D = dy + part + (s.store == DType::f32 ? 0 : floats_of(part, s.store));
+  float* D = dy + part + (s.store == DType::f32 ? 0 : model::operand_floats(part, s.store));
   k::detail::permute_heads(dy, dout, sizeof(float), s.B, s.T, s.C, s.NH, 1, true);
   k::detail::store_all(dy_s, dy, part, s.store, s.round);
   k::flash_attention_output_dot(D, dout, out, s.store, s.B, s.T, s.C, s.NH);

@@ -6,6 +6,7 @@
 #include "braid/comm/communicator.h"
 #include "braid/core/error.h"
 #include "braid/kernels/cpu/flash_attention.h"
+#include "braid/model/memory_plan.h"
 
 namespace braid::parallel::context {
 
@@ -13,7 +14,6 @@ namespace k = braid::kernels;
 
 namespace {
 
-size_t floats_of(size_t n, DType t) { return (n * dtype_size(t) + sizeof(float) - 1) / sizeof(float); }
 
 // The sizes of one exchange: B sequences, this rank's T of T_seq tokens, P
 // parts (q, k, v: 3) of C features each, split into N head groups of C / N.
@@ -94,8 +94,8 @@ size_t ulysses_attention_scratch_floats(const RingShape& s, int cp) {
   const size_t part = size_t(s.B * s.T * s.C);
   const int64_t Cg = s.C / cp, NHg = std::max<int64_t>(1, s.NH / cp);
   const size_t exchange = 2 * 3 * part;  // send and recv, 3 parts in f32 at most
-  const size_t forward = exchange + floats_of(3 * part, s.store) + part;
-  const size_t backward = exchange + part + floats_of(part, s.store) + 3 * part +
+  const size_t forward = exchange + model::operand_floats(3 * part, s.store) + part;
+  const size_t backward = exchange + part + model::operand_floats(part, s.store) + 3 * part +
                           k::flash_attention_backward_scratch_floats(s.B, s.T_seq, Cg, NHg, s.store);
   return std::max(forward, backward);
 }
@@ -108,7 +108,7 @@ void ulysses_attention_forward(comm::Communicator& cp, float* out, void* qkvr, f
   float* send = scratch;
   float* recv = send + 3 * part;
   void* qkv_full = recv + 3 * part;  // (B, T_seq, 3 C / N) in store
-  float* out_full = recv + 3 * part + floats_of(3 * part, s.store);
+  float* out_full = recv + 3 * part + model::operand_floats(3 * part, s.store);
   to_heads(cp, qkv_full, qkv, send, recv, {s.B, s.T, s.T_seq, 3, s.C, N}, s.store);
   k::flash_attention_forward(out_full, qkvr, lse, qkv_full, s.store, s.B, s.T_seq, s.C / N, s.NH / N, s.round);
   to_tokens(cp, out, out_full, send, recv, {s.B, s.T, s.T_seq, 1, s.C, N}, DType::f32);
@@ -123,7 +123,7 @@ void ulysses_attention_backward(comm::Communicator& cp, float* dqkv, float* scra
   float* recv = send + 3 * part;
   float* dout_full = recv + 3 * part;                   // (B, T_seq, C / N) f32
   void* out_full = dout_full + part;                    // the same in store
-  float* dqkv_full = dout_full + part + floats_of(part, s.store);  // (B, T_seq, 3 C / N) f32
+  float* dqkv_full = dout_full + part + model::operand_floats(part, s.store);  // (B, T_seq, 3 C / N) f32
   float* fscratch = dqkv_full + 3 * part;
   to_heads(cp, dout_full, dout, send, recv, {s.B, s.T, s.T_seq, 1, s.C, N}, DType::f32);
   to_heads(cp, out_full, out, send, recv, {s.B, s.T, s.T_seq, 1, s.C, N}, s.store);
