@@ -37,50 +37,54 @@ std::vector<Sharding> shardings(int dp) {
   return out;
 }
 
+// Every layout with degrees tp, cp, pp (dp the rest of n) that braid can run:
+// micro-batch sizes, schedules, shardings, SP, recomputation, the CP form.
+void add_layouts(std::vector<parallel::LayoutOptions>& out, const parallel::LayoutOptions& base,
+                 const model::GPTConfig& cfg, int n, int tp, int cp, int pp) {
+  const int64_t B = base.global_batch;
+  const int dp = n / (tp * cp * pp);
+  const std::vector<Sharding> sharded = shardings(dp * cp);  // ZeRO / FSDP shard over DP x CP
+  for (int64_t mb : {1, 2, 4, 8, 16, 32}) {
+    if (B % (dp * mb) != 0) continue;
+    const int64_t m = B / (dp * mb);
+    struct Sched { const parallel::ScheduleDef* def; int v; };
+    std::vector<Sched> scheds;  // each schedule's chunk counts worth trying (pp = 1: 1f1b's one-stage program)
+    for (const auto& d : parallel::schedules())
+      for (int v : d.planner_chunks ? d.planner_chunks(pp, m, cfg.n_layer) : std::vector<int>{})
+        scheds.push_back({&d, v});
+    for (const Sched& s : scheds)
+      for (const Sharding& sh : sharded)
+        for (bool sp : {false, true}) {
+          if (sp && tp == 1) continue;
+          for (const char* rc : {"none", "selective", "full"}) {
+            if (s.def->refuse && !s.def->refuse({rc}).empty()) continue;
+            parallel::LayoutOptions o = base;
+            o.tp = tp, o.cp = cp, o.pp = pp, o.dp = dp, o.micro_batch = mb, o.micro_batches = 0;
+            o.schedule = s.def->name, o.virtual_stages = s.v;
+            o.zero = sh.zero, o.fsdp = sh.fsdp, o.fsdp_shard_size = sh.shard_size;
+            o.sequence_parallel = sp, o.recompute = rc, o.pp_layers.clear();
+            o.cp_comm = "ring";
+            out.push_back(o);
+            // All-to-all where the CP group divides a TP rank's heads.
+            if (cp > 1 && (cfg.n_head / tp) % cp == 0) {
+              o.cp_comm = "a2a";
+              out.push_back(o);
+            }
+          }
+        }
+  }
+}
+
 // Every layout of base's model on n accelerators that braid can run.
 std::vector<parallel::LayoutOptions> enumerate(const parallel::LayoutOptions& base, int n, const Cluster& c,
-                                           const model::GPTConfig& cfg) {
+                                               const model::GPTConfig& cfg) {
   std::vector<parallel::LayoutOptions> out;
-  const int64_t B = base.global_batch;
   for (int tp : divisors(std::min(n, c.accelerators_per_node))) {
     if (cfg.n_head % tp != 0 || cfg.padded_vocab_size % tp != 0) continue;
     for (int cp : divisors(n / tp)) {
-    // A CP group splits each sequence into 2 cp chunks.
-    if (cp > 1 && base.seq_len % (2 * cp) != 0) continue;
-    for (int pp : divisors(n / (tp * cp))) {
-      if (pp > cfg.n_layer) continue;
-      const int dp = n / (tp * cp * pp);
-      std::vector<Sharding> sharded = shardings(dp * cp);  // ZeRO / FSDP shard over DP x CP
-      for (int64_t mb : {1, 2, 4, 8, 16, 32}) {
-        if (B % (dp * mb) != 0) continue;
-        const int64_t m = B / (dp * mb);
-        struct Sched { const parallel::ScheduleDef* def; int v; };
-        std::vector<Sched> scheds;  // each schedule's chunk counts worth trying (pp = 1: 1f1b's one-stage program)
-        for (const auto& d : parallel::schedules())
-          for (int v : d.planner_chunks ? d.planner_chunks(pp, m, cfg.n_layer) : std::vector<int>{})
-            scheds.push_back({&d, v});
-        for (const Sched& s : scheds)
-          for (const Sharding& sh : sharded)
-            for (bool sp : {false, true}) {
-              if (sp && tp == 1) continue;
-              for (const char* rc : {"none", "selective", "full"}) {
-                if (s.def->refuse && !s.def->refuse({rc}).empty()) continue;
-                parallel::LayoutOptions o = base;
-                o.tp = tp, o.cp = cp, o.pp = pp, o.dp = dp, o.micro_batch = mb, o.micro_batches = 0;
-                o.schedule = s.def->name, o.virtual_stages = s.v;
-                o.zero = sh.zero, o.fsdp = sh.fsdp, o.fsdp_shard_size = sh.shard_size;
-                o.sequence_parallel = sp, o.recompute = rc, o.pp_layers.clear();
-                o.cp_comm = "ring";
-                out.push_back(o);
-                // All-to-all where the CP group divides a TP rank's heads.
-                if (cp > 1 && (cfg.n_head / tp) % cp == 0) {
-                  o.cp_comm = "a2a";
-                  out.push_back(o);
-                }
-              }
-            }
-      }
-    }
+      if (cp > 1 && base.seq_len % (2 * cp) != 0) continue;  // a CP group splits each sequence in 2 cp chunks
+      for (int pp : divisors(n / (tp * cp)))
+        if (pp <= cfg.n_layer) add_layouts(out, base, cfg, n, tp, cp, pp);
     }
   }
   return out;
