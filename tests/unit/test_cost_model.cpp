@@ -13,6 +13,7 @@
 #include "braid/kernels/cpu/matmul.h"
 #include "braid/plan/cluster.h"
 #include "braid/plan/cost_model.h"
+#include "braid/plan/search.h"
 
 namespace braid::plan {
 namespace {
@@ -247,6 +248,27 @@ TEST(CostModel, ContextParallelSplitsComputeAndCostsItsAttention) {
   EXPECT_GT(a2a.cp_comm, 0.0);
   EXPECT_NEAR(a2a.compute, ring.compute, 1e-9 * ring.compute);
   EXPECT_EQ(one.cp_comm, 0.0);
+}
+
+// braid plan --search over long sequences: gpt2 at 32,768 tokens, 16
+// sequences on 64 A100s. Each sequence needs a model-parallel group of 4, and
+// the search enumerates CP degrees and both forms; the best layout splits the
+// sequence (CP >= 2), fits the memory, and every kept layout is one braid runs.
+TEST(CostModel, SearchPicksContextParallelismForLongSequences) {
+  parallel::LayoutOptions o;
+  o.model = "gpt2";
+  o.block_size = 32768;
+  o.seq_len = 32768;
+  o.global_batch = 16;
+  const Cluster c = load_cluster("a100-80gb");
+  const SearchResult r = search_layouts(o, 64, c, 5);
+  ASSERT_FALSE(r.best.empty());
+  EXPECT_GE(r.best[0].opt.cp, 2) << r.best[0].layout;
+  for (const Candidate& k : r.best) {
+    EXPECT_LE(k.peak_bytes, c.memory_bytes) << k.layout;
+    EXPECT_EQ(k.opt.tp * k.opt.cp * k.opt.pp * k.opt.dp, 64) << k.layout;
+  }
+  EXPECT_GT(r.considered, 1000u);
 }
 
 TEST(CostModel, OneFOneBBubbleIsTheClosedForm) {
