@@ -343,9 +343,17 @@ void add_monitoring_options(CLI::App* c, train::TrainOptions& o) {
 void add_checkpoint_options(CLI::App* c, train::TrainOptions& o) {
   const std::string g = "Checkpoints";
   c->add_option("--save", o.save_dir,
-                "Checkpoint directory: DIR/step_<N>.ckpt at the end (and every --save-every steps), "
-                "checksummed and written atomically")
+                "Checkpoint directory: DIR/step_<N> at the end (and every --save-every steps), "
+                "checksummed; a save counts once its metadata file is durable")
       ->type_name("DIR")->group(g);
+  c->add_option("--checkpoint-format", o.checkpoint_format,
+                "sharded: every rank writes its own pieces to DIR/step_<N>/ (no gather) | file: rank 0 "
+                "gathers the whole state into DIR/step_<N>.ckpt")
+      ->check(CLI::IsMember({"sharded", "file"}))->capture_default_str()->group(g);
+  c->add_flag("--async-save", o.async_save,
+              "Sharded saves: copy the state to a host staging buffer and write it from a background thread "
+              "while training goes on (one save in flight; a failed write fails the run at the next step)")
+      ->group(g);
   c->add_option("--save-every", o.save_every, "Also checkpoint every K steps (0: at the end only)")
       ->capture_default_str()->group(g);
   c->add_option("--keep-last", o.keep_last,
@@ -429,8 +437,9 @@ void add_fault_injection_options(CLI::App* c, train::TrainOptions& o) {
         parse_save_fault(v.at(0), o);
         return true;
       }, "Testing: the writer of the checkpoint of STEP kills itself at PHASE (payload:BYTE, "
-         "before-file-fsync, before-rename, before-dir-fsync)")
-      ->type_name("STEP:PHASE")->group(g);
+         "before-file-fsync, before-metadata, before-rename, before-dir-fsync); sharded saves: @RANK picks "
+         "the rank whose piece file the first two phases hit (default 0)")
+      ->type_name("STEP:PHASE[@RANK]")->group(g);
   c->add_option("--inject-failure", [&o](const std::vector<std::string>& v) {
         parse_injected_failure(v.at(0), o);
         return true;

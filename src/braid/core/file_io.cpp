@@ -141,4 +141,18 @@ bool FileReader::read(void* p, size_t n) {
   return true;
 }
 
+bool FileReader::read_at(uint64_t offset, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd_, c, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw DataError(detail::concat("cannot read ", path_, ": ", std::strerror(errno)));
+    if (r == 0) return false;
+    c += r;
+    n -= static_cast<size_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+  return true;
+}
+
 }  // namespace braid

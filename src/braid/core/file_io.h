@@ -84,6 +84,9 @@ class FileReader {
   /// Reads exactly n bytes; false when the file ends first. Throws DataError
   /// naming the file on a read error (EIO).
   bool read(void* p, size_t n);
+  /// Reads exactly n bytes at byte `offset` (pread: the sequential position
+  /// stays); false when the file ends first. Throws as read().
+  bool read_at(uint64_t offset, void* p, size_t n);
 
  private:
   std::string path_;

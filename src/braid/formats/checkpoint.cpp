@@ -20,37 +20,13 @@ constexpr size_t kPreludeV1 = 20, kPreludeV2 = 24;
 constexpr uint64_t kMaxHeader = uint64_t{1} << 24;
 constexpr const char* kArrays[3] = {"parameters", "AdamW m", "AdamW v"};
 
-[[noreturn]] void die_here() {
-  std::raise(SIGKILL);
-  std::abort();  // not reached
-}
-
-// Writes the checkpoint's bytes in order, dying at the fault's byte offset.
-class FaultyWriter {
- public:
-  FaultyWriter(FileWriter& w, const SaveFault& f) : w_(w), f_(f) {}
-  void write(const void* p, size_t n) {
-    if (f_.phase == SavePhase::payload && written_ + n > f_.at_byte) {
-      w_.write(p, static_cast<size_t>(f_.at_byte - written_));
-      die_here();
-    }
-    w_.write(p, n);
-    written_ += n;
-  }
-
- private:
-  FileWriter& w_;
-  const SaveFault& f_;
-  uint64_t written_ = 0;
-};
-
 [[noreturn]] void damaged(const std::string& path, const std::string& why) {
   throw DataError(detail::concat("checkpoint ", path, " is damaged: ", why,
                                  "; resume from an earlier checkpoint (`braid verify DIR` lists those that verify)"));
 }
 
 // Every header field, checked: a damaged or foreign header names the field.
-void validate_header(const std::string& path, const nlohmann::json& h, uint32_t version) {
+void validate_header(const std::string& path, const nlohmann::json& h, bool with_crc32) {
   if (!h.is_object()) damaged(path, "its header is not a JSON object");
   auto field = [&](const char* k) -> const nlohmann::json& {
     if (!h.contains(k)) damaged(path, detail::concat("header field '", k, "' is missing"));
@@ -82,7 +58,7 @@ void validate_header(const std::string& path, const nlohmann::json& h, uint32_t 
                     ls["hysteresis_left"].is_number_integer();
     if (!ok) damaged(path, "header field 'loss_scale' is not {scale > 0, growth_tracker, hysteresis_left}");
   }
-  if (version >= 2) {
+  if (with_crc32) {
     const auto& c = field("crc32");
     bool ok = c.is_array() && c.size() == 3;
     for (size_t i = 0; ok && i < 3; ++i) ok = c[i].is_number_unsigned() && c[i].get<uint64_t>() <= 0xffffffffu;
@@ -127,7 +103,7 @@ OpenCheckpoint open_checkpoint(const std::string& path) {
   ck.info.header = nlohmann::json::parse(hdr, nullptr, false);
   ck.info.version = version;
   if (ck.info.header.is_discarded()) damaged(path, "its header is not valid JSON");
-  validate_header(path, ck.info.header, version);
+  validate_header(path, ck.info.header, version >= 2);
   ck.n = ck.info.header.at("n_params").get<size_t>();
   const uint64_t room = size - prelude - hlen;  // bytes for the payload (no overflow: n is checked first)
   if (ck.n > room / 12 || room != 12 * static_cast<uint64_t>(ck.n))
@@ -153,26 +129,6 @@ void read_array(OpenCheckpoint& ck, const std::string& path, int a, float* dst) 
     damaged(path, detail::concat("the checksum of its ", kArrays[a], " does not match (a changed byte)"));
 }
 }  // namespace
-
-SaveFault parse_save_fault(const std::string& spec) {
-  SaveFault f;
-  const std::string pre = "payload:";
-  uint64_t at = 0;
-  if (spec.rfind(pre, 0) == 0 && parse_count(spec.substr(pre.size()), at)) {
-    f.phase = SavePhase::payload;
-    f.at_byte = at;
-  } else if (spec == "before-file-fsync") {
-    f.phase = SavePhase::before_file_fsync;
-  } else if (spec == "before-rename") {
-    f.phase = SavePhase::before_rename;
-  } else if (spec == "before-dir-fsync") {
-    f.phase = SavePhase::before_dir_fsync;
-  } else {
-    throw ConfigError("--inject-save-fault '" + spec +
-                      "' is not known; use payload:BYTE, before-file-fsync, before-rename or before-dir-fsync");
-  }
-  return f;
-}
 
 void save_checkpoint(const std::string& path, const CheckpointView& ck, const SaveFault& fault) {
   const size_t n = ck.header.at("n_params").get<size_t>();
@@ -210,6 +166,10 @@ CheckpointInfo load_checkpoint(const std::string& path, size_t n_params, float* 
   float* dst[3] = {params, m, v};
   for (int a = 0; a < 3; ++a) read_array(ck, path, a, dst[a]);
   return ck.info;
+}
+
+void validate_checkpoint_header(const std::string& path, const nlohmann::json& h, bool with_crc32) {
+  validate_header(path, h, with_crc32);
 }
 
 CheckpointInfo read_checkpoint_header(const std::string& path) { return open_checkpoint(path).info; }

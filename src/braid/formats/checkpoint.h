@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "braid/formats/save_fault.h"
+
 namespace braid::formats {
 
 /// File layout, version 2 (little-endian, as x86 stores it):
@@ -30,18 +32,6 @@ struct CheckpointView {
   const float* v = nullptr;
 };
 
-/// Testing: where save_checkpoint kills its own process with SIGKILL, to show
-/// that a crash at any point of a save leaves the newest durable file loadable.
-enum class SavePhase { none, payload, before_file_fsync, before_rename, before_dir_fsync };
-struct SaveFault {
-  SavePhase phase = SavePhase::none;
-  uint64_t at_byte = 0;  // SavePhase::payload: die once this many bytes of the file are written
-};
-
-/// Parses "PHASE[:BYTE]" (payload:N, before-file-fsync, before-rename,
-/// before-dir-fsync). Throws ConfigError naming the accepted forms.
-SaveFault parse_save_fault(const std::string& spec);
-
 /// Writes `path` atomically: `<path>.tmp.<pid>`, fsync, rename, fsync of the
 /// directory. Throws Error (naming the file and errno's text) on I/O failure,
 /// removing the temporary file.
@@ -64,6 +54,11 @@ CheckpointInfo load_checkpoint(const std::string& path, size_t n_params, float* 
 /// before it allocates anything. Throws ConfigError when it is missing and
 /// DataError as load_checkpoint.
 CheckpointInfo read_checkpoint_header(const std::string& path);
+
+/// Checks every field of a checkpoint header (the fields above; "crc32" only
+/// when with_crc32) and that n_params is what its model sizes need. Throws
+/// DataError naming `path` and the field.
+void validate_checkpoint_header(const std::string& path, const nlohmann::json& h, bool with_crc32);
 
 /// Checks `path` (header fields, size, every checksum) without keeping the
 /// payload (it is streamed in 1 MiB pieces). Throws DataError as load_checkpoint.

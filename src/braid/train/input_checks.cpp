@@ -33,7 +33,7 @@ void check_token_data(const TrainOptions& opt, const model::GPTConfig& cfg, std:
                      " + 1; use more validation data, a shorter --seq-len, or --val-every 0");
 }
 
-void check_checkpoint_flags(const TrainOptions& opt) {
+void check_checkpoint_flags(const TrainOptions& opt, int world_size) {
   const bool save = !opt.save_dir.empty();
   BRAID_CONFIG_CHECK(save || opt.save_every == 0, "--save-every ", opt.save_every,
                      " has no effect without --save DIR; pass both or neither");
@@ -43,7 +43,16 @@ void check_checkpoint_flags(const TrainOptions& opt) {
                      opt.keep_last, " must be >= 0 (0: at the end only / keep every checkpoint)");
   BRAID_CONFIG_CHECK(opt.resume != "auto" || save,
                      "--resume auto takes the newest checkpoint of --save DIR; pass --save DIR too");
+  BRAID_CONFIG_CHECK(!opt.async_save || opt.checkpoint_format == "sharded",
+                     "--async-save writes sharded checkpoints; drop --checkpoint-format file or --async-save");
+  BRAID_CONFIG_CHECK(!opt.async_save || save, "--async-save has no effect without --save DIR; pass both or neither");
   if (opt.save_fault_step < 0) return;
+  BRAID_CONFIG_CHECK(opt.save_fault.rank < world_size, "--inject-save-fault @", opt.save_fault.rank,
+                     " names a rank of a world of ", world_size, " ranks; name a rank below ", world_size);
+  BRAID_CONFIG_CHECK(opt.checkpoint_format == "sharded" || (opt.save_fault.rank == 0 &&
+                                                            opt.save_fault.phase != formats::SavePhase::before_metadata),
+                     "--inject-save-fault: before-metadata and @RANK are phases of sharded saves; drop "
+                     "--checkpoint-format file");
   const int64_t s = opt.save_fault_step + 1;  // the step of the checkpoint whose save fails
   BRAID_CONFIG_CHECK(save && s <= opt.steps && (s == opt.steps || (opt.save_every > 0 && s % opt.save_every == 0)),
                      "--inject-save-fault ", s, ": no checkpoint is saved at step ", s, " (--save DIR, --steps ",

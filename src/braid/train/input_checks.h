@@ -20,7 +20,7 @@ void check_token_data(const TrainOptions& opt, const model::GPTConfig& cfg, std:
 
 /// --save / --save-every / --keep-last / --resume / --inject-save-fault taken
 /// together: throws ConfigError for a flag that would do nothing or a bad value.
-void check_checkpoint_flags(const TrainOptions& opt);
+void check_checkpoint_flags(const TrainOptions& opt, int world_size);
 
 /// Creates --save's directory (ConfigError when it is a file or not writable)
 /// and removes the temporary files of interrupted saves, saying so when

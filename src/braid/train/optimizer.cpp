@@ -88,10 +88,10 @@ void AdamW::step(parallel::GradSync& sync, float lr, float grad_mult, int64_t t)
   }
 }
 
-void AdamW::load_state(const float* m_full, const float* v_full) {
+void AdamW::load_state(const parallel::FlatReader& read_m, const parallel::FlatReader& read_v) {
   for (const auto& u : segments_) {
-    std::copy_n(m_full + u.offset, u.len, m_.as<float>() + u.state);
-    std::copy_n(v_full + u.offset, u.len, v_.as<float>() + u.state);
+    read_m(u.offset, u.len, m_.as<float>() + u.state);
+    read_v(u.offset, u.len, v_.as<float>() + u.state);
   }
 }
 

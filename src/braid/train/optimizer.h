@@ -47,8 +47,9 @@ class AdamW {
   const std::vector<Segment>& segments() const { return segments_; }
   float* m() { return m_.as<float>(); }
   float* v() { return v_.as<float>(); }
-  /// Sets the moments from full flat arrays (num_params each, a checkpoint's).
-  void load_state(const float* m_full, const float* v_full);
+  /// Sets the moments of every segment from a checkpoint (read_m, read_v:
+  /// flat ranges of this rank's layout).
+  void load_state(const parallel::FlatReader& read_m, const parallel::FlatReader& read_v);
 
  private:
   AdamWSettings s_;

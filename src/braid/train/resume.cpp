@@ -2,20 +2,32 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <regex>
 
 #include "braid/core/error.h"
+#include "braid/formats/sharded_checkpoint.h"
 #include "braid/train/checkpoint_dir.h"
 
 namespace braid::train {
 
+namespace {
+bool is_checkpoint_directory(const std::string& path) {
+  static const std::regex step_dir("step_[0-9]+");
+  return formats::has_sharded_metadata(path) ||
+         std::regex_match(std::filesystem::path(path).lexically_normal().filename().string(), step_dir);
+}
+}  // namespace
+
 std::string find_resume_file(const TrainOptions& opt, comm::Communicator& world) {
   const std::string& spec = opt.resume;
   std::error_code ec;
-  if (spec != "auto" && !std::filesystem::is_directory(spec, ec)) return spec;
+  // A file, or a sharded checkpoint's own directory (committed, or a step_<N>
+  // without metadata, which the loader names as an interrupted save).
+  if (spec != "auto" && (!std::filesystem::is_directory(spec, ec) || is_checkpoint_directory(spec))) return spec;
   const std::string dir = spec == "auto" ? opt.save_dir : spec;
   // Rank 0's finding: a step, or why there is none.
   constexpr int64_t kEmpty = -1, kNoneVerifies = -2, kUnreadable = -3;
-  int64_t found = kEmpty;
+  int64_t found[2] = {kEmpty, 0};  // step, sharded
   std::string why;
   if (world.rank() == 0) {
     try {
@@ -23,22 +35,23 @@ std::string find_resume_file(const TrainOptions& opt, comm::Communicator& world)
         auto e = newest_verified(dir, [](const std::string& w) {
           std::fprintf(stderr, "braid train: skipping a checkpoint that does not verify: %s\n", w.c_str());
         });
-        found = e ? e->step : kNoneVerifies;
+        found[0] = e ? e->step : kNoneVerifies;
+        found[1] = e && e->sharded;
       }
     } catch (const std::exception& e) {
-      found = kUnreadable;
+      found[0] = kUnreadable;
       why = e.what();
     }
   }
   // Raw 64-bit words travel as f32 pairs; broadcast copies bits.
-  if (world.size() > 1) world.broadcast(&found, 2, DType::f32, 0);
-  if (found >= 0) return checkpoint_path(dir, found);
-  BRAID_CHECK(found != kUnreadable, "--resume ", dir, ": rank 0 could not read the directory: ", why);
-  if (found == kNoneVerifies)
+  if (world.size() > 1) world.broadcast(found, 4, DType::f32, 0);
+  if (found[0] >= 0) return checkpoint_path(dir, found[0], found[1] != 0);
+  BRAID_CHECK(found[0] != kUnreadable, "--resume ", dir, ": rank 0 could not read the directory: ", why);
+  if (found[0] == kNoneVerifies)
     throw DataError(detail::concat("--resume ", dir, ": none of its ", list_checkpoints(dir).size(),
                                    " checkpoints verifies (each is named above with the reason); pass an older "
                                    "checkpoint file, or start afresh in an empty --save directory"));
-  BRAID_CONFIG_CHECK(spec == "auto", "--resume ", dir, " holds no step_<N>.ckpt checkpoint; pass a directory "
+  BRAID_CONFIG_CHECK(spec == "auto", "--resume ", dir, " holds no checkpoint (step_<N> or step_<N>.ckpt); pass a directory "
                      "that `braid train --save` wrote, a checkpoint file, or drop --resume to start afresh");
   return "";  // auto, nothing saved yet: a fresh start
 }

@@ -42,12 +42,12 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
   accum_steps_ = plan_.pp.micro_batches;
   check_token_data(opt, cfg, train, val);
   check_memory_before_allocating(opt, world);
-  check_checkpoint_flags(opt);
+  check_checkpoint_flags(opt, world.size());
   if (!opt.save_dir.empty() && world.rank() == 0) prepare_save_dir(opt.save_dir, !opt.resume.empty(), opt.verbose);
   // A checkpoint that cannot continue this run is refused before anything is allocated.
   resume_from_ = opt.resume.empty() ? "" : find_resume_file(opt, world);
   if (!resume_from_.empty())
-    check_resume_header(formats::read_checkpoint_header(resume_from_).header, resume_from_, opt, cfg, false);
+    check_resume_header(read_any_checkpoint_header(resume_from_), resume_from_, opt, cfg, false);
   compute_ = plan_.compute;
   // The schedule (one stage: each micro-batch's forward then backward) and this rank's layers.
   parallel::ScheduleStats st;
@@ -215,9 +215,14 @@ std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t
 void Trainer::save(const std::string& path, int64_t next_step) { checkpoint_->save(path, next_step); }
 
 std::string Trainer::save_to_dir(int64_t next_step) {
-  const std::string path = checkpoint_path(opt_.save_dir, next_step);
+  const bool sharded = opt_.checkpoint_format == "sharded";
+  const std::string path = checkpoint_path(opt_.save_dir, next_step, sharded);
   const formats::SaveFault none;
-  checkpoint_->save(path, next_step, opt_.save_fault_step + 1 == next_step ? opt_.save_fault : none);
+  const formats::SaveFault& fault = opt_.save_fault_step + 1 == next_step ? opt_.save_fault : none;
+  if (sharded)
+    checkpoint_->save_sharded(path, next_step, fault);
+  else
+    checkpoint_->save(path, next_step, fault);
   // Older checkpoints go only once the new one is durable (save returned).
   if (world_.rank() == 0) prune_checkpoints(opt_.save_dir, opt_.keep_last, next_step);
   return path;

@@ -2,22 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "braid/core/error.h"
 #include "braid/formats/checkpoint.h"
 
 namespace braid::train {
-
-TrainingCheckpoint::TrainingCheckpoint(const TrainOptions& opt, parallel::ParallelContext& ctx, model::GPT& model,
-                                       parallel::GradSync& sync, AdamW& optimizer, DynamicLossScaler& scaler)
-    : opt_(opt),
-      ctx_(ctx),
-      model_(model),
-      sync_(sync),
-      optimizer_(optimizer),
-      scaler_(scaler),
-      tp_(ctx.tp() ? ctx.tp()->size() : 1),
-      pp_(ctx.pp() ? ctx.pp()->size() : 1) {}
 
 void TrainingCheckpoint::to_full(const float* local, std::vector<float>& full) {
   const auto& lt = model_.param_table();
@@ -79,22 +69,32 @@ void TrainingCheckpoint::save(const std::string& path, int64_t next_step, const 
   }
   if (ctx_.world().rank() != 0) return;  // DP replicas hold identical parameters; rank 0 writes
   formats::CheckpointView ck;
-  ck.header = {{"format", "braid-checkpoint"}, {"model", opt_.model},
-               {"step", next_step},            {"n_params", n_out},
-               {"seed", opt_.seed},            {"global_batch", opt_.global_batch},
-               {"seq_len", opt_.seq_len},      {"n_layer", model_.config().n_layer},
-               {"n_head", model_.config().n_head}, {"n_embd", model_.config().n_embd},
-               {"vocab_size", model_.config().vocab_size}, {"block_size", model_.config().block_size},
-               {"total_steps", opt_.steps}};
-  if (scaler_.enabled()) {
-    const LossScalerState st = scaler_.state();
-    ck.header["loss_scale"] = {{"scale", st.scale}, {"growth_tracker", st.growth_tracker},
-                               {"hysteresis_left", st.hysteresis_left}};
-  }
+  ck.header = header(next_step, n_out);
   ck.params = params;
   ck.m = mp;
   ck.v = vp;
   formats::save_checkpoint(path, ck, fault);
+}
+
+nlohmann::json TrainingCheckpoint::header(int64_t next_step, size_t n_params) const {
+  const auto& c = model_.config();
+  nlohmann::json h = {{"format", "braid-checkpoint"}, {"model", opt_.model},     {"step", next_step},
+                      {"n_params", n_params},          {"seed", opt_.seed},       {"global_batch", opt_.global_batch},
+                      {"seq_len", opt_.seq_len},       {"n_layer", c.n_layer},    {"n_head", c.n_head},
+                      {"n_embd", c.n_embd},            {"vocab_size", c.vocab_size}, {"block_size", c.block_size},
+                      {"total_steps", opt_.steps}};
+  if (scaler_.enabled()) {
+    const LossScalerState st = scaler_.state();
+    h["loss_scale"] = {{"scale", st.scale}, {"growth_tracker", st.growth_tracker},
+                       {"hysteresis_left", st.hysteresis_left}};
+  }
+  return h;
+}
+
+nlohmann::json read_any_checkpoint_header(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return formats::read_sharded_metadata(path).header;
+  return formats::read_checkpoint_header(path).header;
 }
 
 int64_t TrainingCheckpoint::load_weights(const std::string& path) { return load(path, true); }
@@ -133,6 +133,11 @@ void check_resume_header(const nlohmann::json& hdr, const std::string& path, con
 }
 
 int64_t TrainingCheckpoint::load(const std::string& path, bool weights_only) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec) ? load_sharded(path, weights_only) : load_file(path, weights_only);
+}
+
+int64_t TrainingCheckpoint::load_file(const std::string& path, bool weights_only) {
   const size_t n = model_.num_params();
   std::vector<float> m(n), v(n), full(n);
   float* params = full.data();
@@ -148,22 +153,24 @@ int64_t TrainingCheckpoint::load(const std::string& path, bool weights_only) {
   } else {
     info = formats::load_checkpoint(path, n, params, m.data(), v.data());
   }
-  const nlohmann::json& hdr = info.header;
   if (info.version < 2 && ctx_.world().rank() == 0)
     std::fprintf(stderr, "braid train: checkpoint %s predates checksums (version 1): loaded unverified\n",
                  path.c_str());
-  check_resume_header(hdr, path, opt_, model_.config(), weights_only);
+  check_resume_header(info.header, path, opt_, model_.config(), weights_only);
+  auto from = [](const std::vector<float>& a) {
+    return [&a](size_t o, size_t len, float* dst) { std::copy_n(a.data() + o, len, dst); };
+  };
+  if (!weights_only) optimizer_.load_state(from(m), from(v));
+  sync_.load_params(from(full));
+  return apply_header(info.header, weights_only);
+}
+
+int64_t TrainingCheckpoint::apply_header(const nlohmann::json& hdr, bool weights_only) {
   const int64_t step = hdr.at("step").get<int64_t>();
   saved_total_steps_ = hdr.contains("total_steps") && hdr["total_steps"].is_number_integer()
                            ? hdr["total_steps"].get<int64_t>() : -1;
   source_ = hdr.contains("source") ? hdr["source"].get<std::string>() : "";
-  if (weights_only) {
-    sync_.load_params(full.data());
-    return step;
-  }
-  optimizer_.load_state(m.data(), v.data());
-  sync_.load_params(full.data());
-  if (scaler_.enabled() && hdr.contains("loss_scale")) {
+  if (!weights_only && scaler_.enabled() && hdr.contains("loss_scale")) {
     const auto& ls = hdr["loss_scale"];
     scaler_.set_state({ls.at("scale").get<float>(), ls.at("growth_tracker").get<int64_t>(),
                         ls.at("hysteresis_left").get<int64_t>()});

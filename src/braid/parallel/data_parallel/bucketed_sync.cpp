@@ -194,10 +194,17 @@ void BucketedSync::assemble_state(const float* state, float* full) {
   sum_owned(full);
 }
 
-void BucketedSync::load_params(const float* full) {
-  if (!half_) return FlatBufferSync::load_params(full);
-  for (const auto& r : owned_) std::copy_n(full + r.offset, r.len, master(r));
-  kernels::copy_cast(half_->compute(), c_.compute, full, DType::f32, num_params());
+void BucketedSync::load_params(const FlatReader& read) {
+  if (!half_) return FlatBufferSync::load_params(read);
+  for (const auto& r : owned_) read(r.offset, r.len, master(r));
+  // The compute copy of the whole layout, a bounded piece at a time.
+  const size_t n = num_params(), esz = dtype_size(c_.compute);
+  std::vector<float> piece(std::min(n, kLoadPieceElems));
+  for (size_t o = 0; o < n; o += piece.size()) {
+    const size_t k = std::min(piece.size(), n - o);
+    read(o, k, piece.data());
+    kernels::copy_cast(static_cast<char*>(half_->compute()) + o * esz, c_.compute, piece.data(), DType::f32, k);
+  }
   half_->params_changed();
 }
 

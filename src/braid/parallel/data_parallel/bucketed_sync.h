@@ -76,7 +76,7 @@ class BucketedSync final : public FlatBufferSync {
 
   const float* full_params(std::vector<float>& scratch) override;
   void assemble_state(const float* state, float* full) override;
-  void load_params(const float* full) override;
+  void load_params(const FlatReader& read) override;
   const float* acquire_unit_params(int u) override;
   void release_unit_params(int u) override;
   uint64_t hash_params() override;

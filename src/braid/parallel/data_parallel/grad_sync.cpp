@@ -41,9 +41,7 @@ void FlatBufferSync::assemble_state(const float* state, float* full) {
   for (const auto& r : owned()) std::copy_n(state + r.state, r.len, full + r.offset);
 }
 
-void FlatBufferSync::load_params(const float* full) {
-  std::memcpy(model_->params(), full, model_->num_params() * sizeof(float));
-}
+void FlatBufferSync::load_params(const FlatReader& read) { read(0, model_->num_params(), model_->params()); }
 
 const float* FlatBufferSync::acquire_unit_params(int u) {
   return model_->params() + (u == 0 ? 0 : model_->unit_end(u - 1));

@@ -42,9 +42,16 @@ struct StepScalars {
   float loss = 0, grad_norm = 0, lr = 0;
 };
 
+/// Elements per piece when a compute copy is loaded in pieces (4 MiB of f32).
+inline constexpr size_t kLoadPieceElems = size_t{1} << 20;
+
 /// Called by backward with flat element ranges [begin, end) whose gradients
 /// are final, in decreasing contiguous order.
 using GradReadyHook = std::function<void(size_t begin, size_t end)>;
+
+/// Fills dst (len f32) with flat elements [offset, offset + len) of this
+/// rank's parameter layout from a checkpoint (alignment gaps: 0).
+using FlatReader = std::function<void(size_t offset, size_t len, float* dst)>;
 
 class GradSync {
  public:
@@ -107,8 +114,10 @@ class GradSync {
   /// full (num_params) = per-rank optimizer state (state_elems, indexed by
   /// OwnedRange::state) placed at its flat offsets; zero where nothing owns.
   virtual void assemble_state(const float* state, float* full) = 0;
-  /// Sets master weights and compute copies from full f32 parameters.
-  virtual void load_params(const float* full) = 0;
+  /// Sets master weights and compute copies from a checkpoint: reads what this
+  /// rank holds (the master weights of its owned ranges and its compute copy)
+  /// through `read`, a bounded piece at a time. No communication.
+  virtual void load_params(const FlatReader& read) = 0;
   /// Unit u's f32 parameters as this rank computes with them (sharded:
   /// gathered, collective over the shard group) until release_unit_params(u).
   virtual const float* acquire_unit_params(int u) = 0;
@@ -135,7 +144,7 @@ class FlatBufferSync : public GradSync {
   const float* full_params(std::vector<float>& scratch) override;
   /// Places this rank's state at the owned offsets, zero elsewhere (no communication).
   void assemble_state(const float* state, float* full) override;
-  void load_params(const float* full) override;
+  void load_params(const FlatReader& read) override;
   const float* acquire_unit_params(int u) override;
   uint64_t hash_params() override;
 

@@ -533,13 +533,19 @@ void ShardedEngine::assemble(const float* state, float* out) {
   assemble_owned([state](const Segment& s) { return state + s.shard; }, out);
 }
 
-void ShardedEngine::load_master(const float* full) {
-  for (const auto& s : owned_) std::memcpy(master(s), full + s.offset, s.len * sizeof(float));
+void ShardedEngine::load_master(const FlatReader& read) {
+  for (const auto& s : owned_) read(s.offset, s.len, master(s));
   if (sc_.stage == 3) {
     if (sc_.compute != DType::f32)
       copy_cast(compute_shard_.data(), sc_.compute, master_.data(), DType::f32, shard_elems_);
   } else {
-    copy_cast(compute_full_.data(), sc_.compute, full, DType::f32, n_);
+    // The compute copy of the whole layout, a bounded piece at a time.
+    std::vector<float> piece(std::min(n_, kLoadPieceElems));
+    for (size_t o = 0; o < n_; o += piece.size()) {
+      const size_t k = std::min(piece.size(), n_ - o);
+      read(o, k, piece.data());
+      copy_cast(compute_full_.as<char>() + o * b_, sc_.compute, piece.data(), DType::f32, k);
+    }
   }
   for (auto& s : slots_) s->valid = false, s->unit = -1;
 }

@@ -34,6 +34,7 @@
 #include "braid/core/dtype.h"
 #include "braid/core/memory.h"
 #include "braid/model/gpt.h"
+#include "braid/parallel/data_parallel/grad_sync.h"
 #include "braid/parallel/data_parallel/group_buffer.h"
 
 namespace braid::parallel {
@@ -131,7 +132,7 @@ class ShardedEngine final : public model::UnitStorage {
   /// has one owner, so the sum is exact). Collective over the shard group.
   void assemble(const float* state, float* out);
   /// Sets master weights (and compute copies) from full f32 parameters.
-  void load_master(const float* full);
+  void load_master(const FlatReader& read);
   /// FNV-1a hash of the compute parameters every rank computes with (stage 3:
   /// of each unit as gathered). Collective at stage 3.
   uint64_t hash_compute_params();

@@ -40,7 +40,7 @@ class ShardedSync final : public GradSync {
 
   const float* full_params(std::vector<float>& scratch) override;
   void assemble_state(const float* state, float* full) override { engine_.assemble(state, full); }
-  void load_params(const float* full) override { engine_.load_master(full); }
+  void load_params(const FlatReader& read) override { engine_.load_master(read); }
   const float* acquire_unit_params(int u) override { return engine_.acquire_params(u); }
   void release_unit_params(int u) override { engine_.release_params(u); }
   uint64_t hash_params() override { return engine_.hash_compute_params(); }
