@@ -51,7 +51,7 @@ void add_export(CLI::App& app) {
   auto o = std::make_shared<ConvertOptions>();
   o->tokenizer_dir = data::Gpt2Tokenizer::default_dir();
   CLI::App* c = app.add_subcommand("export", "Write a checkpoint's model in another format: a Hugging Face directory or an llm.c model file");
-  c->add_option("--checkpoint", o->checkpoint, "braid checkpoint to read")->required()->check(CLI::ExistingFile);
+  c->add_option("--checkpoint", o->checkpoint, "braid checkpoint to read (a file or a sharded step_<N> directory)")->required()->check(CLI::ExistingPath);
   c->add_option("--format", o->format, "hf: a GPT2LMHeadModel directory (model.safetensors, config.json, vocab.json, merges.txt); llmc: llm.c's fp32 model file")
       ->required()
       ->transform(one_of({"hf", "llmc"}));

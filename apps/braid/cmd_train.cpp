@@ -25,6 +25,7 @@
 #include "braid/parallel/placement.h"
 #include "braid/parallel/pipeline/schedule.h"
 #include "braid/train/preemption.h"
+#include "braid/train/resume.h"
 #include "braid/train/trainer.h"
 #include "braid/version.h"
 #ifdef BRAID_WITH_MPI
@@ -215,6 +216,17 @@ void train_rank(const TrainArgs& a, comm::Communicator& world, std::span<const u
   std::unique_ptr<data::Gpt2Tokenizer> tok;
   if (opt.sample_tokens > 0)
     tok = std::make_unique<data::Gpt2Tokenizer>(data::Gpt2Tokenizer::load(data::Gpt2Tokenizer::default_dir()));
+  if (opt.resume == "auto") {
+    // Found (and verified) once; the trainer takes the answer as its --resume.
+    const std::string from = train::find_resume_file(opt, world);
+    if (const int64_t done = train::finished_step(opt, from); done >= 0) {
+      if (world.rank() == 0)
+        std::printf("--resume auto: %s holds step %lld of --steps %lld: the run is finished, nothing to train "
+                    "(pass a larger --steps to train on)\n", from.c_str(), (long long)done, (long long)opt.steps);
+      return;
+    }
+    if (!from.empty()) opt.resume = from;
+  }
   train::Trainer trainer(opt, world, train, val);
   const kernels::MatmulCeiling ceiling = measure_ceiling(trainer, world);
   const double fma_peak = best_over_ranks(world, kernels::measure_fma_peak_flops());

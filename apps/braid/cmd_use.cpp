@@ -13,6 +13,7 @@
 #include "braid/core/error.h"
 #include "braid/data/tokenizer.h"
 #include "braid/formats/checkpoint.h"
+#include "braid/formats/sharded_checkpoint.h"
 #include "braid/train/trainer.h"
 #ifdef BRAID_WITH_MPI
 #include "braid/comm/backends/mpi.h"
@@ -42,7 +43,7 @@ void take_model_from_checkpoint(const CLI::App& c, UseArgs& a) {
                        ": every rank takes --micro-batch sequences per forward");
   BRAID_CONFIG_CHECK(c.count("--dropout") == 0, "--dropout does not apply to braid ", cmd,
                      ": evaluation and sampling run without dropout");
-  const nlohmann::json h = formats::verify_checkpoint(a.checkpoint).header;
+  const nlohmann::json h = formats::verify_any_checkpoint(a.checkpoint);
   auto& o = a.opt;
   o.model = h.at("model").get<std::string>();
   o.n_layer = h.at("n_layer").get<int64_t>();
@@ -99,9 +100,9 @@ void on_ranks(UseArgs& a, F body) {
 
 void add_common(CLI::App* c, UseArgs& a) {
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  c->add_option("--checkpoint", a.checkpoint, "braid checkpoint (braid train --save, or braid import)")
+  c->add_option("--checkpoint", a.checkpoint, "braid checkpoint: a step_<N> directory or file of braid train --save, or braid import's file")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(CLI::ExistingPath);
   add_model_and_layout_options(c, a.opt);
   // Still parsed (take_model_from_checkpoint refuses them by name), but not offered.
   for (const char* f : {"--model", "--n-layer", "--n-head", "--n-embd", "--vocab-size", "--dropout"})

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end: a checkpoint writer killed at each phase of a save (mid-payload,
+# End-to-end, the single-file form (--checkpoint-format file; the sharded
+# form's faults are sharded_checkpoints.sh's): a checkpoint writer killed at each phase of a save (mid-payload,
 # before the file fsync, before the rename, before the directory fsync) leaves
 # the newest durable checkpoint loadable: `--resume DIR` (and `auto`) picks it,
 # the next start removes the interrupted save's temporary file and says so, and
@@ -9,7 +10,8 @@
 source "$(dirname "$0")/lib/common.bash" "$@"
 make_tokens 5 300 "a grand jury took the report of the county under study and found it in order"
 
-common=(--model tiny --train-data "$tmp/t_train.bin" --val-data "" --seq-len 32 --batch 4 --micro-batch 2)
+common=(--model tiny --train-data "$tmp/t_train.bin" --val-data "" --seq-len 32 --batch 4 --micro-batch 2
+        --checkpoint-format file)
 STEPS=6
 
 # The uninterrupted run, on 2 ranks (DDP) as every run below.

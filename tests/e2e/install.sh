@@ -19,7 +19,7 @@ timeout 300 "$b" prepare-data > prep.txt 2>&1 || { cat prep.txt; fail "prepare-d
 [ -s data/brown_train.bin ] && [ -s data/brown_val.bin ] || fail "prepare-data wrote no data/ here"
 timeout 300 "$b" train --backend local --model tiny --steps 2 --val-every 0 --quiet --save ck > train.txt 2>&1 \
   || { cat train.txt; fail "train from the installed braid"; }
-"$b" sample --backend local --checkpoint ck/step_2.ckpt --prompt "The jury" --max-new-tokens 5 > sample.txt 2>&1 \
+"$b" sample --backend local --checkpoint ck/step_2 --prompt "The jury" --max-new-tokens 5 > sample.txt 2>&1 \
   || { cat sample.txt; fail "sample from the installed braid"; }
 grep -q "The jury" sample.txt || { cat sample.txt; fail "sample output"; }
 echo "install: ok"

@@ -56,9 +56,9 @@ last_step() { grep -o '"step":[0-9]*' "$tmp/$1.jsonl" | tail -n 1 | cut -d: -f2;
 expect_stop() {
   [ $rc -ne 124 ] || { cat "$tmp/$1.txt"; fail "$1: the job hung after $2"; }
   [ $rc -eq 0 ] || { cat "$tmp/$1.txt"; fail "$1: exit code $rc after $2"; }
-  grep -q "^braid train: $2 received: stopped after step $stopped of $ENDLESS; checkpoint saved to $tmp/$1.ckpt/step_$stopped.ckpt (resume with --resume $tmp/$1.ckpt)$" \
+  grep -q "^braid train: $2 received: stopped after step $stopped of $ENDLESS; checkpoint saved to $tmp/$1.ckpt/step_$stopped (resume with --resume $tmp/$1.ckpt)$" \
     "$tmp/$1.txt" || { cat "$tmp/$1.txt"; fail "$1: no stop line"; }
-  [ -s "$tmp/$1.ckpt/step_$stopped.ckpt" ] || fail "$1: no checkpoint"
+  [ -s "$tmp/$1.ckpt/step_$stopped/metadata" ] || fail "$1: no checkpoint"
   local last; last=$(last_step "$1")
   [ "${last:-0}" = "$stopped" ] || fail "$1: metrics end at step $last, the stop line says $stopped"
 }
@@ -69,7 +69,7 @@ resumes_exactly() {
   local name="$1" np="$2"; shift 2
   local end=$((stopped + 2))
   run "$name" "$np" --steps $end --resume "$tmp/$name.ckpt" "$@"
-  grep -q "resumed from $tmp/$name.ckpt/step_$stopped.ckpt at step $stopped" "$tmp/$name.txt" || fail "$name: resume line"
+  grep -q "resumed from $tmp/$name.ckpt/step_$stopped at step $stopped" "$tmp/$name.txt" || fail "$name: resume line"
   run "$name.ref" "$np" --steps $end "$@"
   same_run loss "$name.ref" "$name:0"
 }
@@ -111,7 +111,7 @@ interrupt mpiterm 2 TERM mpirun
 [ $rc -ne 0 ] || fail "mpiterm: mpirun exited 0 after SIGTERM (OpenMPI's behaviour changed: update docs/USAGE.md, \"Stopping a run\")"
 # --save creates its directory at start-up: resume only if a checkpoint was
 # written into it before the job was killed (under load it may not have been).
-if compgen -G "$tmp/mpiterm.ckpt/step_*.ckpt" > /dev/null; then
+if compgen -G "$tmp/mpiterm.ckpt/step_*/metadata" > /dev/null; then
   run mpiterm 2 --steps $(($(last_step mpiterm) + 1)) --resume "$tmp/mpiterm.ckpt"
 fi
 echo "PASS"

@@ -10,6 +10,8 @@
 #include "braid/core/file_io.h"
 #include "braid/core/hash.h"
 #include "braid/core/parse.h"
+#include "braid/formats/gpt2_weights.h"
+#include "braid/model/param_layout.h"
 
 namespace braid::formats {
 
@@ -23,6 +25,23 @@ constexpr const char* kArrays[3] = {"parameters", "AdamW m", "AdamW v"};
 [[noreturn]] void damaged(const std::string& path, const std::string& why) {
   throw DataError(detail::concat("checkpoint ", path, " is damaged: ", why,
                                  "; resume from an earlier checkpoint (`braid verify DIR` lists those that verify)"));
+}
+
+// The model sizes and n_params agree: an edited size field under a matching
+// checksum is damage, not another model the run's flags should match.
+void check_sizes(const std::string& path, const nlohmann::json& h) {
+  size_t need = 0;
+  try {
+    need = model::unit_bounds(header_config(h)).back();
+  } catch (const ConfigError& e) {
+    damaged(path, detail::concat("its header's model sizes make no model (", e.what(), ")"));
+  }
+  const size_t n = h.at("n_params").get<size_t>();
+  if (need != n)
+    damaged(path, detail::concat("its header's sizes (n_layer ", h["n_layer"].dump(), ", n_head ", h["n_head"].dump(),
+                                 ", n_embd ", h["n_embd"].dump(), ", vocab_size ", h["vocab_size"].dump(),
+                                 ", block_size ", h.value("block_size", nlohmann::json("the preset's")).dump(),
+                                 ") need ", need, " parameters but its n_params is ", n));
 }
 
 // Every header field, checked: a damaged or foreign header names the field.
@@ -58,6 +77,7 @@ void validate_header(const std::string& path, const nlohmann::json& h, bool with
                     ls["hysteresis_left"].is_number_integer();
     if (!ok) damaged(path, "header field 'loss_scale' is not {scale > 0, growth_tracker, hysteresis_left}");
   }
+  check_sizes(path, h);
   if (with_crc32) {
     const auto& c = field("crc32");
     bool ok = c.is_array() && c.size() == 3;

@@ -11,6 +11,7 @@
 #include "braid/core/dtype.h"
 #include "braid/core/error.h"
 #include "braid/core/file_io.h"
+#include "braid/formats/sharded_checkpoint.h"
 #include "braid/formats/safetensors.h"
 #include "braid/model/param_layout.h"
 #include "braid/formats/checkpoint.h"
@@ -92,20 +93,40 @@ ModelWeights weights_for_shape(int64_t block_size, int64_t V, int64_t L, int64_t
   return w;
 }
 
-ModelWeights read_checkpoint_weights(const std::string& path) {
-  const CheckpointInfo info = verify_checkpoint(path);
-  const nlohmann::json& h = info.header;
+namespace {
+// The parameters of sharded checkpoint `dir` into w.params (the whole model's layout).
+void read_sharded_weights(const std::string& dir, ModelWeights& w) {
+  ShardedCheckpointReader r(dir);
+  const auto table = model::param_table(w.config);
+  const auto& tensors = r.metadata().tensors;  // those of the header's model (checked when read)
+  for (size_t i = 0; i < table.size(); ++i)
+    r.read(static_cast<int64_t>(i), 0, tensors[i].whole(), 0, tensors[i].whole().numel(), w.params.data() + table[i].offset);
+}
+}  // namespace
+
+model::GPTConfig header_config(const nlohmann::json& h) {
   const std::string model = h.at("model").get<std::string>();
   const int64_t block = h.contains("block_size") ? h["block_size"].get<int64_t>()
                                                  : model::GPTConfig::preset(model).block_size;
+  return shape_config(model, block, h.at("vocab_size").get<int64_t>(), h.at("n_layer").get<int64_t>(),
+                      h.at("n_head").get<int64_t>(), h.at("n_embd").get<int64_t>());
+}
+
+ModelWeights read_checkpoint_weights(const std::string& path) {
+  std::error_code ec;
+  const bool sharded = std::filesystem::is_directory(path, ec);
+  const nlohmann::json h = sharded ? read_sharded_metadata(path).header : verify_checkpoint(path).header;
   ModelWeights w;
-  w.model = model;
-  w.config = shape_config(model, block, h.at("vocab_size").get<int64_t>(), h.at("n_layer").get<int64_t>(),
-                          h.at("n_head").get<int64_t>(), h.at("n_embd").get<int64_t>());
+  w.model = h.at("model").get<std::string>();
+  w.config = header_config(h);
   const size_t n = h.at("n_params").get<size_t>();
   BRAID_DATA_CHECK(n == model::unit_bounds(w.config).back(), "checkpoint ", path, " holds ", n,
                    " parameters but its model's sizes need ", model::unit_bounds(w.config).back());
-  w.params.resize(n);
+  w.params.assign(n, 0.f);
+  if (sharded) {
+    read_sharded_weights(path, w);  // every chunk read is checked; the moments are not read
+    return w;
+  }
   std::vector<float> m(n), v(n);
   load_checkpoint(path, n, w.params.data(), m.data(), v.data());
   return w;

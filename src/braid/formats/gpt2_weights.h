@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "braid/model/config.h"
 
 namespace braid::formats {
@@ -21,8 +23,13 @@ struct ModelWeights {
   std::vector<float> params;
 };
 
-/// The parameters of a braid checkpoint (BRAIDCKP, any version) with its shape;
-/// the AdamW moments are not read into memory. Throws DataError as
+/// The model a checkpoint header's sizes describe (its "model" preset with
+/// n_layer, n_head, n_embd, vocab_size and block_size). Throws ConfigError
+/// when they do not make a model.
+model::GPTConfig header_config(const nlohmann::json& header);
+
+/// The parameters of a braid checkpoint (a sharded directory, or a BRAIDCKP
+/// file of any version) with its shape; the AdamW moments are not kept. Throws DataError as
 /// formats::load_checkpoint does for a damaged file.
 ModelWeights read_checkpoint_weights(const std::string& path);
 

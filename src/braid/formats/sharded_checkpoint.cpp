@@ -9,6 +9,8 @@
 #include "braid/core/file_io.h"
 #include "braid/core/hash.h"
 #include "braid/formats/checkpoint.h"
+#include "braid/formats/gpt2_weights.h"
+#include "braid/model/param_layout.h"
 
 namespace braid::formats {
 
@@ -135,6 +137,17 @@ void check_coverage(const std::string& path, const ShardedMetadata& m) {
                                      m.tensors[t].name, "', which has ", m.tensors[t].whole().numel()));
 }
 
+// The tensors are those of the model the header describes, in its order.
+void check_tensors(const std::string& path, const ShardedMetadata& m) {
+  const auto table = model::param_table(header_config(m.header));
+  bool same = m.tensors.size() == table.size();
+  for (size_t i = 0; same && i < table.size(); ++i)
+    same = m.tensors[i].name == table[i].name && m.tensors[i].shape == table[i].full_shape;
+  if (!same)
+    damaged(path, detail::concat("its ", m.tensors.size(), " tensors are not the ", table.size(),
+                                 " of the model its header describes"));
+}
+
 nlohmann::json box_json(const TensorBox& b) { return {b.row0, b.col0, b.rows, b.cols}; }
 }  // namespace
 
@@ -219,6 +232,7 @@ ShardedMetadata decode_sharded_metadata(const std::string& bytes, const std::str
   validate_checkpoint_header(path, m.header, false);
   m.layout = f.at(j, "layout", "the metadata");
   m.tensors = decode_tensors(f, j);
+  check_tensors(path, m);
   m.files = decode_files(f, j);
   const auto& pieces = f.at(j, "pieces", "the metadata");
   if (!pieces.is_array()) damaged(path, "its 'pieces' is not an array");
@@ -321,8 +335,8 @@ const char* ShardedCheckpointReader::load_chunk(size_t piece, uint64_t c) {
   chunk_.resize(kPieceChunkBytes);
   chunk_piece_ = -1;
   const std::string which = detail::concat(kPieceStates[p.state], " of '", meta_.tensors[static_cast<size_t>(p.tensor)].name,
-                                           "' (piece ", piece, ", chunk ", c, ") in ", f.name, ", written by rank ", f.rank);
-  if (!reader->read_at(p.offset + c * kPieceChunkBytes, chunk_.data(), k)) damaged(dir_, which + ", is cut short");
+                                           "' (piece ", piece, ", chunk ", c, ") in ", f.name, ", written by rank ", f.rank, ",");
+  if (!reader->read_at(p.offset + c * kPieceChunkBytes, chunk_.data(), k)) damaged(dir_, which + " is cut short");
   if (kVerifyChecksums && crc32(chunk_.data(), k) != p.crc32[c]) damaged(dir_, "the checksum of " + which + " does not match");
   bytes_read_ += k;
   chunk_piece_ = static_cast<int64_t>(piece);
@@ -385,6 +399,11 @@ nlohmann::json verify_sharded_checkpoint(const std::string& dir) {
     }
   }
   return m.header;
+}
+
+nlohmann::json verify_any_checkpoint(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) ? verify_sharded_checkpoint(path) : verify_checkpoint(path).header;
 }
 
 std::vector<std::string> unreferenced_files(const std::string& dir) {

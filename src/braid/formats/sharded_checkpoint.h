@@ -165,6 +165,10 @@ class ShardedCheckpointReader {
 /// file and the rank that wrote it.
 nlohmann::json verify_sharded_checkpoint(const std::string& dir);
 
+/// Checks checkpoint `path`, a sharded directory (verify_sharded_checkpoint)
+/// or a single file (verify_checkpoint); returns its header.
+nlohmann::json verify_any_checkpoint(const std::string& path);
+
 /// The files of dir that its metadata does not name (left by an interrupted
 /// save of the same step), or every file when it has no metadata.
 std::vector<std::string> unreferenced_files(const std::string& dir);

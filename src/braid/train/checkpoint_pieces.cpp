@@ -122,20 +122,6 @@ std::vector<HeldPiece> decode_pieces(const int64_t* w, size_t n_pieces) {
   return out;
 }
 
-void check_checkpoint_tensors(const formats::ShardedMetadata& m, const std::vector<model::ParamInfo>& full_table,
-                              const std::string& dir) {
-  bool same = m.tensors.size() == full_table.size();
-  for (size_t i = 0; same && i < full_table.size(); ++i)
-    same = m.tensors[i].name == full_table[i].name && m.tensors[i].shape == full_table[i].full_shape;
-  if (same) return;
-  const auto& h = m.header;
-  throw ConfigError(detail::concat(
-      "checkpoint ", dir, " holds the tensors of another model (", m.tensors.size(), " tensors; this model has ",
-      full_table.size(), "); resume with the model of the saved run: --model ", h["model"].get<std::string>(),
-      " --n-layer ", h["n_layer"].get<int64_t>(), " --n-head ", h["n_head"].get<int64_t>(), " --n-embd ",
-      h["n_embd"].get<int64_t>(), " --vocab-size ", h["vocab_size"].get<int64_t>()));
-}
-
 parallel::FlatReader sharded_flat_reader(formats::ShardedCheckpointReader& reader,
                                          const std::vector<model::ParamInfo>& table, int tp_rank, int tp, int state) {
   auto tensors = std::make_shared<std::vector<model::ParamInfo>>(table);

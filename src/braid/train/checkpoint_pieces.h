@@ -62,13 +62,9 @@ inline constexpr size_t kPieceWords = 8;
 
 /// Reads state `state` (formats::kPieceStates index) of this rank's flat
 /// layout (`table`) from a sharded checkpoint: a FlatReader for GradSync and
-/// AdamW. Throws ConfigError when the checkpoint's tensors are not the model's.
+/// AdamW. The checkpoint's tensors must be the model's (check_resume_header
+/// compares the sizes; the metadata's tensors are its header's model's).
 parallel::FlatReader sharded_flat_reader(formats::ShardedCheckpointReader& reader,
                                          const std::vector<model::ParamInfo>& table, int tp_rank, int tp, int state);
-
-/// Throws ConfigError unless the checkpoint's tensors are those of `full_table`
-/// (the whole model's, TP = 1), by name and shape, in order.
-void check_checkpoint_tensors(const formats::ShardedMetadata& m, const std::vector<model::ParamInfo>& full_table,
-                              const std::string& dir);
 
 }  // namespace braid::train

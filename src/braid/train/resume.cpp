@@ -56,6 +56,13 @@ std::string find_resume_file(const TrainOptions& opt, comm::Communicator& world)
   return "";  // auto, nothing saved yet: a fresh start
 }
 
+int64_t finished_step(const TrainOptions& opt, const std::string& from) {
+  if (opt.resume != "auto" || from.empty()) return -1;
+  const nlohmann::json h = read_any_checkpoint_header(from);
+  const int64_t step = h.at("step").get<int64_t>();
+  return !h.contains("source") && step >= opt.steps ? step : -1;
+}
+
 void print_start_point(const std::string& from, int64_t step, const TrainingCheckpoint& ckpt,
                        const TrainOptions& opt) {
   if (from.empty()) {

@@ -18,6 +18,11 @@ namespace braid::train {
 /// directory holds none, Error when rank 0 cannot read it.
 std::string find_resume_file(const TrainOptions& opt, comm::Communicator& world);
 
+/// --resume auto whose newest checkpoint (`from`, find_resume_file's answer)
+/// already holds --steps: the run is finished. Returns that step, or -1 when
+/// there is something to train (or the option is not auto).
+int64_t finished_step(const TrainOptions& opt, const std::string& from);
+
 /// Prints (the caller: rank 0 with --verbose) where the run starts: the file
 /// `from` resumed at `step`, an imported model's fresh fine-tuning, a changed
 /// --steps total, or --resume auto's fresh start.

@@ -237,7 +237,6 @@ int64_t TrainingCheckpoint::load_sharded(const std::string& dir, bool weights_on
   formats::ShardedCheckpointReader reader(dir);
   const formats::ShardedMetadata& m = reader.metadata();
   check_resume_header(m.header, dir, opt_, model_.config(), weights_only);
-  check_checkpoint_tensors(m, model::param_table(model_.config(), 1), dir);
   const auto& table = model_.param_table();
   auto state = [&](int s) { return sharded_flat_reader(reader, table, ctx_.tp_rank(), tp_, s); };
   if (!weights_only) optimizer_.load_state(state(1), state(2));

@@ -27,10 +27,10 @@ def run(args, timeout=120):
 
 
 # Fixtures: a good checkpoint, a checkpoint of another model, damaged copies.
-ok = run(["train"] + base + ["--save", p("ck")])
+ok = run(["train"] + base + ["--save", p("ck"), "--checkpoint-format", "file"])
 assert ok.returncode == 0, ok.stdout + ok.stderr
 CK = p("ck/step_2.ckpt")
-other = run(["train"] + base + ["--n-layer", "1", "--save", p("ck_other")])
+other = run(["train"] + base + ["--n-layer", "1", "--save", p("ck_other"), "--checkpoint-format", "file"])
 assert other.returncode == 0, other.stderr
 good_ck, good_tok = open(CK, "rb").read(), open(T, "rb").read()
 flip = lambda b, at: b[:at] + bytes([b[at] ^ 0x04]) + b[at + 1:]
@@ -43,6 +43,20 @@ hdr = json.loads(good_ck[24:24 + hlen])
 hdr["seed"] = "1337"
 h2 = json.dumps(hdr).encode()
 write("ck_field.ckpt", good_ck[:12] + struct.pack("<QI", len(h2), zlib.crc32(h2)) + h2 + good_ck[24 + hlen:])
+hdr = json.loads(good_ck[24:24 + hlen])
+hdr["n_layer"] = 3  # an edit under a matching checksum: damage, not another model
+h3 = json.dumps(hdr).encode()
+write("ck_layers.ckpt", good_ck[:12] + struct.pack("<QI", len(h3), zlib.crc32(h3)) + h3 + good_ck[24 + hlen:])
+# Sharded: a good directory, one with a flipped piece byte, one whose metadata is missing.
+sh = run(["train"] + base + ["--save", p("sh")])
+assert sh.returncode == 0, sh.stdout + sh.stderr
+SH = p("sh/step_2")
+shutil.copytree(SH, p("sh_flip"))
+piece = sorted(f for f in os.listdir(p("sh_flip")) if f.endswith(".bin"))[0]
+data = open(os.path.join(p("sh_flip"), piece), "rb").read()
+write(os.path.join("sh_flip", piece), flip(data, 4000))
+shutil.copytree(SH, p("step_9"))
+os.remove(os.path.join(p("step_9"), "metadata"))
 write("tok_trunc.bin", good_tok[: len(good_tok) // 2 + 1])
 write("tok_flip.bin", flip(good_tok, len(good_tok) - 7))
 write("tok_empty.bin", b"")
@@ -77,6 +91,12 @@ CASES = [
     ("checkpoint empty", tr("--resume", p("ck_empty.ckpt")), 3, "ck_empty.ckpt is not a braid checkpoint"),
     ("checkpoint wrong magic", tr("--resume", p("ck_magic.ckpt")), 3, "no \"BRAIDCKP\" magic"),
     ("checkpoint header field of the wrong type", tr("--resume", p("ck_field.ckpt")), 3, "header field 'seed'"),
+    ("checkpoint header's n_layer edited under a matching checksum", tr("--resume", p("ck_layers.ckpt"), "--steps", "4"), 3,
+     "need 3373632 parameters but its n_params is 3323648"),
+    ("sharded checkpoint with a flipped byte", tr("--resume", p("sh_flip"), "--steps", "4"), 3, "written by rank 0, does not match"),
+    ("sharded checkpoint without its metadata (an interrupted save)", tr("--resume", p("step_9"), "--steps", "4"), 2,
+     "has no metadata file"),
+    ("braid verify of a damaged sharded checkpoint", ["verify", p("sh_flip")], 3, "sh_flip is damaged"),
     ("checkpoint of another model", tr("--resume", p("ck_other/step_2.ckpt"), "--steps", "4"), 2, "--n-layer 1"),
     ("checkpoint of another vocabulary", tr("--resume", CK, "--vocab-size", "60000", "--steps", "4"), 2, "--vocab-size"),
     ("checkpoint with nothing left to train", tr("--resume", CK), 2, "pass a larger --steps"),
@@ -84,7 +104,7 @@ CASES = [
      tr("--resume", CK, "--n-embd", "4096", "--n-head", "32", "--steps", "4"), 2, "saved with --n-head 4 --n-embd 64 but this run has --n-head 32 --n-embd 4096"),
     ("checkpoint with another seed", tr("--resume", CK, "--seed", "7", "--steps", "4"), 2, "--seed"),
     ("checkpoint missing", tr("--resume", p("missing.ckpt")), 2, "missing.ckpt not found"),
-    ("--resume an empty directory", tr("--resume", d + "/empty_dir"), 2, "holds no step_<N>.ckpt"),
+    ("--resume an empty directory", tr("--resume", d + "/empty_dir"), 2, "holds no checkpoint (step_<N> or step_<N>.ckpt)"),
     ("braid verify of a damaged file", ["verify", p("ck_flip.ckpt")], 3, "ck_flip.ckpt is damaged"),
     ("braid verify of a missing path", ["verify", p("nothing_here")], 2, "nothing_here not found"),
     # sizes and degrees
