@@ -13,6 +13,7 @@
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
 #include "braid/formats/checkpoint.h"
+#include "braid/formats/gpt2_weights.h"
 #include "braid/train/checkpoint_dir.h"
 #include "braid/parallel/plan_memory.h"
 #include "braid/train/trainer.h"
@@ -416,9 +417,9 @@ TEST(Recompute, BitwiseEqualAndSmallerActivations) {
 
 TEST(Pipeline, CheckpointsAndSamplingAcrossLayouts) {
   // Checkpoints hold the whole model (TP = PP = 1 layout): a run saved under
-  // PP 2 (interleaved) resumes on one rank and a single-rank checkpoint
-  // resumes under ZB-H1 with PP 2 x TP 2, both continuing the uninterrupted run;
-  // the saved parameters equal the single rank's. Sampling through the
+  // PP 2 (interleaved; sharded) resumes on one rank and a single-rank checkpoint
+  // (the single file) resumes under ZB-H1 with PP 2 x TP 2, both continuing the
+  // uninterrupted run; the saved parameters equal the single rank's. Sampling through the
   // stages draws the single-rank continuation.
   const auto data = tokens(20000, 93);
   auto o = deep_tiny(38);
@@ -438,13 +439,15 @@ TEST(Pipeline, CheckpointsAndSamplingAcrossLayouts) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("injected"), std::string::npos) << e.what();
     }
-    std::vector<float> p(n), m(n), v(n);
-    formats::load_checkpoint(train::checkpoint_path(path, k), n, p.data(), m.data(), v.data());
+    auto p = formats::read_checkpoint_weights(train::checkpoint_path(path, k, t.checkpoint_format == "sharded")).params;
+    EXPECT_EQ(p.size(), n);
     return p;
   };
   const std::string ps = testing_harness::tmp_path("braid_pp_single_"), pp = testing_harness::tmp_path("braid_pp_two_");
   const int k = 3;  // the step the checkpoints are saved after
-  const auto single = saved_after(o, 1, ps, k);
+  auto file = o;
+  file.checkpoint_format = "file";
+  const auto single = saved_after(file, 1, ps, k);
   // Pipeline only: the arithmetic differs from one rank's only in the order the
   // tied embedding's two gradients are added; with TP 2 the split matmuls round
   // differently and AdamW's normalised step m / sqrt(v) amplifies that where a

@@ -16,6 +16,8 @@
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
 #include "braid/formats/checkpoint.h"
+#include "braid/formats/gpt2_weights.h"
+#include "braid/model/param_layout.h"
 #include "braid/train/checkpoint_dir.h"
 
 namespace braid::train {
@@ -37,6 +39,9 @@ nlohmann::json header(int64_t step, size_t n) {
           {"seed", 1337u}, {"global_batch", 8}, {"seq_len", 16}, {"n_layer", 2},
           {"n_head", 2}, {"n_embd", 32}, {"vocab_size", 64}};
 }
+
+// Elements of the model header() describes: a header's sizes must match its n_params.
+const size_t kN = model::unit_bounds(formats::header_config(header(0, 0))).back();
 
 class CheckpointTest : public ::testing::Test {
  protected:
@@ -89,7 +94,7 @@ class CheckpointTest : public ::testing::Test {
 };
 
 TEST_F(CheckpointTest, RoundTripsBitForBitAndVerifies) {
-  const size_t n = 1000;
+  const size_t n = kN;
   const State s(n, 1);
   const std::string path = checkpoint_path(dir_, 7);
   save(path, header(7, n), s);
@@ -105,7 +110,7 @@ TEST_F(CheckpointTest, RoundTripsBitForBitAndVerifies) {
 }
 
 TEST_F(CheckpointTest, EveryFlippedBitAndEveryTruncationIsCaught) {
-  const size_t n = 300;
+  const size_t n = kN;
   const std::string path = checkpoint_path(dir_, 1);
   save(path, header(1, n), State(n, 2));
   const std::string good = read_bytes(path);
@@ -130,7 +135,7 @@ TEST_F(CheckpointTest, EveryFlippedBitAndEveryTruncationIsCaught) {
 }
 
 TEST_F(CheckpointTest, EveryHeaderFieldIsCheckedByName) {
-  const size_t n = 10;
+  const size_t n = kN;
   const State s(n, 3);
   const std::string path = checkpoint_path(dir_, 1);
   for (const char* k : {"format", "model", "step", "n_params", "seed", "global_batch", "seq_len", "n_layer",
@@ -151,6 +156,12 @@ TEST_F(CheckpointTest, EveryHeaderFieldIsCheckedByName) {
   save(path, header(1, n), s);
   rewrite_header(path, h);
   EXPECT_NE(load_error(path, n).find("'loss_scale'"), std::string::npos);
+  // An edited size under a matching checksum is damage, not another model.
+  h = header(1, n);
+  h["n_layer"] = 3;
+  save(path, header(1, n), s);
+  rewrite_header(path, h);
+  EXPECT_NE(load_error(path, n).find("need "), std::string::npos) << load_error(path, n);
   // Another model's checkpoint: a configuration error naming its flags.
   save(path, header(1, n), s);
   State out(n + 1, 0);
@@ -166,7 +177,7 @@ TEST_F(CheckpointTest, EveryHeaderFieldIsCheckedByName) {
 }
 
 TEST_F(CheckpointTest, VersionOneFilesStillLoadUnverified) {
-  const size_t n = 16;
+  const size_t n = kN;
   const State s(n, 4);
   const std::string hdr = header(3, n).dump();
   std::string b = "BRAIDCKP";
@@ -199,7 +210,7 @@ void save_killed(const std::string& path, const nlohmann::json& h, const State& 
 }
 
 TEST_F(CheckpointTest, AWriterKilledAnywhereLeavesTheNewestDurableCheckpoint) {
-  const size_t n = 2000;
+  const size_t n = kN;
   const State first(n, 5), second(n, 6);
   save(checkpoint_path(dir_, 1), header(1, n), first);
   const uint64_t file_bytes = fs::file_size(checkpoint_path(dir_, 1));
@@ -231,7 +242,7 @@ TEST_F(CheckpointTest, AWriterKilledAnywhereLeavesTheNewestDurableCheckpoint) {
 }
 
 TEST_F(CheckpointTest, DirectoriesListPruneAndSkipDamagedFiles) {
-  const size_t n = 8;
+  const size_t n = kN;
   for (int64_t s : {10, 2, 30, 4}) save(checkpoint_path(dir_, s), header(s, n), State(n, static_cast<uint64_t>(s)));
   write_bytes((fs::path(dir_) / "notes.txt").string(), "not a checkpoint");
   write_bytes((fs::path(dir_) / "step_x.ckpt").string(), "not one either");

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <vector>
 
 #include "braid/core/error.h"
@@ -60,7 +61,10 @@ void make_writable_directory(const std::string& dir, const std::string& flag) {
                      "); choose a writable location");
   for (auto it = made.rbegin(); it != made.rend(); ++it) sync_directory(parent_of(it->string()));
   // A probe file, not access(): root passes access() even where writes fail.
-  const std::string probe = (fs::path(dir) / (".braid_write_probe." + std::to_string(::getpid()))).string();
+  // Named by process and thread: ranks that are threads of one process probe at once.
+  const std::string probe = (fs::path(dir) / (".braid_write_probe." + std::to_string(::getpid()) + "." +
+                                              std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()))))
+                                .string();
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   BRAID_CONFIG_CHECK(fd >= 0, flag, " ", dir, ": cannot write in the directory (", std::strerror(errno),
                      "); choose a writable location");
