@@ -218,6 +218,7 @@ void add_plan_options(CLI::App* c, PlanArgs& a) {
   c->add_option("--ranks,--accelerators", a.ranks, "Ranks of the job (TP x DP x PP): one per accelerator")
       ->capture_default_str();
   c->add_flag("--all-ranks", a.all_ranks, "Print every rank (default: every rank up to 8, else rank 0 and the largest)");
+  c->add_flag("--async-save", a.opt.async_save, "Count braid train --async-save's staging buffer (a bound: the pieces a rank writes)");
   c->add_option("--cluster", a.cluster,
                 "Also predict the step time on this cluster: a preset (" + plan::cluster_preset_names() + "), this-machine "
                 "(measured now; run it under mpirun as the job will run) or a TOML file")

@@ -22,6 +22,7 @@ const char* mem_category_name(MemCategory c) {
     case MemCategory::activations: return "activations";
     case MemCategory::comm: return "comm";
     case MemCategory::workspace: return "workspace";
+    case MemCategory::staging: return "staging";
     case MemCategory::count_: break;
   }
   return "?";

@@ -19,6 +19,7 @@ enum class MemCategory : uint8_t {
   activations,
   comm,            // communication staging buffers
   workspace,
+  staging,         // host copy of the state an asynchronous checkpoint save writes
   count_
 };
 constexpr size_t kNumMemCategories = static_cast<size_t>(MemCategory::count_);

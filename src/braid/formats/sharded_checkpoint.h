@@ -28,6 +28,10 @@ namespace braid::formats {
 
 /// Bytes per checksummed chunk of a piece.
 inline constexpr uint64_t kPieceChunkBytes = uint64_t{1} << 20;
+/// Ranges held by several ranks and longer than this are split among them
+/// when a save assigns writers (elements: 1 MiB of f32), so the bytes each
+/// rank writes stay balanced (train/checkpoint_pieces.h).
+inline constexpr int64_t kSplitElems = int64_t{1} << 18;
 /// The metadata file's name inside a checkpoint directory.
 inline constexpr const char* kMetadataFile = "metadata";
 

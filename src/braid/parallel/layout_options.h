@@ -54,6 +54,7 @@ struct LayoutOptions {
   std::string reduce_dtype = "fp32";  // gradient accumulation and reduction: fp32 | the precision
   bool fp32_residual = false;  // keep the residual stream in f32 under --precision bf16|fp16
   std::string matmul_precision = "half";  // half: matmuls in the precision where oneDNN can | fp32: on rounded values
+  bool async_save = false;  // checkpoints staged in host memory and written by a background thread (memory: the staging buffer)
   std::string dp_mode = "ddp";  // "ddp" (all-reduce) or "ps" (rank 0 is a parameter server)
   bool ps_async = false;        // ps: apply each worker's gradient as it arrives
   int64_t staleness = 0;        // ps async: a worker runs at most this many iterations ahead

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "braid/core/error.h"
+#include "braid/formats/sharded_checkpoint.h"
 #include "braid/kernels/cpu/flash_attention.h"
 #include "braid/parallel/context/ring_attention.h"
 #include "braid/parallel/context/ulysses_attention.h"
@@ -66,6 +67,21 @@ std::vector<MemoryPlan> plan_memory_per_stage(const LayoutOptions& options, int 
 
 namespace {
 
+// --async-save's staging copy of the pieces this rank writes (params and both
+// AdamW moments, f32; train/checkpoint_pieces.h): its owned elements spread
+// over the ranks that hold them too, plus at most one split piece that the
+// balancing leaves over. A bound: the trainer stages the exact assignment,
+// which also leaves out alignment gaps and the tied embedding's copy.
+size_t staging_bytes(const MemoryPlan& p, const ParallelPlan& pl) {
+  if (!p.options.async_save) return 0;
+  const size_t owned = p.optimizer_elems;
+  const bool sharded = pl.dp.mode->sharding.optimizer == Holding::shard;
+  const size_t replicas = pl.dp.parameter_server() ? 1
+                          : static_cast<size_t>(sharded ? pl.grad_ranks() / pl.dp.shard_degree : pl.grad_ranks());
+  const size_t share = std::min(owned, (owned + replicas - 1) / replicas + static_cast<size_t>(formats::kSplitElems));
+  return 3 * share * sizeof(float);
+}
+
 MemoryPlan plan_rank(MemoryPlan p, int rank, const model::PipelineStage& stage) {
   const ParallelPlan& pl = p.parallel;
   p.rank = rank;
@@ -107,6 +123,7 @@ MemoryPlan plan_rank(MemoryPlan p, int rank, const model::PipelineStage& stage) 
   if (sync.num_params > 0) p.num_params = sync.num_params;
   // AdamW m and v, f32 each.
   add(MemCategory::optimizer, 2 * p.optimizer_elems * sizeof(float));
+  add(MemCategory::staging, staging_bytes(p, pl));
   // Trainer's tokens and targets: (micro_batch, seq_len) int32 each.
   add(MemCategory::activations, 2 * static_cast<size_t>(pl.micro_batch * pl.seq_len) * sizeof(int32_t));
   return p;

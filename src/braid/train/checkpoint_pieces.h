@@ -44,9 +44,7 @@ struct WriteSpan {
   int64_t begin, end;
 };
 
-/// Pieces of replicated ranges longer than this are split among their holders
-/// (elements: 1 MiB of f32), so the bytes each rank writes stay balanced.
-inline constexpr int64_t kSplitElems = int64_t{1} << 18;
+using formats::kSplitElems;
 
 /// Every rank's spans to write, from every rank's held pieces (held[r]):
 /// each element held anywhere is written by exactly one of its holders; an

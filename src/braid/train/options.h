@@ -32,7 +32,6 @@ struct TrainOptions : parallel::LayoutOptions {
   int64_t save_every = 0;   // also save after every K steps (0: at the end only)
   int64_t keep_last = 0;    // keep the newest K checkpoints of save_dir (0: all)
   std::string checkpoint_format = "sharded";  // sharded: a directory of per-rank pieces | file: rank 0's single file
-  bool async_save = false;  // sharded saves written by a background thread while training goes on
   std::string resume;       // a checkpoint file, a directory (its newest that verifies), or "auto"
   int64_t save_fault_step = -1;  // test hook: the save after this step ...
   formats::SaveFault save_fault; // ... kills its writer here

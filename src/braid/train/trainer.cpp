@@ -68,6 +68,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                                        *model_, pp_size_ > 1 && pp_rank_ == plan_.pp.last_rank() && pp_rank_ != plan_.pp.first_rank(),
                                        &ledger_);
   checkpoint_ = std::make_unique<TrainingCheckpoint>(opt_, *ctx_, *model_, *sync_, *optimizer_, *scaler_);
+  if (opt.async_save) async_ = std::make_unique<AsyncSaver>(*checkpoint_, &ledger_);
   const size_t bt = static_cast<size_t>(opt.micro_batch * opt.seq_len);
   tokens_ = Buffer(bt * sizeof(int32_t), MemCategory::activations, &ledger_);
   targets_ = Buffer(bt * sizeof(int32_t), MemCategory::activations, &ledger_);
@@ -214,18 +215,32 @@ std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t
 
 void Trainer::save(const std::string& path, int64_t next_step) { checkpoint_->save(path, next_step); }
 
-std::string Trainer::save_to_dir(int64_t next_step) {
+std::string Trainer::save_to_dir(int64_t next_step, bool final) {
   const bool sharded = opt_.checkpoint_format == "sharded";
   const std::string path = checkpoint_path(opt_.save_dir, next_step, sharded);
   const formats::SaveFault none;
   const formats::SaveFault& fault = opt_.save_fault_step + 1 == next_step ? opt_.save_fault : none;
+  if (async_) {
+    committed(async_->commit());  // the save before, if still in flight
+    async_->start(path, next_step, fault);
+    if (final) committed(async_->commit());
+    return path;
+  }
   if (sharded)
     checkpoint_->save_sharded(path, next_step, fault);
   else
     checkpoint_->save(path, next_step, fault);
-  // Older checkpoints go only once the new one is durable (save returned).
-  if (world_.rank() == 0) prune_checkpoints(opt_.save_dir, opt_.keep_last, next_step);
+  committed(next_step);
   return path;
+}
+
+void Trainer::committed(int64_t step) {
+  if (step < 0 || world_.rank() != 0) return;
+  // Older checkpoints go only once the new one is durable (committed).
+  prune_checkpoints(opt_.save_dir, opt_.keep_last, step);
+  if (async_ && opt_.verbose)
+    std::printf("checkpoint %s committed (async: training blocked %.1f ms, written in %.1f ms)\n",
+                async_->last_dir().c_str(), async_->last_blocked_s() * 1e3, async_->last_write_s() * 1e3);
 }
 
 int64_t Trainer::load(const std::string& path) { return checkpoint_->load(path); }
@@ -268,7 +283,7 @@ std::vector<StepRecord> Trainer::run_steps(RunLog& log, bool validate) {
     for (const auto& r : out) log.step(r);
     if (stopped_at_ >= 0) return out;
     if (validate) validate_now(log, opt_.steps);
-    if (!opt_.save_dir.empty()) save_to_dir(opt_.steps);
+    if (!opt_.save_dir.empty()) save_to_dir(opt_.steps, true);
     return out;
   }
   for (int64_t step = start_step_; step < opt_.steps; ++step) {
@@ -285,24 +300,28 @@ std::vector<StepRecord> Trainer::run_steps(RunLog& log, bool validate) {
     const bool last = step + 1 == opt_.steps;
     if (validate && ((step + 1) % opt_.val_every == 0 || last)) validate_now(log, step + 1);
     if (!opt_.save_dir.empty() && ((opt_.save_every > 0 && (step + 1) % opt_.save_every == 0) || last))
-      save_to_dir(step + 1);
+      save_to_dir(step + 1, last);
   }
   return out;
 }
 
 bool Trainer::stop_agreed() {
-  // One float per step over the world: a message this small takes the
+  // Two floats per step over the world: a message this small takes the
   // collectives' latency path (about a microsecond between two processes of
   // one host; see docs/USAGE.md, "Stopping a run"), nothing next to a step.
-  float sig = static_cast<float>(stop_signal());
-  if (world_.size() > 1) world_.all_reduce(&sig, &sig, 1, DType::f32, comm::ReduceOp::max, opt_.algo);
-  stop_signal_ = static_cast<int>(sig);
+  // The same message carries whether an asynchronous save's write is still
+  // running on any rank: once none is, the save commits here.
+  const bool pending = async_ && async_->in_flight();
+  float v[2] = {static_cast<float>(stop_signal()), pending && !async_->written() ? 1.f : 0.f};
+  if (world_.size() > 1) world_.all_reduce(v, v, 2, DType::f32, comm::ReduceOp::max, opt_.algo);
+  if (pending && v[1] == 0) committed(async_->commit());
+  stop_signal_ = static_cast<int>(v[0]);
   return stop_signal_ != 0;
 }
 
 void Trainer::finish_stopped_run() {
   const bool saved = !opt_.save_dir.empty();
-  const std::string path = saved ? save_to_dir(stopped_at_) : "";
+  const std::string path = saved ? save_to_dir(stopped_at_, true) : "";
   if (world_.rank() != 0) return;
   std::printf("braid train: %s received: stopped after step %lld of %lld; ", stop_signal_name(stop_signal_),
               static_cast<long long>(stopped_at_), static_cast<long long>(opt_.steps));

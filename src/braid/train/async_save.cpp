@@ -1,0 +1,75 @@
+#include "braid/train/async_save.h"
+
+#include <cstring>
+
+#include "braid/core/stopwatch.h"
+
+namespace braid::train {
+
+struct AsyncSaver::Pending {
+  std::string dir;
+  int64_t step = 0;
+  formats::ShardedMetadata meta;  // taken at start(): the loss scale and step of the saved state
+  formats::SaveFault fault;
+  // Written by the thread, read after join().
+  std::vector<formats::PieceMeta> pieces;
+  uint64_t bytes = 0;
+  std::string error;
+  double write_s = 0;
+  std::atomic<bool> done{false};
+  std::thread thread;
+};
+
+AsyncSaver::AsyncSaver(TrainingCheckpoint& ckpt, MemoryLedger* ledger) : ckpt_(ckpt), ledger_(ledger) {}
+
+AsyncSaver::~AsyncSaver() {
+  if (pending_ && pending_->thread.joinable()) pending_->thread.join();
+}
+
+bool AsyncSaver::written() const { return pending_ && pending_->done.load(std::memory_order_acquire); }
+
+void AsyncSaver::start(const std::string& dir, int64_t next_step, const formats::SaveFault& fault) {
+  commit();  // at most one in flight
+  const auto t0 = SteadyClock::now();
+  auto p = std::make_unique<Pending>();
+  p->dir = dir, p->step = next_step, p->fault = fault;
+  const std::string file = ckpt_.begin_sharded_save(dir);
+  std::vector<SaveItem> items = ckpt_.save_items();
+  size_t floats = 0;
+  for (const auto& it : items) floats += static_cast<size_t>(it.end - it.begin);
+  if (staging_.bytes() < floats * sizeof(float)) staging_ = Buffer(floats * sizeof(float), MemCategory::staging, ledger_);
+  float* at = staging_.as<float>();
+  for (auto& it : items) {
+    const size_t n = static_cast<size_t>(it.end - it.begin);
+    std::memcpy(at, it.data, n * sizeof(float));
+    it.data = at;
+    at += n;
+  }
+  p->meta = ckpt_.save_metadata(next_step);
+  const bool armed = ckpt_.fault_armed(fault);
+  Pending* raw = p.get();
+  p->thread = std::thread([raw, items = std::move(items), file, armed] {
+    const auto w0 = SteadyClock::now();
+    try {
+      if (!file.empty()) raw->pieces = write_save_items(raw->dir, file, items, raw->fault, armed, raw->bytes);
+    } catch (const std::exception& e) {
+      raw->error = e.what();
+    }
+    raw->write_s = seconds_since(w0);
+    raw->done.store(true, std::memory_order_release);
+  });
+  pending_ = std::move(p);
+  blocked_s_ = seconds_since(t0);
+  last_dir_ = dir;
+}
+
+int64_t AsyncSaver::commit() {
+  if (!pending_) return -1;
+  std::unique_ptr<Pending> p = std::move(pending_);
+  p->thread.join();
+  write_s_ = p->write_s;
+  ckpt_.commit_sharded_save(p->dir, std::move(p->meta), p->bytes, p->pieces, p->error, p->fault);
+  return p->step;
+}
+
+}  // namespace braid::train
