@@ -449,8 +449,9 @@ void add_fault_injection_options(CLI::App* c, train::TrainOptions& o) {
         parse_save_fault(v.at(0), o);
         return true;
       }, "Testing: the writer of the checkpoint of STEP kills itself at PHASE (payload:BYTE, "
-         "before-file-fsync, before-metadata, before-rename, before-dir-fsync); sharded saves: @RANK picks "
-         "the rank whose piece file the first two phases hit (default 0)")
+         "before-file-fsync, before-metadata, before-rename, before-dir-fsync) or fails to write it "
+         "(write-error); sharded saves: @RANK picks the rank whose piece file payload, before-file-fsync and "
+         "write-error hit (default 0)")
       ->type_name("STEP:PHASE[@RANK]")->group(g);
   c->add_option("--inject-failure", [&o](const std::vector<std::string>& v) {
         parse_injected_failure(v.at(0), o);

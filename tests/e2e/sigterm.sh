@@ -79,6 +79,12 @@ interrupt ddp 2 TERM 1
 expect_stop ddp SIGTERM
 resumes_exactly ddp 2
 
+# 1b. DDP with asynchronous saves every step: the stop waits for the save in
+# flight and commits the stopped step's before the job exits.
+interrupt ddpa 2 TERM 1 --async-save --save-every 1
+expect_stop ddpa SIGTERM
+resumes_exactly ddpa 2
+
 # 2. Pipeline (2 stages, 1F1B): SIGTERM to the last stage.
 interrupt pp 2 TERM 1 --pp 2
 expect_stop pp SIGTERM

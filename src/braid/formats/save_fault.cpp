@@ -45,10 +45,12 @@ SaveFault parse_save_fault(const std::string& spec) {
     f.phase = SavePhase::before_rename;
   } else if (s == "before-dir-fsync") {
     f.phase = SavePhase::before_dir_fsync;
+  } else if (s == "write-error") {
+    f.phase = SavePhase::write_error;
   } else {
     throw ConfigError("--inject-save-fault '" + spec +
-                      "' is not known; use payload:BYTE, before-file-fsync, before-metadata, before-rename or "
-                      "before-dir-fsync, each optionally followed by @RANK");
+                      "' is not known; use payload:BYTE, before-file-fsync, before-metadata, before-rename, "
+                      "before-dir-fsync or write-error, each optionally followed by @RANK");
   }
   return f;
 }

@@ -13,16 +13,17 @@ namespace braid::formats {
 /// before_file_fsync: after the data is written; before_metadata: a sharded
 /// save's rank 0 once every piece file is durable, before its metadata file;
 /// before_rename, before_dir_fsync: around the rename of the single file or
-/// of the metadata file.
-enum class SavePhase { none, payload, before_file_fsync, before_metadata, before_rename, before_dir_fsync };
+/// of the metadata file; write_error: a sharded save's piece file fails to
+/// write (an I/O error, not a crash: the run must fail with the reason).
+enum class SavePhase { none, payload, before_file_fsync, before_metadata, before_rename, before_dir_fsync, write_error };
 struct SaveFault {
   SavePhase phase = SavePhase::none;
   uint64_t at_byte = 0;  // SavePhase::payload: die once this many bytes of the file are written
-  int rank = 0;          // sharded saves, payload and before_file_fsync: the rank that dies
+  int rank = 0;          // sharded saves, payload, before_file_fsync, write_error: the rank it hits
 };
 
 /// Parses "PHASE[:BYTE][@RANK]" (payload:N, before-file-fsync, before-metadata,
-/// before-rename, before-dir-fsync). Throws ConfigError naming the accepted forms.
+/// before-rename, before-dir-fsync, write-error). Throws ConfigError naming the accepted forms.
 SaveFault parse_save_fault(const std::string& spec);
 
 /// Kills this process (SIGKILL, no clean-up), as a crash would.

@@ -298,6 +298,9 @@ uint64_t PieceFileWriter::append(const float* data, size_t n, std::vector<uint32
 
 void PieceFileWriter::finish() {
   if (impl_->armed && impl_->fault.phase == SavePhase::before_file_fsync) die_here();
+  if (impl_->armed && impl_->fault.phase == SavePhase::write_error)
+    throw ConfigError(detail::concat("cannot write ", impl_->file.temp_path(),
+                                     ": input/output error (injected by --inject-save-fault write-error)"));
   impl_->file.sync();
   impl_->file.rename_into_place();
 }

@@ -49,9 +49,10 @@ void check_checkpoint_flags(const TrainOptions& opt, int world_size) {
   if (opt.save_fault_step < 0) return;
   BRAID_CONFIG_CHECK(opt.save_fault.rank < world_size, "--inject-save-fault @", opt.save_fault.rank,
                      " names a rank of a world of ", world_size, " ranks; name a rank below ", world_size);
-  BRAID_CONFIG_CHECK(opt.checkpoint_format == "sharded" || (opt.save_fault.rank == 0 &&
-                                                            opt.save_fault.phase != formats::SavePhase::before_metadata),
-                     "--inject-save-fault: before-metadata and @RANK are phases of sharded saves; drop "
+  const bool sharded_only = opt.save_fault.rank != 0 || opt.save_fault.phase == formats::SavePhase::before_metadata ||
+                           opt.save_fault.phase == formats::SavePhase::write_error;
+  BRAID_CONFIG_CHECK(opt.checkpoint_format == "sharded" || !sharded_only,
+                     "--inject-save-fault: before-metadata, write-error and @RANK are faults of sharded saves; drop "
                      "--checkpoint-format file");
   const int64_t s = opt.save_fault_step + 1;  // the step of the checkpoint whose save fails
   BRAID_CONFIG_CHECK(save && s <= opt.steps && (s == opt.steps || (opt.save_every > 0 && s % opt.save_every == 0)),
