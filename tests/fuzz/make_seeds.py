@@ -7,7 +7,7 @@ sys.path.insert(0, "tools")
 import token_file  # noqa: E402
 
 out = "tests/fuzz/corpus"
-for h in ("token_file", "checkpoint", "tokenizer", "safetensors"):
+for h in ("token_file", "checkpoint", "tokenizer", "safetensors", "sharded_metadata"):
     os.makedirs(os.path.join(out, h), exist_ok=True)
 
 
@@ -22,17 +22,55 @@ token_file.write(os.path.join(out, "token_file", "v2_empty.bin"), [], 50257)
 ids = [50256, 40, 1101, 257, 3797, 13]
 put("token_file", "v1_small.bin", struct.pack("<8sIIQ", b"BRAIDTOK", 1, 50257, len(ids)) + struct.pack(f"<{len(ids)}H", *ids))
 
+# A small model (the tiny preset's sizes overridden): its tensors in braid's
+# order (model/param_layout.cpp) and its flat size (each tensor aligned to 16 floats).
+L, H, C, V, BLOCK = 1, 1, 2, 3, 4
+VP = (V + 63) // 64 * 64
+tensors = [("wte.weight", [VP, C]), ("wpe.weight", [BLOCK, C])]
+for l in range(L):
+    b = f"h.{l}."
+    tensors += [(b + "ln_1.weight", [C]), (b + "ln_1.bias", [C]), (b + "attn.c_attn.weight", [3 * C, C]),
+                (b + "attn.c_attn.bias", [3 * C]), (b + "attn.c_proj.weight", [C, C]), (b + "attn.c_proj.bias", [C]),
+                (b + "ln_2.weight", [C]), (b + "ln_2.bias", [C]), (b + "mlp.c_fc.weight", [4 * C, C]),
+                (b + "mlp.c_fc.bias", [4 * C]), (b + "mlp.c_proj.weight", [C, 4 * C]), (b + "mlp.c_proj.bias", [C])]
+tensors += [("ln_f.weight", [C]), ("ln_f.bias", [C])]
+numel = lambda shape: shape[0] * (shape[1] if len(shape) > 1 else 1)
+n = 0
+for _, shape in tensors:
+    n = (n + 15) // 16 * 16 + numel(shape)
+n = (n + 15) // 16 * 16
+
 # Checkpoints: version 2 with checksums (and a loss scale), version 1.
-n = 4
 arrays = [struct.pack(f"<{n}f", *[0.5 * i + k for i in range(n)]) for k in range(3)]
 header = {"format": "braid-checkpoint", "model": "tiny", "step": 3, "n_params": n, "seed": 1337,
-          "global_batch": 4, "seq_len": 16, "n_layer": 1, "n_head": 1, "n_embd": 2, "vocab_size": 3,
+          "global_batch": 4, "seq_len": 16, "n_layer": L, "n_head": H, "n_embd": C, "vocab_size": V, "block_size": BLOCK,
           "loss_scale": {"scale": 65536.0, "growth_tracker": 2, "hysteresis_left": 2}}
 v2 = dict(header, crc32=[zlib.crc32(a) for a in arrays])
 h = json.dumps(v2).encode()
 put("checkpoint", "v2_small.ckpt", b"BRAIDCKP" + struct.pack("<IQI", 2, len(h), zlib.crc32(h)) + h + b"".join(arrays))
 h1 = json.dumps(header).encode()
 put("checkpoint", "v1_small.ckpt", b"BRAIDCKP" + struct.pack("<IQ", 1, len(h1)) + h1 + b"".join(arrays))
+
+# Sharded checkpoint metadata of the same model: every tensor's three states
+# in two halves, from two piece files (formats/sharded_checkpoint.h).
+pieces, off = [], [0, 0]
+for t, (_, shape) in enumerate(tensors):
+    whole = [0, 0, 1, shape[0]] if len(shape) == 1 else [0, 0, shape[0], shape[1]]
+    k = numel(shape)
+    for state in ("param", "exp_avg", "exp_avg_sq"):
+        for f, (b, e) in enumerate(((0, k // 2), (k // 2, k))):
+            if b == e:
+                continue
+            data = struct.pack(f"<{e - b}f", *range(b, e))
+            pieces.append({"tensor": t, "state": state, "box": whole, "range": [b, e], "file": f,
+                           "offset": off[f], "crc32": [zlib.crc32(data)]})
+            off[f] += len(data)
+meta = {"format": "braid-sharded-checkpoint", "chunk_bytes": 1 << 20, "header": header,
+        "layout": {"world": 2, "tp": 1, "pp": 1}, "tensors": [{"name": a, "shape": b} for a, b in tensors],
+        "files": [{"name": f"r{r}.0123456789abcdef.bin", "rank": r, "bytes": off[r]} for r in range(2)],
+        "pieces": pieces}
+mj = json.dumps(meta).encode()
+put("sharded_metadata", "two_ranks", b"BRAIDSHD" + struct.pack("<IQI", 1, len(mj), zlib.crc32(mj)) + mj)
 
 # llm.c token file (by its magic).
 put("token_file", "llmc_small.bin", struct.pack("<256i", 20240520, 1, len(ids), *([0] * 253)) + struct.pack(f"<{len(ids)}H", *ids))

@@ -46,20 +46,6 @@ inline float bf16_to_f32(uint16_t h) {
   return f;
 }
 
-/// IEEE binary16 conversions (F16C instructions where the compiler has them).
-inline uint16_t f32_to_f16(float f) {
-  _Float16 h = static_cast<_Float16>(f);
-  uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
-}
-
-inline float f16_to_f32(uint16_t u) {
-  _Float16 h;
-  std::memcpy(&h, &u, 2);
-  return static_cast<float>(h);
-}
-
 /// f16_to_f32 in integer and f32 arithmetic, bitwise the same for every input
 /// (a NaN comes back quiet, as from vcvtph2ps): loops over it vectorise,
 /// where GCC 12 leaves the _Float16 cast one scalar instruction per element.
@@ -79,6 +65,45 @@ inline float f16_to_f32_arith(uint16_t h) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+
+/// f32 -> binary16, round to nearest even, in integer and f32 arithmetic (F.
+/// Giesen, "float_to_half_fast3_rtne"); NaNs become the canonical quiet NaN.
+/// For compilers without _Float16 on this target (clang 14 on x86: the fuzz build).
+inline uint16_t f32_to_f16_arith(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  u &= 0x7fffffffu;
+  if (u >= 0x47800000u) return static_cast<uint16_t>(sign | (u > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (u < 0x38800000u) {  // subnormal or zero: the f32 adder rounds m x 2^-24 into the low bits
+    float a;
+    std::memcpy(&a, &u, 4);
+    a += 0.5f;
+    std::memcpy(&u, &a, 4);
+    return static_cast<uint16_t>(sign | (u - 0x3f000000u));
+  }
+  u += 0xc8000fffu + ((u >> 13) & 1u);  // exponent rebiased (-112 << 23), rounding bias
+  return static_cast<uint16_t>(sign | (u >> 13));
+}
+
+#ifdef __FLT16_MANT_DIG__
+/// IEEE binary16 conversions (F16C instructions where the compiler has them).
+inline uint16_t f32_to_f16(float f) {
+  _Float16 h = static_cast<_Float16>(f);
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+
+inline float f16_to_f32(uint16_t u) {
+  _Float16 h;
+  std::memcpy(&h, &u, 2);
+  return static_cast<float>(h);
+}
+#else
+inline uint16_t f32_to_f16(float f) { return f32_to_f16_arith(f); }
+inline float f16_to_f32(uint16_t u) { return f16_to_f32_arith(u); }
+#endif
 
 inline float load_as_f32(const void* p, size_t i, DType t) {
   switch (t) {
