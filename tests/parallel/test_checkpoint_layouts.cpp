@@ -11,6 +11,7 @@
 #include "braid/formats/checkpoint.h"
 #include "braid/formats/sharded_checkpoint.h"
 #include "braid/model/param_layout.h"
+#include "braid/parallel/plan_memory.h"
 #include "braid/train/checkpoint_dir.h"
 #include "braid/train/checkpoint_pieces.h"
 #include "harness.h"
@@ -50,12 +51,12 @@ TrainOptions base() {
 }
 
 // Trains o.steps steps on `ranks` ranks saving at the end into `dir` in `format`.
-void save_run(TrainOptions o, int ranks, const std::vector<uint16_t>& data, const std::string& dir,
-              const std::string& format) {
+testing_harness::RankRuns save_run(TrainOptions o, int ranks, const std::vector<uint16_t>& data,
+                                    const std::string& dir, const std::string& format) {
   std::filesystem::remove_all(dir);
   o.save_dir = dir;
   o.checkpoint_format = format;
-  run(o, ranks, data);
+  return run(o, ranks, data);
 }
 
 struct Layout {
@@ -132,6 +133,44 @@ TEST(CheckpointLayouts, ResumingInAnotherLayoutContinuesAsTheFileDoes) {
   }
   std::filesystem::remove_all(dir + "f");
   std::filesystem::remove_all(dir + "s");
+}
+
+TEST(CheckpointLayouts, AsyncSavesHoldWhatSyncSavesHoldWithinThePlannedStaging) {
+  // Saved every step, sync and --async-save: the same losses, the same pieces
+  // bit for bit at every step, and each rank's staging buffer within what
+  // `braid plan --async-save` counts for it (and nothing without the flag).
+  const auto data = testing_harness::synthetic_tokens(20000, 8);
+  const auto cfg = parallel::model_config(base());
+  const auto full = model::param_table(cfg, 1);
+  const size_t n = model::unit_bounds(cfg, 1).back();
+  const std::string dir = testing_harness::tmp_path("braid_cl_async_");
+  for (const int li : {0, 2, 3, 4}) {
+    const Layout& l = kLayouts[li];
+    auto o = base();
+    l.set(o);
+    o.save_every = 1;
+    const auto sync = save_run(o, l.ranks, data, dir + "s", "sharded");
+    std::filesystem::remove_all(dir + "a");
+    auto a = o;
+    a.save_dir = dir + "a";
+    a.async_save = true;
+    std::vector<size_t> staged(size_t(l.ranks));
+    const auto runs = run(a, l.ranks, data, [&](Trainer& t, int r) { staged[size_t(r)] = t.ledger().peak(MemCategory::staging); });
+    for (int64_t step = 1; step <= o.steps; ++step) {
+      const FullState want = read_sharded(checkpoint_path(dir + "s", step, true), full, n);
+      const FullState got = read_sharded(checkpoint_path(dir + "a", step, true), full, n);
+      EXPECT_TRUE(got.p == want.p && got.m == want.m && got.v == want.v) << l.name << " step " << step;
+    }
+    for (int r = 0; r < l.ranks; ++r) {
+      const size_t planned = parallel::plan_memory(a, l.ranks, r).at(MemCategory::staging);
+      EXPECT_LE(staged[size_t(r)], planned) << l.name << " rank " << r;
+      EXPECT_EQ(parallel::plan_memory(o, l.ranks, r).at(MemCategory::staging), 0u) << l.name;
+    }
+    EXPECT_GT(*std::max_element(staged.begin(), staged.end()), 0u) << l.name;
+    testing_harness::expect_close(runs.steps[0], sync.steps[0], l.name, 0.0);
+  }
+  std::filesystem::remove_all(dir + "s");
+  std::filesystem::remove_all(dir + "a");
 }
 
 }  // namespace
