@@ -28,6 +28,12 @@ AsyncSaver::~AsyncSaver() {
 
 bool AsyncSaver::written() const { return pending_ && pending_->done.load(std::memory_order_acquire); }
 
+void AsyncSaver::prepare() {
+  size_t floats = 0;
+  for (const auto& it : ckpt_.save_items()) floats += static_cast<size_t>(it.end - it.begin);
+  if (staging_.bytes() < floats * sizeof(float)) staging_ = Buffer(floats * sizeof(float), MemCategory::staging, ledger_);
+}
+
 void AsyncSaver::start(const std::string& dir, int64_t next_step, const formats::SaveFault& fault) {
   commit();  // at most one in flight
   const auto t0 = SteadyClock::now();
@@ -35,9 +41,7 @@ void AsyncSaver::start(const std::string& dir, int64_t next_step, const formats:
   p->dir = dir, p->step = next_step, p->fault = fault;
   const std::string file = ckpt_.begin_sharded_save(dir);
   std::vector<SaveItem> items = ckpt_.save_items();
-  size_t floats = 0;
-  for (const auto& it : items) floats += static_cast<size_t>(it.end - it.begin);
-  if (staging_.bytes() < floats * sizeof(float)) staging_ = Buffer(floats * sizeof(float), MemCategory::staging, ledger_);
+  prepare();
   float* at = staging_.as<float>();
   for (auto& it : items) {
     const size_t n = static_cast<size_t>(it.end - it.begin);

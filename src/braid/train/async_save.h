@@ -28,6 +28,10 @@ class AsyncSaver {
   /// Waits for a write still running (its save stays uncommitted).
   ~AsyncSaver();
 
+  /// Collective: works out which pieces this rank writes and allocates the
+  /// staging buffer for them, so that saves find it ready (and the peak
+  /// memory shows it from the start). start() does it when not done yet.
+  void prepare();
   /// Collective: starts saving `dir` at next_step (commits the save in flight
   /// first), copies this rank's pieces into the staging buffer and returns,
   /// leaving the write to the background thread.

@@ -8,6 +8,7 @@
 
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
+#include "braid/core/stopwatch.h"
 #include "braid/parallel/context/operators.h"
 #include "braid/parallel/context/ring_attention.h"
 #include "braid/train/checkpoint_dir.h"
@@ -76,6 +77,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                                                   opt.seed, std::max(dp_rank_, 0), dp_size_);
   sched_ = LrSchedule{opt.lr, opt.min_lr, opt.warmup_steps, opt.steps};
   sync_->init_params(*model_, opt.seed);
+  if (async_) async_->prepare();
 }
 
 Trainer::~Trainer() = default;
@@ -226,10 +228,13 @@ std::string Trainer::save_to_dir(int64_t next_step, bool final) {
     if (final) committed(async_->commit());
     return path;
   }
+  const auto t0 = SteadyClock::now();
   if (sharded)
     checkpoint_->save_sharded(path, next_step, fault);
   else
     checkpoint_->save(path, next_step, fault);
+  if (opt_.verbose && world_.rank() == 0)
+    std::printf("checkpoint %s saved in %.1f ms\n", path.c_str(), seconds_since(t0) * 1e3);
   committed(next_step);
   return path;
 }
@@ -253,8 +258,12 @@ std::vector<StepRecord> Trainer::run() {
   tracer_->start(world_, print);
   trace_into(tracer_->enabled() ? tracer_ : nullptr);
   log.pipeline_summary(simulated_bubble_);
+  const auto t_load = SteadyClock::now();
   if (!resume_from_.empty()) start_step_ = load(resume_from_);
   if (print) print_start_point(resume_from_, start_step_, *checkpoint_, opt_);
+  if (print && !resume_from_.empty())
+    std::printf("loaded in %.2f s (rank 0 read %.1f MiB)\n", seconds_since(t_load),
+                static_cast<double>(checkpoint_->loaded_bytes()) / (1 << 20));
   log.open(start_step_);
   const bool validate = !val_.empty() && opt_.val_every > 0;
   if (validate && start_step_ == 0) validate_now(log, 0);  // the starting point of the curve

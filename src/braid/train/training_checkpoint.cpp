@@ -162,6 +162,8 @@ int64_t TrainingCheckpoint::load_file(const std::string& path, bool weights_only
   };
   if (!weights_only) optimizer_.load_state(from(m), from(v));
   sync_.load_params(from(full));
+  std::error_code ec;
+  loaded_bytes_ = std::filesystem::file_size(path, ec);
   return apply_header(info.header, weights_only);
 }
 

@@ -100,6 +100,9 @@ class TrainingCheckpoint {
   /// braid run, else the import's "source").
   int64_t saved_total_steps() const { return saved_total_steps_; }
   const std::string& source() const { return source_; }
+  /// After load(): bytes this rank read from the checkpoint (a sharded one:
+  /// the chunks that hold what it owns; a file: all of it).
+  uint64_t loaded_bytes() const { return loaded_bytes_; }
 
   /// This rank's flat array (its TP slices of its stage's tensors) -> the
   /// whole model's (collective over TP and PP); and back.
@@ -115,6 +118,7 @@ class TrainingCheckpoint {
   DynamicLossScaler& scaler_;
   int tp_, pp_;
   int64_t saved_total_steps_ = -1;
+  uint64_t loaded_bytes_ = 0;
   std::string source_;
   struct SavePlan;
   std::unique_ptr<SavePlan> save_plan_;

@@ -241,6 +241,7 @@ int64_t TrainingCheckpoint::load_sharded(const std::string& dir, bool weights_on
   auto state = [&](int s) { return sharded_flat_reader(reader, table, ctx_.tp_rank(), tp_, s); };
   if (!weights_only) optimizer_.load_state(state(1), state(2));
   sync_.load_params(state(0));
+  loaded_bytes_ = reader.bytes_read();
   return apply_header(m.header, weights_only);
 }
 
