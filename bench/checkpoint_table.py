@@ -6,12 +6,14 @@ the sharded directory with --async-save, each saving every --every steps of
 --steps. Beside them, the disk's raw rate: one stream of 1 GiB written and
 fsync'd in the same directory, in the same invocation. Reported per layout:
 the median save time of each form (the job's: from the call to the commit on
-rank 0), the bytes each rank wrote (sharded), each rank's peak RSS against the
-run without saves (GNU time), and the async save's training stall: the time
-the step loop was blocked plus the extra time of the steps that overlapped the
-write (their step time over the no-save run's median). Then resuming the DDP
-run's checkpoint into ZeRO-3 and TP 2 x PP 2: load time and each rank's bytes
-read and peak RSS, sharded against the single file.
+rank 0), the bytes each rank wrote (sharded), how far rank 0's resident memory
+rose during a save (its peak RSS over its RSS before, as braid train prints it)
+and the async staging buffer (the ledger's), and the async save's training
+stall: the time the step loop was blocked plus the extra time of the steps that
+overlapped the write (their step time over the no-save run's median). Then
+resuming the DDP run's checkpoint into ZeRO-3 and TP 2 x PP 2: load time, the
+bytes rank 0 read and how far its resident memory rose, sharded against the
+single file.
 
 Usage: /usr/bin/python3 bench/checkpoint_table.py [--out DIR] [--steps N] [--every K]
 (env BRAID: the binary, default build/braid)."""
@@ -57,19 +59,15 @@ def disk_rate(path, size=1 << 30, chunk=8 << 20):
 
 
 def run(name, flags):
-    """One job under mpirun with GNU time per rank: (stdout of rank 0, metrics rows, peak RSS KiB per rank)."""
+    """One job under mpirun: (rank 0's output, its metrics rows)."""
     metrics = os.path.join(args.out, name + ".jsonl")
-    cmd = MPI + ["/usr/bin/time", "-f", "MAXRSS %M", braid] + COMMON + flags + ["--metrics-out", metrics]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    p = subprocess.run(MPI + [braid] + COMMON + flags + ["--metrics-out", metrics], env=env, capture_output=True, text=True)
     open(os.path.join(args.out, name + ".txt"), "w").write(p.stdout + p.stderr)
     if p.returncode != 0:
         sys.exit(f"{name} failed ({p.returncode}); see {args.out}/{name}.txt")
-    rss = {}
-    for m in re.finditer(r"\[\d+,(\d+)\]<stderr>:\s*MAXRSS (\d+)", p.stderr):
-        rss[int(m.group(1))] = int(m.group(2))
-    out = "\n".join(re.sub(r"^\[\d+,0\]<stdout>:\s?", "", l) for l in p.stdout.splitlines() if "<stdout>" in l)
+    out = "\n".join(re.sub(r"^\[\d+,0\]<stdout>:\s?", "", l) for l in p.stdout.splitlines() if ",0]<stdout>" in l)
     rows = [json.loads(l) for l in open(metrics) if l.startswith("{") and '"ms"' in l]
-    return out, rows, [rss.get(r, 0) for r in range(4)]
+    return out, rows
 
 
 def piece_bytes(ckpt):
@@ -78,8 +76,8 @@ def piece_bytes(ckpt):
     return sorted((f["rank"], f["bytes"]) for f in files)
 
 
-def fmt_rss(rss, base):
-    return " / ".join(f"{(r - b) / 1024:+.0f}" for r, b in zip(rss, base))
+def median_of(pattern, text):
+    return statistics.median(float(x) for x in re.findall(pattern, text))
 
 
 print(f"cpu: {cpu()}; {os.cpu_count()} cores")
@@ -89,16 +87,17 @@ save_every = ["--save-every", str(args.every)]
 rows_out, stall_out, loads = [], [], []
 for lname, lflags in LAYOUTS.items():
     tag = lname.replace(" ", "").lower()
-    _, base_rows, base_rss = run(f"{tag}_nosave", lflags + ["--steps", str(args.steps)])
+    _, base_rows = run(f"{tag}_nosave", lflags + ["--steps", str(args.steps)])
     base_ms = statistics.median(r["ms"] for r in base_rows[1:])
     res = {}
     for form, extra in (("file", ["--checkpoint-format", "file"]), ("sharded", []), ("async", ["--async-save"])):
         d = os.path.join(args.out, f"{tag}_{form}")
         shutil.rmtree(d, ignore_errors=True)
-        out, rows, rss = run(f"{tag}_{form}", lflags + ["--steps", str(args.steps), "--save", d] + save_every + extra)
-        res[form] = (out, rows, rss, d)
-    save_ms = {f: statistics.median(float(x) for x in re.findall(r"saved in ([0-9.]+) ms", res[f][0]))
-               for f in ("file", "sharded")}
+        out, rows = run(f"{tag}_{form}", lflags + ["--steps", str(args.steps), "--save", d] + save_every + extra)
+        res[form] = (out, rows, d)
+    save_ms = {f: median_of(r"saved in ([0-9.]+) ms", res[f][0]) for f in ("file", "sharded")}
+    rose = {f: median_of(r"resident memory rose ([0-9.]+) MiB", res[f][0]) for f in ("file", "sharded")}
+    staging = float(re.search(r"peak memory rank 0: .*staging=([0-9.]+) MiB", res["async"][0]).group(1))
     blocked = [float(x) for x in re.findall(r"training blocked ([0-9.]+) ms", res["async"][0])]
     written = [float(x) for x in re.findall(r"written in ([0-9.]+) ms", res["async"][0])]
     # Saves left in flight (all but the last, which the run's end waits for):
@@ -106,18 +105,18 @@ for lname, lflags in LAYOUTS.items():
     starts = list(range(args.every, args.steps, args.every))
     extra = sum(max(0.0, r["ms"] - base_ms) for r in res["async"][1] if r["step"] > starts[0]) if starts else 0.0
     stall = (sum(blocked[:len(starts)]) + extra) / max(1, len(starts))
-    per_rank = piece_bytes(os.path.join(res["sharded"][3], f"step_{args.steps}"))
+    per_rank = piece_bytes(os.path.join(res["sharded"][2], f"step_{args.steps}"))
     rows_out.append(f"| {lname} | {save_ms['file'] / 1e3:.2f} | {save_ms['sharded'] / 1e3:.2f} "
-                    f"| {save_ms['sharded'] / save_ms['file']:.2f} | "
-                    f"{' / '.join(f'{b / MiB:.0f}' for _, b in per_rank)} | {fmt_rss(res['file'][2], base_rss)} | "
-                    f"{fmt_rss(res['sharded'][2], base_rss)} | {fmt_rss(res['async'][2], base_rss)} |")
+                    f"| {save_ms['sharded'] / save_ms['file']:.3f} | "
+                    f"{' / '.join(f'{b / MiB:.0f}' for _, b in per_rank)} | {rose['file']:.0f} | "
+                    f"{rose['sharded']:.0f} | {staging:.0f} |")
     stall_out.append(f"| {lname} | {base_ms:.0f} | {statistics.median(blocked[:max(1, len(starts))]):.0f} | "
                      f"{statistics.median(written):.0f} | {stall:.0f} | {save_ms['sharded']:.0f} | "
                      f"{stall / save_ms['sharded'] * 100:.1f} % |")
     if lname == "DDP":
         src = res
-print("Save (median of the run's saves, seconds; peak RSS MiB per rank 0/1/2/3 over the run without saves):\n")
-print("| layout | single file, s | sharded, s | sharded / file | bytes written per rank, MiB | RSS +MiB, file | RSS +MiB, sharded | RSS +MiB, sharded async |")
+print("Save (median of the run's saves; rank 0's resident memory rise during a save, MiB):\n")
+print("| layout | single file, s | sharded, s | sharded / file | bytes written per rank 0/1/2/3, MiB | rank 0 rise, file | rank 0 rise, sharded | async staging, rank 0 |")
 print("|---|---:|---:|---:|---|---|---|---|")
 print("\n".join(rows_out))
 print("\nAsync stall (ms): blocked = the step loop inside the save call; stall = blocked + the overlapping steps' extra time, per save:\n")
@@ -126,14 +125,13 @@ print("|---|---:|---:|---:|---:|---:|---:|")
 print("\n".join(stall_out))
 
 # Resume the DDP run's checkpoints into other layouts.
-print("\nResume DDP's step-" + str(args.steps) + " checkpoint into another layout (load time on rank 0; RSS MiB per rank over a fresh start):\n")
-print("| into | form | load, s | rank 0 read, MiB | RSS +MiB per rank |")
-print("|---|---|---:|---:|---|")
+print("\nResume DDP's step-" + str(args.steps) + " checkpoint into another layout (rank 0):\n")
+print("| into | form | load, s | read, MiB | resident memory rise, MiB |")
+print("|---|---|---:|---:|---:|")
 for lname in ("ZeRO-3", "TP 2 x PP 2"):
     tag = lname.replace(" ", "").lower()
-    _, _, fresh = run(f"{tag}_fresh1", LAYOUTS[lname] + ["--steps", "1"])
-    for form, d in (("single file", os.path.join(src["file"][3], f"step_{args.steps}.ckpt")),
-                    ("sharded", os.path.join(src["sharded"][3], f"step_{args.steps}"))):
-        out, _, rss = run(f"{tag}_load_{form.split()[0]}", LAYOUTS[lname] + ["--steps", str(args.steps + 1), "--resume", d])
-        m = re.search(r"loaded in ([0-9.]+) s \(rank 0 read ([0-9.]+) MiB\)", out)
-        print(f"| {lname} | {form} | {float(m.group(1)):.2f} | {float(m.group(2)):.0f} | {fmt_rss(rss, fresh)} |")
+    for form, d in (("single file", os.path.join(src["file"][2], f"step_{args.steps}.ckpt")),
+                    ("sharded", os.path.join(src["sharded"][2], f"step_{args.steps}"))):
+        out, _ = run(f"{tag}_load_{form.split()[0]}", LAYOUTS[lname] + ["--steps", str(args.steps + 1), "--resume", d])
+        m = re.search(r"loaded in ([0-9.]+) s \(rank 0 read ([0-9.]+) MiB; its resident memory rose ([0-9.]+) MiB\)", out)
+        print(f"| {lname} | {form} | {float(m.group(1)):.2f} | {float(m.group(2)):.0f} | {float(m.group(3)):.0f} |")

@@ -1,5 +1,7 @@
 #include "braid/comm/communicator.h"
 
+#include <algorithm>
+
 #include "braid/core/error.h"
 
 namespace braid::comm {
@@ -31,6 +33,16 @@ Algorithm parse_algorithm(const std::string& s) {
   if (s == "ring") return Algorithm::ring;
   if (s == "native") return Algorithm::native;
   throw ConfigError("unknown collective algorithm '" + s + "'; use ring or native");
+}
+
+void broadcast_string(Communicator& comm, std::string& s, int root) {
+  // Raw bytes travel as f32 words: a broadcast copies bits.
+  uint64_t n = s.size();
+  comm.broadcast(&n, 2, DType::f32, root);
+  std::string buf((n + 3) / 4 * 4, '\0');
+  std::copy(s.begin(), s.end(), buf.begin());
+  if (n > 0) comm.broadcast(buf.data(), buf.size() / 4, DType::f32, root);
+  s = buf.substr(0, n);
 }
 
 }  // namespace braid::comm

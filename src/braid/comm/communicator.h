@@ -194,4 +194,7 @@ class Communicator {
   virtual void set_next_label(std::string label) = 0;
 };
 
+/// Broadcasts the bytes of `s` from `root` (its size first); collective over `comm`.
+void broadcast_string(Communicator& comm, std::string& s, int root);
+
 }  // namespace braid::comm

@@ -19,6 +19,19 @@ std::optional<uint64_t> read_number(const std::string& path) {
   return v;
 }
 
+// A "Key:  N kB" field of a /proc status file, in bytes.
+std::optional<uint64_t> status_field(const std::string& path, const std::string& want) {
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind(want, 0) != 0) continue;
+    std::istringstream in(line.substr(want.size()));
+    uint64_t kib = 0;
+    if (in >> kib) return kib * 1024;
+  }
+  return std::nullopt;
+}
+
 std::optional<uint64_t> meminfo_available(const std::string& path) {
   std::ifstream f(path);
   std::string key;
@@ -82,6 +95,21 @@ uint64_t parse_size(const std::string& s, const std::string& flag) {
   BRAID_CONFIG_CHECK(number && scale > 0 && v * scale < 1.8e19, flag, " '", s,
                      "' is not a size; use bytes or a unit, e.g. 512MiB, 1.5G, 8GB");
   return static_cast<uint64_t>(v * scale);
+}
+
+RssRise::RssRise() {
+  std::ofstream reset("/proc/self/clear_refs");
+  reset << "5";  // resets VmHWM to the current RSS
+  reset.flush();
+  const auto rss = status_field("/proc/self/status", "VmRSS:");
+  ok_ = reset.good() && rss.has_value();
+  start_ = rss.value_or(0);
+}
+
+uint64_t RssRise::peak_rise() const {
+  if (!ok_) return 0;
+  const auto hwm = status_field("/proc/self/status", "VmHWM:");
+  return hwm && *hwm > start_ ? *hwm - start_ : 0;
 }
 
 }  // namespace braid

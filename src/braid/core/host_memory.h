@@ -19,6 +19,21 @@ struct HostMemorySources {
 /// cannot be read (then nothing is checked).
 std::optional<uint64_t> host_memory_available(const HostMemorySources& src = {});
 
+/// Measures how much this process's resident memory rises over a span of
+/// work (Linux: /proc/self/status's VmRSS and VmHWM, the peak reset through
+/// /proc/self/clear_refs at construction). peak_rise() is 0 where /proc
+/// cannot be read or written. Resets the process's peak RSS.
+class RssRise {
+ public:
+  RssRise();
+  /// Bytes the peak resident set rose above the resident set at construction.
+  uint64_t peak_rise() const;
+
+ private:
+  uint64_t start_ = 0;
+  bool ok_ = false;
+};
+
 /// Parses a size: a count of bytes with an optional unit K, M, G, T (powers of
 /// 1024, with or without "iB"/"B") or KB, MB, GB, TB (powers of 1000), e.g.
 /// "512MiB", "1.5G", "2000000". Throws ConfigError naming `flag` and the forms.

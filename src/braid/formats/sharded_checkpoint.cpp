@@ -379,10 +379,11 @@ void ShardedCheckpointReader::read(int64_t tensor, int state, const TensorBox& b
                                  "' requested (box ", box_json(box).dump(), ", range [", begin, ", ", end, "))"));
 }
 
-nlohmann::json verify_sharded_checkpoint(const std::string& dir) {
+nlohmann::json verify_sharded_checkpoint(const std::string& dir, size_t part, size_t parts) {
   ShardedCheckpointReader r(dir);
   const ShardedMetadata& m = r.metadata();
   for (const auto& f : m.files) {
+    if (part != 0) break;
     std::error_code ec;
     const auto path = fs::path(dir) / f.name;
     const uint64_t size = fs::file_size(path, ec);
@@ -392,7 +393,7 @@ nlohmann::json verify_sharded_checkpoint(const std::string& dir) {
                                   " bytes, not the ", f.bytes, " its metadata says"));
   }
   std::vector<float> sink(kPieceChunkBytes / 4);
-  for (size_t i = 0; i < m.pieces.size(); ++i) {
+  for (size_t i = part; i < m.pieces.size(); i += parts) {
     const PieceMeta& p = m.pieces[i];
     // Reading the piece's own box and range touches every one of its chunks.
     for (int64_t e = p.begin; e < p.end;) {

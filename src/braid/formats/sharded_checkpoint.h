@@ -165,9 +165,11 @@ class ShardedCheckpointReader {
 };
 
 /// Checks dir's metadata and every chunk of every piece (streamed a chunk at a
-/// time). Returns the header. Throws DataError naming the damaged piece's
-/// file and the rank that wrote it.
-nlohmann::json verify_sharded_checkpoint(const std::string& dir);
+/// time), or with parts > 1 share `part` of that work: the pieces i with
+/// i % parts == part (and, in part 0, the files' sizes), so that parts ranks
+/// verify a checkpoint together. Returns the header. Throws DataError naming
+/// the damaged piece's file and the rank that wrote it.
+nlohmann::json verify_sharded_checkpoint(const std::string& dir, size_t part = 0, size_t parts = 1);
 
 /// Checks checkpoint `path`, a sharded directory (verify_sharded_checkpoint)
 /// or a single file (verify_checkpoint); returns its header.

@@ -101,8 +101,10 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep_
   return out;
 }
 
-nlohmann::json verify_entry(const CheckpointEntry& e) {
-  nlohmann::json h = e.sharded ? formats::verify_sharded_checkpoint(e.path) : formats::verify_checkpoint(e.path).header;
+nlohmann::json verify_entry(const CheckpointEntry& e, size_t part, size_t parts) {
+  if (!e.sharded && part != 0) return {};
+  nlohmann::json h = e.sharded ? formats::verify_sharded_checkpoint(e.path, part, parts)
+                               : formats::verify_checkpoint(e.path).header;
   const int64_t step = h["step"].get<int64_t>();
   if (step != e.step)
     throw DataError(detail::concat("checkpoint ", e.path, " holds step ", step, ", not the step its name says"));

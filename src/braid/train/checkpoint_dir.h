@@ -42,7 +42,9 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep_
 
 /// Checks checkpoint `e` (a file or a sharded directory): every checksum, and
 /// its header's step is its name's. Returns the header; throws DataError.
-nlohmann::json verify_entry(const CheckpointEntry& e);
+/// parts > 1: this caller's share `part` of a sharded directory's pieces
+/// (verify_sharded_checkpoint); a file is checked whole by part 0 alone.
+nlohmann::json verify_entry(const CheckpointEntry& e, size_t part = 0, size_t parts = 1);
 
 /// The newest checkpoint of `dir` that verifies (verify_entry), or none.
 /// Each newer one that fails is reported through `skipped` with the reason.

@@ -1,5 +1,6 @@
 #include "braid/train/resume.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <regex>
@@ -16,6 +17,45 @@ bool is_checkpoint_directory(const std::string& path) {
   return formats::has_sharded_metadata(path) ||
          std::regex_match(std::filesystem::path(path).lexically_normal().filename().string(), step_dir);
 }
+// The checkpoints of `dir`, newest first, as rank 0 lists them (every rank
+// gets the same list). Throws Error when rank 0 cannot read the directory.
+std::vector<CheckpointEntry> agreed_listing(const std::string& dir, comm::Communicator& world) {
+  std::string msg;
+  if (world.rank() == 0) {
+    try {
+      nlohmann::json j = nlohmann::json::array();
+      for (const auto& e : list_checkpoints(dir)) j.push_back({e.step, e.path, e.sharded});
+      msg = j.dump();
+    } catch (const std::exception& e) {
+      msg = std::string("!") + e.what();
+    }
+  }
+  if (world.size() > 1) comm::broadcast_string(world, msg, 0);
+  BRAID_CHECK(msg.empty() || msg[0] != '!', "--resume ", dir, ": rank 0 could not read the directory: ", msg.substr(1));
+  std::vector<CheckpointEntry> out;
+  for (const auto& a : nlohmann::json::parse(msg))
+    out.push_back({a[0].get<int64_t>(), a[1].get<std::string>(), a[2].get<bool>()});
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+// "" when every rank's share of checkpoint e verifies (a sharded one's pieces
+// split between the ranks, so a resume reads it once in all), else the lowest
+// failing rank's reason, the same on every rank.
+std::string verify_together(const CheckpointEntry& e, comm::Communicator& world) {
+  std::string why;
+  try {
+    verify_entry(e, static_cast<size_t>(world.rank()), static_cast<size_t>(world.size()));
+  } catch (const std::exception& x) {
+    why = x.what();
+  }
+  if (world.size() == 1) return why;
+  float first = why.empty() ? static_cast<float>(world.size()) : static_cast<float>(world.rank());
+  world.all_reduce(&first, &first, 1, DType::f32, comm::ReduceOp::min);
+  if (first >= static_cast<float>(world.size())) return "";
+  comm::broadcast_string(world, why, static_cast<int>(first));
+  return why;
+}
 }  // namespace
 
 std::string find_resume_file(const TrainOptions& opt, comm::Communicator& world) {
@@ -25,34 +65,18 @@ std::string find_resume_file(const TrainOptions& opt, comm::Communicator& world)
   // without metadata, which the loader names as an interrupted save).
   if (spec != "auto" && (!std::filesystem::is_directory(spec, ec) || is_checkpoint_directory(spec))) return spec;
   const std::string dir = spec == "auto" ? opt.save_dir : spec;
-  // Rank 0's finding: a step, or why there is none.
-  constexpr int64_t kEmpty = -1, kNoneVerifies = -2, kUnreadable = -3;
-  int64_t found[2] = {kEmpty, 0};  // step, sharded
-  std::string why;
-  if (world.rank() == 0) {
-    try {
-      if (!list_checkpoints(dir).empty()) {
-        auto e = newest_verified(dir, [](const std::string& w) {
-          std::fprintf(stderr, "braid train: skipping a checkpoint that does not verify: %s\n", w.c_str());
-        });
-        found[0] = e ? e->step : kNoneVerifies;
-        found[1] = e && e->sharded;
-      }
-    } catch (const std::exception& e) {
-      found[0] = kUnreadable;
-      why = e.what();
-    }
+  const auto entries = agreed_listing(dir, world);
+  for (const auto& e : entries) {
+    const std::string why = verify_together(e, world);
+    if (why.empty()) return e.path;
+    if (world.rank() == 0) std::fprintf(stderr, "braid train: skipping a checkpoint that does not verify: %s\n", why.c_str());
   }
-  // Raw 64-bit words travel as f32 pairs; broadcast copies bits.
-  if (world.size() > 1) world.broadcast(found, 4, DType::f32, 0);
-  if (found[0] >= 0) return checkpoint_path(dir, found[0], found[1] != 0);
-  BRAID_CHECK(found[0] != kUnreadable, "--resume ", dir, ": rank 0 could not read the directory: ", why);
-  if (found[0] == kNoneVerifies)
-    throw DataError(detail::concat("--resume ", dir, ": none of its ", list_checkpoints(dir).size(),
+  if (!entries.empty())
+    throw DataError(detail::concat("--resume ", dir, ": none of its ", entries.size(),
                                    " checkpoints verifies (each is named above with the reason); pass an older "
-                                   "checkpoint file, or start afresh in an empty --save directory"));
+                                   "checkpoint, or start afresh in an empty --save directory"));
   BRAID_CONFIG_CHECK(spec == "auto", "--resume ", dir, " holds no checkpoint (step_<N> or step_<N>.ckpt); pass a directory "
-                     "that `braid train --save` wrote, a checkpoint file, or drop --resume to start afresh");
+                     "that `braid train --save` wrote, a checkpoint, or drop --resume to start afresh");
   return "";  // auto, nothing saved yet: a fresh start
 }
 

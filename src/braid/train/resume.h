@@ -10,10 +10,12 @@
 
 namespace braid::train {
 
-/// The file opt.resume names: itself, or the newest that verifies in its
+/// The checkpoint opt.resume names: itself, or the newest that verifies in its
 /// directory (opt.save_dir's for "auto"; "" when that holds none yet: a fresh
-/// start). Rank 0 reads the directory and broadcasts what it found, so no rank
-/// waits on a rank 0 that failed. Collective over `world`. Throws DataError
+/// start). Rank 0 lists the directory and broadcasts the list; every rank then
+/// checks its share of each candidate, newest first (a sharded checkpoint's
+/// pieces split between the ranks; a file by rank 0), and they agree on the
+/// first that passes. Collective over `world`. Throws DataError
 /// when no checkpoint of the directory verifies, ConfigError when a named
 /// directory holds none, Error when rank 0 cannot read it.
 std::string find_resume_file(const TrainOptions& opt, comm::Communicator& world);

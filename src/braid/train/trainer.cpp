@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "braid/core/error.h"
+#include "braid/core/host_memory.h"
 #include "braid/core/rng.h"
 #include "braid/core/stopwatch.h"
 #include "braid/parallel/context/operators.h"
@@ -229,12 +230,14 @@ std::string Trainer::save_to_dir(int64_t next_step, bool final) {
     return path;
   }
   const auto t0 = SteadyClock::now();
+  const RssRise rise;
   if (sharded)
     checkpoint_->save_sharded(path, next_step, fault);
   else
     checkpoint_->save(path, next_step, fault);
   if (opt_.verbose && world_.rank() == 0)
-    std::printf("checkpoint %s saved in %.1f ms\n", path.c_str(), seconds_since(t0) * 1e3);
+    std::printf("checkpoint %s saved in %.1f ms (rank 0's resident memory rose %.1f MiB)\n", path.c_str(),
+                seconds_since(t0) * 1e3, static_cast<double>(rise.peak_rise()) / (1 << 20));
   committed(next_step);
   return path;
 }
@@ -259,11 +262,13 @@ std::vector<StepRecord> Trainer::run() {
   trace_into(tracer_->enabled() ? tracer_ : nullptr);
   log.pipeline_summary(simulated_bubble_);
   const auto t_load = SteadyClock::now();
+  const RssRise rise;
   if (!resume_from_.empty()) start_step_ = load(resume_from_);
   if (print) print_start_point(resume_from_, start_step_, *checkpoint_, opt_);
   if (print && !resume_from_.empty())
-    std::printf("loaded in %.2f s (rank 0 read %.1f MiB)\n", seconds_since(t_load),
-                static_cast<double>(checkpoint_->loaded_bytes()) / (1 << 20));
+    std::printf("loaded in %.2f s (rank 0 read %.1f MiB; its resident memory rose %.1f MiB)\n", seconds_since(t_load),
+                static_cast<double>(checkpoint_->loaded_bytes()) / (1 << 20),
+                static_cast<double>(rise.peak_rise()) / (1 << 20));
   log.open(start_step_);
   const bool validate = !val_.empty() && opt_.val_every > 0;
   if (validate && start_step_ == 0) validate_now(log, 0);  // the starting point of the curve

@@ -18,18 +18,6 @@ namespace braid::train {
 namespace {
 constexpr int kTagPieceList = 7301;
 
-// Raw bytes travel as f32 words (the collectives copy bits).
-size_t words(size_t bytes) { return (bytes + 3) / 4; }
-
-void broadcast_string(comm::Communicator& w, std::string& s) {
-  uint64_t n = s.size();
-  w.broadcast(&n, 2, DType::f32, 0);
-  std::string buf(words(n) * 4, '\0');
-  std::copy(s.begin(), s.end(), buf.begin());
-  if (n > 0) w.broadcast(buf.data(), words(n), DType::f32, 0);
-  s = buf.substr(0, n);
-}
-
 // Rank 0 gets every rank's string (its own first); the others an empty vector.
 std::vector<std::string> gather_strings(comm::Communicator& w, const std::string& mine) {
   std::vector<std::string> out;
@@ -137,7 +125,7 @@ std::string TrainingCheckpoint::begin_sharded_save(const std::string& dir) {
     make_writable_directory(dir, "--save");
     token = new_token();
   }
-  broadcast_string(w, token);  // also orders every rank's writes after the directory exists
+  comm::broadcast_string(w, token, 0);  // also orders every rank's writes after the directory exists
   token_ = token;
   return plan.spans.empty() ? "" : piece_file_name(w.rank(), token);
 }
@@ -215,7 +203,7 @@ void TrainingCheckpoint::commit_sharded_save(const std::string& dir, formats::Sh
       status = detail::concat("rank 0 could not commit checkpoint ", dir, ": ", e.what());
     }
   }
-  broadcast_string(w, status);
+  comm::broadcast_string(w, status, 0);
   BRAID_CONFIG_CHECK(status.empty(), status);
 }
 
