@@ -26,6 +26,8 @@ ap.add_argument("--out", default=os.path.join(root, "out", "checkpoint_table"))
 ap.add_argument("--steps", type=int, default=7)
 ap.add_argument("--every", type=int, default=3)
 ap.add_argument("--model", default="gpt2")
+ap.add_argument("--stall-rounds", type=int, default=0,
+                help="only the async stall: this many alternated rounds of a sharded sync run and an async run per layout")
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
 env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -80,10 +82,42 @@ def median_of(pattern, text):
     return statistics.median(float(x) for x in re.findall(pattern, text))
 
 
+def stall_rounds(rounds):
+    """The async stall against the same saves made synchronously: per round, the
+    async run's steps after the first save minus the sync run's (the same I/O,
+    no overlap), per save, plus the time the step loop was blocked."""
+    print("| layout | blocked, ms | extra step time per save, ms (rounds) | stall, ms | sharded sync save, ms | stall / sync save |")
+    print("|---|---:|---|---:|---:|---:|")
+    saves = max(1, len(range(args.every, args.steps, args.every)))
+    for lname, lflags in LAYOUTS.items():
+        tag = lname.replace(" ", "").lower()
+        extras, blocked, sync_ms = [], [], []
+        for r in range(rounds):
+            got = {}
+            for form, extra in (("sharded", []), ("async", ["--async-save"])):
+                d = os.path.join(args.out, f"stall_{tag}_{form}")
+                shutil.rmtree(d, ignore_errors=True)
+                got[form] = run(f"stall_{tag}_{form}_r{r}", lflags + ["--steps", str(args.steps), "--save", d,
+                                                            "--save-every", str(args.every), "--keep-last", "1"] + extra)
+                shutil.rmtree(d, ignore_errors=True)
+            after = lambda rows: sum(x["ms"] for x in rows if x["step"] > args.every)
+            extras.append((after(got["async"][1]) - after(got["sharded"][1])) / saves)
+            blocked += [float(x) for x in re.findall(r"training blocked ([0-9.]+) ms", got["async"][0])][:saves]
+            sync_ms += [float(x) for x in re.findall(r"saved in ([0-9.]+) ms", got["sharded"][0])]
+        b, e, sv = statistics.median(blocked), statistics.median(extras), statistics.median(sync_ms)
+        print(f"| {lname} | {b:.0f} | {e:.0f} ({', '.join(f'{x:.0f}' for x in extras)}) | {b + e:.0f} | {sv:.0f} | "
+              f"{(b + e) / sv * 100:.1f} % |")
+
+
 print(f"cpu: {cpu()}; {os.cpu_count()} cores")
+if args.stall_rounds > 0:
+    stall_rounds(args.stall_rounds)
+    sys.exit(0)
 rate = disk_rate(os.path.join(args.out, "disk_probe.bin"))
 print(f"disk: one stream, 1 GiB written and fsync'd: {rate / MiB:.0f} MiB/s\n")
-save_every = ["--save-every", str(args.every)]
+# Only the newest checkpoint of each run is kept (the loads below need the DDP
+# run's): three forms x three layouts of every save would fill a disk.
+save_every = ["--save-every", str(args.every), "--keep-last", "1"]
 rows_out, stall_out, loads = [], [], []
 for lname, lflags in LAYOUTS.items():
     tag = lname.replace(" ", "").lower()
@@ -115,6 +149,9 @@ for lname, lflags in LAYOUTS.items():
                      f"{stall / save_ms['sharded'] * 100:.1f} % |")
     if lname == "DDP":
         src = res
+    else:
+        for form in res:
+            shutil.rmtree(res[form][2], ignore_errors=True)
 print("Save (median of the run's saves; rank 0's resident memory rise during a save, MiB):\n")
 print("| layout | single file, s | sharded, s | sharded / file | bytes written per rank 0/1/2/3, MiB | rank 0 rise, file | rank 0 rise, sharded | async staging, rank 0 |")
 print("|---|---:|---:|---:|---|---|---|---|")
@@ -135,3 +172,5 @@ for lname in ("ZeRO-3", "TP 2 x PP 2"):
         out, _ = run(f"{tag}_load_{form.split()[0]}", LAYOUTS[lname] + ["--steps", str(args.steps + 1), "--resume", d])
         m = re.search(r"loaded in ([0-9.]+) s \(rank 0 read ([0-9.]+) MiB; its resident memory rose ([0-9.]+) MiB\)", out)
         print(f"| {lname} | {form} | {float(m.group(1)):.2f} | {float(m.group(2)):.0f} | {float(m.group(3)):.0f} |")
+for form in src:
+    shutil.rmtree(src[form][2], ignore_errors=True)
