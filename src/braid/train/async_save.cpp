@@ -4,10 +4,19 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <ctime>
 
 #include "braid/core/stopwatch.h"
 
 namespace braid::train {
+
+namespace {
+double thread_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+}  // namespace
 
 struct AsyncSaver::Pending {
   std::string dir;
@@ -18,7 +27,7 @@ struct AsyncSaver::Pending {
   std::vector<formats::PieceMeta> pieces;
   uint64_t bytes = 0;
   std::string error;
-  double write_s = 0;
+  double write_s = 0, write_cpu_s = 0;
   std::atomic<bool> done{false};
   std::thread thread;
 };
@@ -60,12 +69,14 @@ void AsyncSaver::start(const std::string& dir, int64_t next_step, const formats:
     // (waits in communication) rather than slowing the step.
     ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
     const auto w0 = SteadyClock::now();
+    const double c0 = thread_cpu_seconds();
     try {
       if (!file.empty()) raw->pieces = write_save_items(raw->dir, file, items, raw->fault, armed, raw->bytes);
     } catch (const std::exception& e) {
       raw->error = e.what();
     }
     raw->write_s = seconds_since(w0);
+    raw->write_cpu_s = thread_cpu_seconds() - c0;
     raw->done.store(true, std::memory_order_release);
   });
   pending_ = std::move(p);
@@ -78,6 +89,7 @@ int64_t AsyncSaver::commit() {
   std::unique_ptr<Pending> p = std::move(pending_);
   p->thread.join();
   write_s_ = p->write_s;
+  write_cpu_s_ = p->write_cpu_s;
   ckpt_.commit_sharded_save(p->dir, std::move(p->meta), p->bytes, p->pieces, p->error, p->fault);
   return p->step;
 }

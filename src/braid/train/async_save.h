@@ -48,6 +48,8 @@ class AsyncSaver {
   /// that save's write on the background thread.
   double last_blocked_s() const { return blocked_s_; }
   double last_write_s() const { return write_s_; }
+  /// CPU seconds the background thread spent on that write (checksums, copies into the page cache).
+  double last_write_cpu_s() const { return write_cpu_s_; }
   const std::string& last_dir() const { return last_dir_; }
 
  private:
@@ -56,7 +58,7 @@ class AsyncSaver {
   MemoryLedger* ledger_;
   Buffer staging_;
   std::unique_ptr<Pending> pending_;
-  double blocked_s_ = 0, write_s_ = 0;
+  double blocked_s_ = 0, write_s_ = 0, write_cpu_s_ = 0;
   std::string last_dir_;
 };
 

@@ -247,8 +247,9 @@ void Trainer::committed(int64_t step) {
   // Older checkpoints go only once the new one is durable (committed).
   prune_checkpoints(opt_.save_dir, opt_.keep_last, step);
   if (async_ && opt_.verbose)
-    std::printf("checkpoint %s committed (async: training blocked %.1f ms, written in %.1f ms)\n",
-                async_->last_dir().c_str(), async_->last_blocked_s() * 1e3, async_->last_write_s() * 1e3);
+    std::printf("checkpoint %s committed (async: training blocked %.1f ms, written in %.1f ms, %.1f ms of CPU)\n",
+                async_->last_dir().c_str(), async_->last_blocked_s() * 1e3, async_->last_write_s() * 1e3,
+                async_->last_write_cpu_s() * 1e3);
 }
 
 int64_t Trainer::load(const std::string& path) { return checkpoint_->load(path); }
