@@ -258,8 +258,15 @@ bool has_sharded_metadata(const std::string& dir) {
 }
 
 ShardedMetadata read_sharded_metadata(const std::string& dir) {
-  BRAID_CONFIG_CHECK(has_sharded_metadata(dir), "checkpoint ", dir, " has no metadata file: its save was ",
-                     "interrupted before it committed; resume from an earlier checkpoint");
+  if (!has_sharded_metadata(dir)) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      BRAID_CONFIG_CHECK(e.path().filename().string().rfind("step_", 0) != 0, dir,
+                         " is a --save directory, not a checkpoint; pass one of its checkpoints (", dir,
+                         "/step_<N>), or to braid train --resume the directory itself");
+    throw ConfigError(detail::concat("checkpoint ", dir, " has no metadata file: its save was interrupted before ",
+                                     "it committed; resume from an earlier checkpoint"));
+  }
   FileReader in(metadata_path(dir), "checkpoint metadata");
   if (in.size() >= kMaxJson + kPrelude) damaged(dir, detail::concat("its metadata file has ", in.size(), " bytes"));
   std::string bytes(in.size(), '\0');
@@ -313,8 +320,28 @@ struct ShardedCheckpointReader::Files {
   std::map<int64_t, std::unique_ptr<FileReader>> open;
 };
 
+namespace {
+// Every piece file is there, a regular file (never a pipe to block on) of the
+// size its metadata says.
+void check_files(const std::string& dir, const ShardedMetadata& m) {
+  for (const auto& f : m.files) {
+    std::error_code ec;
+    const auto path = fs::path(dir) / f.name;
+    const auto st = fs::status(path, ec);
+    if (ec || !fs::exists(st)) damaged(dir, detail::concat("its piece file ", f.name, ", written by rank ", f.rank, ", is missing"));
+    if (!fs::is_regular_file(st))
+      damaged(dir, detail::concat("its piece file ", f.name, ", written by rank ", f.rank, ", is not a regular file"));
+    const uint64_t size = fs::file_size(path, ec);
+    if (ec || size != f.bytes)
+      damaged(dir, detail::concat("its piece file ", f.name, ", written by rank ", f.rank, ", has ", size,
+                                  " bytes, not the ", f.bytes, " its metadata says"));
+  }
+}
+}  // namespace
+
 ShardedCheckpointReader::ShardedCheckpointReader(std::string dir)
     : dir_(std::move(dir)), meta_(read_sharded_metadata(dir_)), files_(std::make_unique<Files>()) {
+  check_files(dir_, meta_);
   for (size_t i = 0; i < meta_.pieces.size(); ++i)
     by_tensor_[{meta_.pieces[i].tensor, meta_.pieces[i].state}].push_back(i);
 }
@@ -380,18 +407,8 @@ void ShardedCheckpointReader::read(int64_t tensor, int state, const TensorBox& b
 }
 
 nlohmann::json verify_sharded_checkpoint(const std::string& dir, size_t part, size_t parts) {
-  ShardedCheckpointReader r(dir);
+  ShardedCheckpointReader r(dir);  // checks every piece file's presence and size
   const ShardedMetadata& m = r.metadata();
-  for (const auto& f : m.files) {
-    if (part != 0) break;
-    std::error_code ec;
-    const auto path = fs::path(dir) / f.name;
-    const uint64_t size = fs::file_size(path, ec);
-    if (ec) damaged(dir, detail::concat("its piece file ", f.name, ", written by rank ", f.rank, ", is missing"));
-    if (size != f.bytes)
-      damaged(dir, detail::concat("its piece file ", f.name, ", written by rank ", f.rank, ", has ", size,
-                                  " bytes, not the ", f.bytes, " its metadata says"));
-  }
   std::vector<float> sink(kPieceChunkBytes / 4);
   for (size_t i = part; i < m.pieces.size(); i += parts) {
     const PieceMeta& p = m.pieces[i];

@@ -46,6 +46,9 @@ void check_checkpoint_flags(const TrainOptions& opt, int world_size) {
   BRAID_CONFIG_CHECK(!opt.async_save || opt.checkpoint_format == "sharded",
                      "--async-save writes sharded checkpoints; drop --checkpoint-format file or --async-save");
   BRAID_CONFIG_CHECK(!opt.async_save || save, "--async-save has no effect without --save DIR; pass both or neither");
+  BRAID_CONFIG_CHECK(!opt.ps_async || opt.save_every == 0, "--save-every ", opt.save_every,
+                     " with --ps-async: the asynchronous server saves at the end and on a stop signal only; "
+                     "drop --save-every");
   if (opt.save_fault_step < 0) return;
   BRAID_CONFIG_CHECK(opt.save_fault.rank < world_size, "--inject-save-fault @", opt.save_fault.rank,
                      " names a rank of a world of ", world_size, " ranks; name a rank below ", world_size);
