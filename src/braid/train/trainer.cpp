@@ -70,7 +70,6 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                                        *model_, pp_size_ > 1 && pp_rank_ == plan_.pp.last_rank() && pp_rank_ != plan_.pp.first_rank(),
                                        &ledger_);
   checkpoint_ = std::make_unique<TrainingCheckpoint>(opt_, *ctx_, *model_, *sync_, *optimizer_, *scaler_);
-  if (opt.async_save) async_ = std::make_unique<AsyncSaver>(*checkpoint_, &ledger_);
   const size_t bt = static_cast<size_t>(opt.micro_batch * opt.seq_len);
   tokens_ = Buffer(bt * sizeof(int32_t), MemCategory::activations, &ledger_);
   targets_ = Buffer(bt * sizeof(int32_t), MemCategory::activations, &ledger_);
@@ -78,7 +77,7 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
                                                   opt.seed, std::max(dp_rank_, 0), dp_size_);
   sched_ = LrSchedule{opt.lr, opt.min_lr, opt.warmup_steps, opt.steps};
   sync_->init_params(*model_, opt.seed);
-  if (async_) async_->prepare();
+  saver_ = std::make_unique<CheckpointSaver>(opt_, world, *checkpoint_, &ledger_);
 }
 
 Trainer::~Trainer() = default;
@@ -218,39 +217,7 @@ std::vector<int32_t> Trainer::sample(const std::vector<int32_t>& prompt, int64_t
 
 void Trainer::save(const std::string& path, int64_t next_step) { checkpoint_->save(path, next_step); }
 
-std::string Trainer::save_to_dir(int64_t next_step, bool final) {
-  const bool sharded = opt_.checkpoint_format == "sharded";
-  const std::string path = checkpoint_path(opt_.save_dir, next_step, sharded);
-  const formats::SaveFault none;
-  const formats::SaveFault& fault = opt_.save_fault_step + 1 == next_step ? opt_.save_fault : none;
-  if (async_) {
-    committed(async_->commit());  // the save before, if still in flight
-    async_->start(path, next_step, fault);
-    if (final) committed(async_->commit());
-    return path;
-  }
-  const auto t0 = SteadyClock::now();
-  const RssRise rise;
-  if (sharded)
-    checkpoint_->save_sharded(path, next_step, fault);
-  else
-    checkpoint_->save(path, next_step, fault);
-  if (opt_.verbose && world_.rank() == 0)
-    std::printf("checkpoint %s saved in %.1f ms (rank 0's resident memory rose %.1f MiB)\n", path.c_str(),
-                seconds_since(t0) * 1e3, static_cast<double>(rise.peak_rise()) / (1 << 20));
-  committed(next_step);
-  return path;
-}
-
-void Trainer::committed(int64_t step) {
-  if (step < 0 || world_.rank() != 0) return;
-  // Older checkpoints go only once the new one is durable (committed).
-  prune_checkpoints(opt_.save_dir, opt_.keep_last, step);
-  if (async_ && opt_.verbose)
-    std::printf("checkpoint %s committed (async: training blocked %.1f ms, written in %.1f ms, %.1f ms of CPU)\n",
-                async_->last_dir().c_str(), async_->last_blocked_s() * 1e3, async_->last_write_s() * 1e3,
-                async_->last_write_cpu_s() * 1e3);
-}
+std::string Trainer::save_to_dir(int64_t next_step, bool final) { return saver_->save(next_step, final); }
 
 int64_t Trainer::load(const std::string& path) { return checkpoint_->load(path); }
 
@@ -326,10 +293,9 @@ bool Trainer::stop_agreed() {
   // one host; see docs/USAGE.md, "Stopping a run"), nothing next to a step.
   // The same message carries whether an asynchronous save's write is still
   // running on any rank: once none is, the save commits here.
-  const bool pending = async_ && async_->in_flight();
-  float v[2] = {static_cast<float>(stop_signal()), pending && !async_->written() ? 1.f : 0.f};
+  float v[2] = {static_cast<float>(stop_signal()), saver_->writing() ? 1.f : 0.f};
   if (world_.size() > 1) world_.all_reduce(v, v, 2, DType::f32, comm::ReduceOp::max, opt_.algo);
-  if (pending && v[1] == 0) committed(async_->commit());
+  saver_->boundary(v[1] != 0);
   stop_signal_ = static_cast<int>(v[0]);
   return stop_signal_ != 0;
 }

@@ -21,7 +21,7 @@
 #include "braid/train/evaluation.h"
 #include "braid/train/fault_injection.h"
 #include "braid/train/trace.h"
-#include "braid/train/async_save.h"
+#include "braid/train/checkpoint_saver.h"
 #include "braid/train/training_checkpoint.h"
 #include "braid/train/loss_scaler.h"
 #include "braid/train/options.h"
@@ -175,14 +175,9 @@ class Trainer {
   void validate_now(RunLog& log, int64_t step);
   /// Saves (with --save) and prints where the run stopped; every rank calls it.
   void finish_stopped_run();
-  /// Saves save_dir/step_<next_step> (or .ckpt; with the test fault of that
-  /// step), then prunes to --keep-last; returns its path. Collective. With
-  /// --async-save the save is left in flight unless `final` (the run's last).
+  /// saver_->save (checkpoint_saver.h): a --save checkpoint of next_step.
   std::string save_to_dir(int64_t next_step, bool final);
-  /// After checkpoint `step` committed (-1: none): prunes to --keep-last and,
-  /// for an asynchronous save, says what it cost.
-  void committed(int64_t step);
-  std::unique_ptr<AsyncSaver> async_;  // --async-save
+  std::unique_ptr<CheckpointSaver> saver_;
   int stop_signal_ = 0;
   int64_t stopped_at_ = -1;
 };
