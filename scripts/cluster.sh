@@ -8,8 +8,13 @@
 #
 #   cluster.sh up N [--rate R] [--burst B] [--limit L] [--shm SIZE]
 #   cluster.sh run [--np P] [--hosts "2 2"] [--timeout S] -- COMMAND...
+#   cluster.sh mpirun-args [--np P] [--hosts "2 2"] [--taskset]
+#                                    the launcher `run` uses, one argument per line
 #   cluster.sh exec H -- COMMAND...   run in host H (0-based)
 #   cluster.sh link H down|up|loss PCT|clear   cut / restore H's link, drop PCT % of its packets
+#   cluster.sh link H rate RATE|default   re-shape H's link (tbf, both ways), or back to `up`'s
+#   cluster.sh host H kill|revive    H dies (processes, link) / comes back
+#   cluster.sh host H stop|cont      H stalls (SIGSTOP to its processes) / goes on
 #   cluster.sh stats H               bytes and packets through H's uplink (tc counters)
 #   cluster.sh procs H               processes running in host H (its holder aside)
 #   cluster.sh hosts                 the hosts, their addresses and holder processes
@@ -32,6 +37,21 @@
 # or a lost host daemon gives 4 (braid's rank-failure code) with a line naming the
 # rank and its host; every process the run left on any host is killed within 10 s
 # of the failure.
+#
+# `mpirun-args` writes the hostfile and cores as `run` does and prints the mpirun
+# command `run` starts (from `mpirun` on, BRAID_CLUSTER_MPIRUN_ARGS included), so
+# a supervisor started in host 0 (`exec 0 -- env OMPI_ALLOW_RUN_AS_ROOT=1
+# OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 SUPERVISOR ... "${args[@]}" PROGRAM...`) launches
+# the same way. `run` pins mpirun, and with it host 0's ranks, to host 0's cores;
+# --taskset prints that `taskset -c CORES` first. Only `run` watches its run (ends
+# a hung abort, kills what is left on the hosts): under mpirun-args that is the
+# supervisor's job.
+#
+# Faults: `link H rate` keeps `up`'s burst and limit (a trickle such as 16kbit
+# still lets one burst through); `host H kill` kill -9s H's processes, takes its
+# link down and marks it dead, and the rsh agent then refuses it as ssh refuses an
+# unreachable machine (exit 255, "No route to host"), until `host H revive`.
+# `host H stop` leaves the link up: the peers' connections stay open, unanswered.
 #
 # Needs root (namespaces, veth, tc). `up` undoes what it made when it fails or is
 # interrupted.
@@ -91,6 +111,8 @@ write_agent() {  # the rsh agent mpirun uses: `agent HOST COMMAND...`
 host=\$1; shift
 i=\$(grep -n "^\$host\$" "$STATE/addresses" | cut -d: -f1)
 [ -n "\$i" ] || { echo "cluster agent: unknown host \$host" >&2; exit 255; }
+# A dead host (cluster.sh host H kill) is refused as ssh refuses a machine it cannot reach.
+[ ! -e "$STATE/h\$((i - 1)).dead" ] || { echo "ssh: connect to host \$host port 22: No route to host" >&2; exit 255; }
 cores=\$(sed -n "\${i}p" "$STATE/cores" 2>/dev/null)
 exec nsenter -t "\$(cat "$STATE/h\$((i - 1)).pid")" -n -u -m -- taskset -c "\${cores:-0-\$((\$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) - 1))}" /bin/sh -c "\$*"
 EOF
@@ -183,6 +205,8 @@ cmd_exec() {
   in_host "$i" "$@"
 }
 
+link_setting() { sed -E "s/.*(^| )$1=([^ ]*).*/\2/" "$STATE/link"; }  # rate, burst or limit of `up`
+
 cmd_link() {
   need_up; host_arg "${1:-}"; local i=$1 what=${2:-}
   case $what in
@@ -201,7 +225,43 @@ table inet braid_loss {
 EOF
       ;;
     clear) in_host "$i" sh -c 'nft delete table inet braid_loss 2>/dev/null || true' ;;
-    *) die "link: expected down, up, loss PCT or clear, got '$what'" ;;
+    rate)
+      local rate=${3:-}
+      if [ "$rate" = default ]; then
+        rate=$(link_setting rate)
+      else
+        # tc's own message for a bad rate names neither the host nor the form it wants.
+        [[ $rate =~ ^[0-9]+(\.[0-9]+)?([kmgt]i?)?(bit|bps)$ ]] ||
+          die "link rate: '$rate' is not a rate such as 16kbit, 500mbit or 1gbit (bit or bps after k, m, g or t), nor 'default' ($(link_setting rate), from up)"
+      fi
+      shape "$(veth $i)" "$rate" "$(link_setting burst)" "$(link_setting limit)"
+      shape eth0 "$rate" "$(link_setting burst)" "$(link_setting limit)" in_host "$i"
+      ;;
+    *) die "link: expected down, up, loss PCT, clear or rate RATE|default, got '$what'" ;;
+  esac
+}
+
+# host H kill: the host dies. It is marked dead first, so the agent refuses to start
+# anything new there, and its link goes down before its processes do, as when a
+# machine loses power: its peers see no FIN or RST, only silence.
+cmd_host() {
+  need_up; host_arg "${1:-}"; local i=$1 what=${2:-} p t=0
+  case $what in
+    kill)
+      : >"$STATE/h$i.dead"
+      ip link set "$(veth $i)" down
+      # Repeated: a process may be forked while the first ones are killed.
+      while [ -n "$(procs "$i")" ]; do
+        kill_host "$i"
+        t=$((t + 1)); [ $t -lt 50 ] || die "host $i: processes still running after 5 s of kill -9: $(procs "$i" | tr '\n' ' ')"
+        sleep 0.1
+      done ;;
+    revive)
+      rm -f "$STATE/h$i.dead"
+      ip link set "$(veth $i)" up ;;
+    stop|cont)
+      for p in $(procs "$i"); do kill -"${what^^}" "$p" 2>/dev/null || true; done ;;
+    *) die "host: expected kill, revive, stop or cont, got '$what'" ;;
   esac
 }
 
@@ -243,8 +303,10 @@ write_hostfile() {
 # mpirun's reports of a killed rank and of a lost host daemon.
 KILLED_RE="process rank [0-9]+ with PID [0-9]+ on node [^ ]+ exited on signal"
 LOST_RE="lost communication with a remote daemon|daemon .*(failed|died)|ORTE has lost|unexpectedly failed"
+# braid's own failure line counts too: mpirun can lose the MPI_Abort report
+# (ORTE_ERROR_LOG in show_help.c) and, with a host cut off, then waits forever.
 failure_seen() {
-  grep -qE "$KILLED_RE|$LOST_RE|non-zero exit code|MPI_ABORT was invoked" "$1"
+  grep -qE "$KILLED_RE|$LOST_RE|non-zero exit code|MPI_ABORT was invoked|^braid: error: " "$1"
 }
 
 # Each host's cores (one line per host, taskset's list form): its own block when
@@ -278,13 +340,16 @@ failure_line() {
   fi
   if grep -qE "$LOST_RE" "$log"; then
     host=$(grep -m1 -oE "198\.1[89]\.[0-9]+\.[0-9]+" "$log" || echo "?")
-    echo "cluster: the daemon of host $(host_of "$host") was lost (its ranks went with it)"
+    echo "cluster: the daemon of host $(host_of "$host") was lost, and its ranks$(ranks_on "$host") with it"
     return 0
   fi
   return 1
 }
 host_of_rank() {  # ranks are placed by slot, host after host
   awk -v r="$1" '{split($2, a, "="); s += a[2]; if (r < s) {print NR - 1 " (" $1 ")"; exit}}' "$STATE/hostfile"
+}
+ranks_on() {  # " 2 3": the ranks of the host at that address, placed by slot ($NP of them)
+  awk -v a="$1" -v np="${NP:-0}" '{split($2, s, "="); for (k = 0; k < s[2]; k++) { if (r < np && $1 == a) printf " %d", r; r++ }}' "$STATE/hostfile"
 }
 host_of() {  # "198.18.0.2" -> "1 (198.18.0.2)"
   local i; i=$(grep -n "^$1\$" "$STATE/addresses" 2>/dev/null | cut -d: -f1)
@@ -310,42 +375,86 @@ sweep() {
   done
 }
 
-cmd_run() {
+# placement "RANKS PER HOST" NP: the hostfile and cores of a run (see --hosts and
+# --np of `run`); sets NP (all slots when empty).
+placement() {
+  local per=$1; NP=$2
+  [ -z "$NP" ] || [[ $NP =~ ^[1-9][0-9]*$ ]] || die "--np '$NP' is not a rank count >= 1"
+  write_hostfile "$per"
+  if [ -z "$NP" ]; then NP=$(awk '{split($2, a, "="); s += a[2]} END {print s}' "$STATE/hostfile"); fi
+  write_cores
+}
+
+# mpirun_command NP: sets LAUNCH to the mpirun command of a run of NP ranks over
+# the hostfile, up to the program (BRAID_CLUSTER_MPIRUN_ARGS split at blanks).
+mpirun_command() {
+  local extra=()
+  read -ra extra <<<"${BRAID_CLUSTER_MPIRUN_ARGS:-}"
+  # shellcheck disable=SC2054  # the commas are mpirun's lists
+  LAUNCH=(mpirun --hostfile "$STATE/hostfile" -np "$1" --bind-to none
+    --mca plm_rsh_agent "$STATE/agent" --mca plm_rsh_no_tree_spawn 1
+    --mca btl self,vader,tcp --mca btl_tcp_if_include "$RANGE" --mca oob_tcp_if_include "$RANGE"
+    --mca orte_abort_timeout 5 "${extra[@]}")
+}
+
+hosts_value() { [ -n "${1// /}" ] || die "--hosts is empty (ranks per host, e.g. --hosts \"2 2\")"; }
+
+cmd_mpirun_args() {
   need_up
-  local np="" per="" limit=0
+  local np="" per="" taskset="" NP LAUNCH
   while [ $# -gt 0 ]; do
     case $1 in
       --np) need_value "$1" $#; np=$2; shift 2 ;;
-      --hosts) need_value "$1" $#; [ -n "${2// /}" ] || die "run: --hosts is empty (ranks per host, e.g. --hosts \"2 2\")"; per=$2; shift 2 ;;
+      --hosts) need_value "$1" $#; hosts_value "$2"; per=$2; shift 2 ;;
+      --taskset) taskset=1; shift ;;
+      *) die "mpirun-args: unknown option '$1' (known: --np --hosts --taskset)" ;;
+    esac
+  done
+  placement "$per" "$np"
+  mpirun_command "$NP"
+  [ -z "$taskset" ] || LAUNCH=(taskset -c "$(head -1 "$STATE/cores")" "${LAUNCH[@]}")
+  printf '%s\n' "${LAUNCH[@]}"
+}
+
+cmd_run() {
+  need_up
+  local np="" per="" limit=0 NP LAUNCH
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --np) need_value "$1" $#; np=$2; shift 2 ;;
+      --hosts) need_value "$1" $#; hosts_value "$2"; per=$2; shift 2 ;;
       --timeout) need_value "$1" $#; limit=$2; shift 2 ;;
       --) shift; break ;;
       *) die "run: unknown option '$1' (known: --np --hosts --timeout, then -- COMMAND)" ;;
     esac
   done
   [ $# -gt 0 ] || die "run: no command (cluster.sh run [--np P] [--hosts \"2 2\"] -- COMMAND...)"
-  [ -z "$np" ] || [[ $np =~ ^[1-9][0-9]*$ ]] || die "run: --np '$np' is not a rank count >= 1"
   [[ $limit =~ ^[0-9]+$ ]] || die "run: --timeout '$limit' is not a number of seconds"
-  write_hostfile "$per"
-  if [ -z "$np" ]; then np=$(awk '{split($2, a, "="); s += a[2]} END {print s}' "$STATE/hostfile"); fi
-  write_cores
+  placement "$per" "$np"
+  mpirun_command "$NP"
   local log="$STATE/run.log" rc=0
   : >"$log"
-  # shellcheck disable=SC2086
   in_host 0 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    taskset -c "$(head -1 "$STATE/cores")" mpirun --hostfile "$STATE/hostfile" -np "$np" --bind-to none \
-    --mca plm_rsh_agent "$STATE/agent" --mca plm_rsh_no_tree_spawn 1 \
-    --mca btl self,vader,tcp --mca btl_tcp_if_include "$RANGE" --mca oob_tcp_if_include "$RANGE" \
-    --mca orte_abort_timeout 5 ${BRAID_CLUSTER_MPIRUN_ARGS:-} "$@" > >(tee -a "$log") 2> >(tee -a "$log" >&2) &
-  local mp=$! start=$SECONDS failed_at=-1 killed=""
+    taskset -c "$(head -1 "$STATE/cores")" "${LAUNCH[@]}" "$@" > >(tee -a "$log") 2> >(tee -a "$log" >&2) &
+  local mp=$! start=$SECONDS failed_at=-1 killed="" now
   # Interrupted (Ctrl-C, a timeout): the run goes, and what it left on every host.
   trap 'kill -9 "$mp" 2>/dev/null; sweep; exit 130' INT TERM
-  # Watch the run: once mpirun reports a failure it has 5 s (of wall time, however
-  # loaded the machine) to finish its abort, then everything left is killed (a cut
-  # link would otherwise leave it hanging).
+  # Watch the run: once a failure is reported mpirun has a grace (of wall time,
+  # however loaded the machine) to finish its abort, then everything left is killed
+  # (a cut link would otherwise leave it hanging): 5 s after its own report of a
+  # lost rank or daemon, time it needs to go on to name the rank; 2 s after an
+  # MPI_Abort alone or braid's line, where braid's detection of a silent host has
+  # already taken its --comm-timeout and up to 5 s more.
+  local grace
   while kill -0 "$mp" 2>/dev/null; do
-    sleep 0.5
-    if [ "$failed_at" -lt 0 ] && failure_seen "$log"; then failed_at=$SECONDS; fi
-    if [ "$failed_at" -ge 0 ] && [ $((SECONDS - failed_at)) -ge 5 ]; then killed=abort; fi
+    sleep 0.2
+    now=${EPOCHREALTIME//[!0-9]/}  # microseconds: whole seconds would stretch a grace by up to one
+    if [ "$failed_at" -lt 0 ] && failure_seen "$log"; then failed_at=$now; fi
+    if [ "$failed_at" -ge 0 ]; then
+      grace=2000000
+      ! grep -qE "$KILLED_RE|$LOST_RE|non-zero exit code" "$log" || grace=5000000
+      [ $((now - failed_at)) -lt "$grace" ] || killed=abort
+    fi
     if [ "$limit" -gt 0 ] && [ $((SECONDS - start)) -ge "$limit" ]; then killed=timeout; fi
     if [ -n "$killed" ]; then
       kill -9 "$mp" 2>/dev/null || true
@@ -371,7 +480,12 @@ cmd_run() {
       [ -n "$rc" ] || rc=$(grep -m1 -oE "Exit code: +[0-9]+" "$log" | grep -oE "[0-9]+$" || true)
       rc=${rc:-4}
       [ -z "$first" ] || echo "cluster: rank $first on host $(host_of_rank "$first") failed first (exit code $rc)" >&2
-      echo "cluster: mpirun did not finish its abort within 5 s; killed what was left on every host" >&2
+      # The ranks braid's comm timeout names as silent or absent: their hosts.
+      local r
+      for r in $(grep -m1 -oE "(No answer within|Never reached it)[^:]*: ranks? [0-9 ]+" "$log" | sed -E 's/.*ranks? //'); do
+        echo "cluster: rank $r on host $(host_of_rank "$r") did not answer in time" >&2
+      done
+      echo "cluster: mpirun did not finish its abort within $((grace / 1000000)) s; killed what was left on every host" >&2
       return "$rc" ;;
     timeout)
       echo "cluster: run killed after its --timeout of $limit s" >&2
@@ -386,13 +500,17 @@ main() {
     up) need_root; cmd_up "$@" ;;
     down) need_root; cmd_down ;;
     run) need_root; cmd_run "$@" ;;
+    mpirun-args) need_root; cmd_mpirun_args "$@" ;;
     exec) need_root; cmd_exec "$@" ;;
     link) need_root; cmd_link "$@" ;;
+    host) need_root; cmd_host "$@" ;;
     stats) need_root; cmd_stats "$@" ;;
     procs) need_root; cmd_procs "$@" ;;
     hosts) need_root; cmd_hosts ;;
-    *) die "usage: cluster.sh up N [options] | run [--np P] [--hosts \"2 1\"] -- CMD | exec H -- CMD | link H down|up|loss PCT|clear | stats H | procs H | hosts | down" ;;
+    *) die "usage: cluster.sh up N [options] | run [--np P] [--hosts \"2 1\"] [--timeout S] -- CMD | mpirun-args [--np P] [--hosts \"2 1\"] [--taskset] | exec H -- CMD | link H down|up|loss PCT|clear|rate RATE|default | host H kill|revive|stop|cont | stats H | procs H | hosts | down" ;;
   esac
 }
 
-main "$@"
+# One line, so that bash, which reads a script as it goes, has read it all before
+# main runs: an edit during a run cannot add to what this run executes.
+main "$@"; exit

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "braid/commands.h"
+#include "config_file.h"
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
 #include "braid/core/file_io.h"
@@ -449,9 +450,9 @@ void add_fault_injection_options(CLI::App* c, train::TrainOptions& o) {
         parse_save_fault(v.at(0), o);
         return true;
       }, "Testing: the writer of the checkpoint of STEP kills itself at PHASE (payload:BYTE, "
-         "before-file-fsync, before-metadata, before-rename, before-dir-fsync) or fails to write it "
-         "(write-error); sharded saves: @RANK picks the rank whose piece file payload, before-file-fsync and "
-         "write-error hit (default 0)")
+         "before-file-fsync, before-metadata, before-rename, before-dir-fsync), stops itself (payload-stop:BYTE, "
+         "SIGSTOP, as a stalled host) or fails to write it (write-error); sharded saves: @RANK picks the rank whose "
+         "piece file payload, before-file-fsync and write-error hit (default 0)")
       ->type_name("STEP:PHASE[@RANK]")->group(g);
   c->add_option("--inject-failure", [&o](const std::vector<std::string>& v) {
         parse_injected_failure(v.at(0), o);
@@ -539,25 +540,49 @@ void run_mpi_ranks(const TrainArgs& a) {
 #endif
 }
 
-}  // namespace
-
-void add_train(CLI::App& app) {
-  auto a = std::make_shared<TrainArgs>();
-  auto& o = a->opt;
-  CLI::App* c = app.add_subcommand("train", "Train a GPT-2 model over MPI ranks (or threads): data, tensor and pipeline parallel");
+// Every option of `braid train` on `c`, bound to `a`.
+void add_train_options(CLI::App* c, TrainArgs& a) {
+  auto& o = a.opt;
   // A later flag overrides an earlier one, so scripts can append to defaults.
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_model_and_layout_options(c, o);
   add_parameter_server_options(c, o);
   add_loss_scale_options(c, o.loss_scale);
-  add_data_options(c, *a);
+  add_data_options(c, a);
   add_optimizer_options(c, o);
   add_monitoring_options(c, o);
   add_checkpoint_options(c, o);
   add_sampling_options(c, o);
-  add_runtime_options(c, *a);
+  add_runtime_options(c, a);
   add_fault_injection_options(c, o);
+}
 
+}  // namespace
+
+train::TrainOptions parse_train_options(const std::vector<std::string>& args) {
+  CLI::App app;
+  TrainArgs a;
+  add_train_options(app.add_subcommand("train"), a);
+  add_config_option(app);
+  std::vector<std::string> words = {"braid", "train"};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  std::vector<std::string> expanded = expand_config(app, static_cast<int>(argv.size()), argv.data());
+  std::vector<char*> cargv;
+  for (std::string& w : expanded) cargv.push_back(w.data());
+  try {
+    app.parse(static_cast<int>(cargv.size()), cargv.data());
+  } catch (const CLI::ParseError& e) {
+    throw ConfigError(detail::concat("the braid train options of the command: ", e.what()));
+  }
+  return a.opt;
+}
+
+void add_train(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  CLI::App* c = app.add_subcommand("train", "Train a GPT-2 model over MPI ranks (or threads): data, tensor and pipeline parallel");
+  add_train_options(c, *a);
   c->callback([a, c] {
     a->given = c->config_to_str(false, false);
     a->resolved = c->config_to_str(true, false);
@@ -567,6 +592,7 @@ void add_train(CLI::App& app) {
     BRAID_CONFIG_CHECK(a->backend == "mpi" || a->backend == "local", "--backend '", a->backend,
                        "' is not known; use mpi or local");
     prepare_outputs(*a);
+    a->comm.stop_signal = [] { return train::stop_signal(); };
     if (a->backend == "local") return run_local_ranks(*a);
     run_mpi_ranks(*a);
   });

@@ -21,6 +21,18 @@ void add_export(CLI::App& app);        // checkpoint -> Hugging Face directory /
 void add_import(CLI::App& app);        // Hugging Face directory / llm.c model file -> checkpoint
 void add_eval(CLI::App& app);          // loss / perplexity of a checkpoint on a token file
 void add_sample(CLI::App& app);        // text from a checkpoint after a prompt
+void add_run(CLI::App& app);           // supervise a launch: end it on a failure, restart it elastically
+
+/// Thrown by a command to end braid with `code` (no message: the command has
+/// said why); main() returns it.
+struct ExitWith {
+  int code;
+};
+
+/// `braid train`'s options as ARGS (the words after `braid train`, --config
+/// expanded) set them, without running anything. Throws ConfigError for an
+/// option train does not know or a bad value.
+train::TrainOptions parse_train_options(const std::vector<std::string>& args);
 
 /// A validator (use with ->transform) that accepts one of `names` in any case
 /// and stores it lower-cased; help shows {a,b,c}.

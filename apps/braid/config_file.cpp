@@ -21,11 +21,13 @@ const CLI::App* find_subcommand(const CLI::App& app, int argc, char** argv, int*
   return nullptr;
 }
 
-// The value of `--config` among the sub-command's arguments ("" when absent).
+// The value of `--config` among the sub-command's arguments ("" when absent);
+// words after "--" are another command's (braid run's launch command).
 std::string config_path(int from, int argc, char** argv) {
   std::string path;
   for (int i = from; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--") break;
     if (a == "--config") {
       BRAID_CONFIG_CHECK(i + 1 < argc, "--config needs a file name");
       path = argv[++i];

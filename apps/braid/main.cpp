@@ -11,6 +11,8 @@
 #include "braid/train/preemption.h"
 #ifdef BRAID_WITH_MPI
 #include <mpi.h>
+
+#include "braid/comm/backends/mpi.h"
 #endif
 
 namespace braid::cli {
@@ -35,6 +37,7 @@ int main(int argc, char** argv) {
   braid::cli::add_import(app);
   braid::cli::add_eval(app);
   braid::cli::add_sample(app);
+  braid::cli::add_run(app);
   app.set_version_flag("--version", std::string("braid ") + BRAID_VERSION + " (commit " + BRAID_COMMIT + ")");
   braid::cli::add_config_option(app);
   std::string config;
@@ -51,6 +54,8 @@ int main(int argc, char** argv) {
     if (rc != 0 && !config.empty())
       std::fprintf(stderr, "braid: the options of --config %s were read before the command line's\n", config.c_str());
     return rc == 0 ? 0 : static_cast<int>(braid::ExitCode::config);
+  } catch (const braid::cli::ExitWith& e) {
+    return e.code;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "braid: error: %s\n", e.what());
@@ -63,7 +68,7 @@ int main(int argc, char** argv) {
     if (braid::cli::g_abort_job_on_error && init && !fin) {
       // In a multi-rank job any other error is a failed rank; mpirun exits with this code.
       if (code == static_cast<int>(braid::ExitCode::error)) code = static_cast<int>(braid::ExitCode::rank_failure);
-      MPI_Abort(MPI_COMM_WORLD, code);
+      braid::comm::abort_job(code);
     }
 #endif
     return code;

@@ -284,7 +284,10 @@ TEST_F(CheckpointTest, DirectoriesListPruneAndSkipDamagedFiles) {
 TEST(SaveFault, ParsesItsFormsAndRefusesOthers) {
   EXPECT_EQ(formats::parse_save_fault("payload:123").at_byte, 123u);
   EXPECT_EQ(formats::parse_save_fault("before-rename").phase, formats::SavePhase::before_rename);
-  for (const char* bad : {"payload", "payload:x", "payload:1x", "payload:-5", "payload: 5", "payload:+5",
+  const formats::SaveFault stop = formats::parse_save_fault("payload-stop:7@3");
+  EXPECT_TRUE(stop.stop && stop.phase == formats::SavePhase::payload && stop.at_byte == 7u && stop.rank == 3);
+  EXPECT_FALSE(formats::parse_save_fault("payload:7").stop);
+  for (const char* bad : {"payload", "payload:x", "payload-stop", "payload-stop:", "payload:1x", "payload:-5", "payload: 5", "payload:+5",
                           "payload:99999999999999999999", "rename", ""}) {
     try {
       formats::parse_save_fault(bad);

@@ -39,6 +39,10 @@ struct CommOptions {
   bool debug_collectives = false;
   /// Where a rank writes flight_record_rank<R>.json when a deadline passes ("" none).
   std::string record_dir;
+  /// The stop signal this process received (0: none), polled by the monitor:
+  /// a rank blocked in communication for over a second when one arrives (a
+  /// launcher ending the job, a scheduler's SIGTERM) says where it waits, once.
+  std::function<int()> stop_signal;
 
   /// Throws ConfigError naming the field and the fix when a value is out of range.
   void validate() const;

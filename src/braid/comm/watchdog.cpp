@@ -123,14 +123,34 @@ struct TimeoutFacts {
   double waited, answer_s;
   std::string record_dir;
   PeerAnswers answers;
+  const std::vector<std::string>* hosts = nullptr;  // world rank -> host; null or empty: not named
 };
 
-// " Never reached it: ranks 1, 3 (detail)." style clause; empty when no rank.
-std::string rank_clause(const char* lead, const std::vector<int>& ranks, const std::string& tail) {
+// " on host h1" / " on hosts h1, h2": the hosts of `ranks` when the job spans
+// several (on one host the name adds nothing).
+std::string host_clause(const std::vector<int>& ranks, const std::vector<std::string>* hosts) {
+  if (!hosts || hosts->empty()) return "";
+  bool several = false;
+  for (const std::string& h : *hosts) several = several || h != hosts->front();
+  if (!several) return "";
+  std::vector<std::string> named;
+  for (int r : ranks)
+    if (r >= 0 && static_cast<size_t>(r) < hosts->size() &&
+        std::find(named.begin(), named.end(), (*hosts)[static_cast<size_t>(r)]) == named.end())
+      named.push_back((*hosts)[static_cast<size_t>(r)]);
+  std::string s = named.size() > 1 ? " on hosts " : " on host ";
+  for (size_t i = 0; i < named.size(); ++i) s += (i ? ", " : "") + named[i];
+  return s;
+}
+
+// " Never reached it: ranks 1, 3 on host h1 (detail)." style clause; empty when no rank.
+std::string rank_clause(const char* lead, const std::vector<int>& ranks, const std::string& tail,
+                        const std::vector<std::string>* hosts = nullptr) {
   if (ranks.empty()) return "";
   std::string s(lead);
   s += ranks.size() > 1 ? ": ranks " : ": rank ";
   s += join_ranks(ranks);
+  s += host_clause(ranks, hosts);
   s += tail;
   s += '.';
   return s;
@@ -169,8 +189,9 @@ std::string timeout_message(const TimeoutFacts& f, std::vector<int>* in_it, bool
                                      ", ", r.activity);
     }
   }
-  msg += rank_clause(" Never reached it", never, " (" + never_detail + ")");
-  msg += rank_clause((" No answer within " + fmt_s(f.answer_s) + " (stopped, or hung outside braid)").c_str(), silent, "");
+  msg += rank_clause(" Never reached it", never, " (" + never_detail + ")", f.hosts);
+  msg += rank_clause((" No answer within " + fmt_s(f.answer_s) + " (stopped, or hung outside braid)").c_str(), silent,
+                     "", f.hosts);
   msg += rank_clause(" Already past it (mismatched collectives? run with --debug-collectives)", passed, "");
   if (op.collective()) msg += " Waited in it: " + waits + ".";
   if (!f.record_dir.empty()) msg += " Flight records: " + f.record_dir + "/flight_record_rank<R>.json.";
@@ -326,6 +347,7 @@ void Monitor::loop() {
     serve();
     try {
       check_deadlines();
+      report_interrupted_wait();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "braid: rank %d: watchdog: %s\n", world_rank_, e.what());
     }
@@ -334,7 +356,7 @@ void Monitor::loop() {
 }
 
 // What this rank is doing, in a phrase: its oldest running operation, or its last one.
-std::string Monitor::activity(bool* waiting) const {
+std::string Monitor::activity(bool* waiting, double* waited) const {
   const double t = now();
   std::optional<std::pair<OpRecord, std::string>> oldest, last;
   for (const auto& s : states()) {
@@ -349,6 +371,7 @@ std::string Monitor::activity(bool* waiting) const {
       }
   }
   if (waiting) *waiting = oldest.has_value();
+  if (waited) *waited = oldest ? t - oldest->first.t_started : 0.0;
   if (oldest)
     return "waiting " + fmt_s(t - oldest->first.t_started) + " in " + oldest->first.describe() +
            " on " + oldest->second;
@@ -356,6 +379,41 @@ std::string Monitor::activity(bool* waiting) const {
     return "not in a communication call (last: " + last->first.describe() + " on " + last->second +
            ", finished " + fmt_s(t - last->first.t_completed) + " ago)";
   return "not in a communication call (none made yet)";
+}
+
+void Monitor::warn_long_wait(double t) {
+  if (opt_.timeout_s < 4) return;  // shorter deadlines speak soon enough themselves
+  std::optional<OpRecord> oldest;
+  std::string group;
+  std::pair<uint64_t, uint64_t> key;
+  for (const auto& s : states())
+    for (const auto& op : s->recorder.unfinished())
+      if (op.state == OpState::started && (!oldest || op.t_started < oldest->t_started)) {
+        oldest = op;
+        group = s->group_text();
+        key = {s->uid_hash, op.id};
+      }
+  if (!oldest || t - oldest->t_started < opt_.timeout_s / 2 || key == warned_) return;
+  warned_ = key;
+  std::fprintf(stderr, "braid: rank %d%s: still waiting after %s (half of --comm-timeout %g s) in %s on %s\n",
+               world_rank_, host_clause({world_rank_}, &hosts_).c_str(), fmt_s(t - oldest->t_started).c_str(),
+               opt_.timeout_s, oldest->describe().c_str(), group.c_str());
+  std::fflush(stderr);
+}
+
+void Monitor::report_interrupted_wait() {
+  if (interrupt_reported_ || !opt_.stop_signal) return;
+  const int sig = opt_.stop_signal();
+  if (sig == 0) return;
+  bool waiting = false;
+  double waited = 0;
+  const std::string what = activity(&waiting, &waited);
+  if (!waiting || waited < 1.0) return;
+  interrupt_reported_ = true;
+  const std::string host = host_clause({world_rank_}, &hosts_);
+  std::fprintf(stderr, "braid: rank %d%s: signal %d (%s) arrived while it was %s\n", world_rank_, host.c_str(), sig,
+               strsignal(sig), what.c_str());
+  std::fflush(stderr);
 }
 
 void Monitor::serve() {
@@ -417,6 +475,7 @@ void Monitor::check_deadlines() {
       p->abort_at = 1e300;
     }
   }
+  warn_long_wait(t);
   for (const auto& s : states())
     for (const auto& op : s->recorder.unfinished()) {
       if (op.state != OpState::started || t - op.t_started < opt_.timeout_s) continue;
@@ -440,6 +499,7 @@ void Monitor::handle_timeout(const std::shared_ptr<CommState>& st, const OpRecor
   const Query q{st->uid_hash, op.seq, world_rank_, qid};
   TimeoutFacts f{op, st->group_text(), opt_.timeout_s, world_rank_, 0.0,
                  std::clamp(opt_.timeout_s, 1.0, 5.0), opt_.record_dir, {}};
+  f.hosts = &hosts_;
   f.answers = ask_peers(*control_, q, std::move(targets), f.answer_s, [this] { serve(); }, [this] { return now(); });
   f.waited = now() - op.t_started;
   std::vector<int> in_it;

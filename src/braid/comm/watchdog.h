@@ -138,6 +138,9 @@ class Monitor {
   /// after a request completes, making that order visible: the write happened
   /// before the fence's last release, or the owner waits until it has.
   std::mutex& progress_fence() { return fence_; }
+  /// Each world rank's host name, so a timeout names the hosts of the ranks
+  /// it blames when the job spans several. Call before the first collective.
+  void set_hosts(std::vector<std::string> hosts) { hosts_ = std::move(hosts); }
 
  private:
   struct Pending;  // a timeout delivered to its waiter, awaiting the waiter's exit
@@ -154,11 +157,19 @@ class Monitor {
                        const std::shared_ptr<OpSignal>& sig, const std::string& msg, bool reporter);
   std::vector<std::shared_ptr<CommState>> states() const;
   /// What this rank is doing, in a phrase; *waiting set when it is in an operation.
-  std::string activity(bool* waiting = nullptr) const;
+  std::string activity(bool* waiting = nullptr, double* waited = nullptr) const;
+  /// Says once, on stderr, where this rank waits when a stop signal finds it
+  /// blocked in communication for over a second (CommOptions::stop_signal).
+  void report_interrupted_wait();
+  /// Says once per operation, on stderr, when this rank's oldest operation has
+  /// waited half the deadline (deadlines of 4 s and more): a stall is named
+  /// before a launcher that notices a lost host first ends the job.
+  void warn_long_wait(double t);
   void dump_record(const std::string& reason, bool to_stderr) const;
 
   CommOptions opt_;
   int world_rank_, world_size_;
+  std::vector<std::string> hosts_;  // world rank -> host name (set_hosts)
   std::unique_ptr<Communicator> control_;
   std::function<void(const std::string&)> hard_abort_;
   bool separate_processes_;
@@ -167,6 +178,8 @@ class Monitor {
   std::mutex fence_;
   std::vector<std::weak_ptr<CommState>> states_;
   std::atomic<bool> stop_{false};
+  bool interrupt_reported_ = false;  // report_interrupted_wait has spoken
+  std::pair<uint64_t, uint64_t> warned_{0, 0};  // (communicator, op id) warn_long_wait last named
   std::atomic<int32_t> next_query_{0};
   bool dumped_ = false;
   std::vector<std::unique_ptr<Pending>> pending_;

@@ -20,9 +20,11 @@ struct SaveFault {
   SavePhase phase = SavePhase::none;
   uint64_t at_byte = 0;  // SavePhase::payload: die once this many bytes of the file are written
   int rank = 0;          // sharded saves, payload, before_file_fsync, write_error: the rank it hits
+  bool stop = false;     // payload: stop (SIGSTOP) there instead of dying, as a stalled host does;
+                         // continued (SIGCONT), the write goes on
 };
 
-/// Parses "PHASE[:BYTE][@RANK]" (payload:N, before-file-fsync, before-metadata,
+/// Parses "PHASE[:BYTE][@RANK]" (payload:N, payload-stop:N, before-file-fsync, before-metadata,
 /// before-rename, before-dir-fsync, write-error). Throws ConfigError naming the accepted forms.
 SaveFault parse_save_fault(const std::string& spec);
 

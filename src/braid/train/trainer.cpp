@@ -232,7 +232,8 @@ std::vector<StepRecord> Trainer::run() {
   const auto t_load = SteadyClock::now();
   const RssRise rise;
   if (!resume_from_.empty()) start_step_ = load(resume_from_);
-  if (print) print_start_point(resume_from_, start_step_, *checkpoint_, opt_);
+  // Even under --quiet: supervisors (braid run --elastic) read where a run started.
+  if (world_.rank() == 0) print_start_point(resume_from_, start_step_, *checkpoint_, opt_);
   if (print && !resume_from_.empty())
     std::printf("loaded in %.2f s (rank 0 read %.1f MiB; its resident memory rose %.1f MiB)\n", seconds_since(t_load),
                 static_cast<double>(checkpoint_->loaded_bytes()) / (1 << 20),

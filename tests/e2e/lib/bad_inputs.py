@@ -182,6 +182,26 @@ CASES = [
      "bad.jsonl:2"),
     ("prepare-data of a JSON line without the field", ["prepare-data", "--input", p("bad.jsonl"), "--text-field",
                                                        "body", "--out-dir", p("pd")], 3, "--text-field"),
+    # braid run (refused before anything is launched)
+    ("run without a command", ["run"], 2, "command is required"),
+    ("run --elastic of a command that is not an MPI launch", ["run", "--elastic", "--", "srun", braid, "train"], 2,
+     "must be an MPI launcher"),
+    ("run --elastic of a program that is not braid train", ["run", "--elastic", "--", "mpirun", "-np", "2", "python3",
+                                                            "x.py"], 2, "no 'braid train'"),
+    ("run --elastic without the hosts", ["run", "--elastic", "--", "mpirun", "-np", "2", braid, "train"] + base +
+     ["--save", p("el")], 2, "needs the job's hosts"),
+    ("run --elastic without --save", ["run", "--elastic", "--", "mpirun", "--host", "a,b", braid, "train"] + base, 2,
+     "--save DIR"),
+    ("run --elastic with a hostfile that cannot be read", ["run", "--elastic", "--", "mpirun", "--hostfile",
+                                                           p("no_hosts"), braid, "train"] + base, 2,
+     "cannot read the hostfile"),
+    ("run --elastic with a bad train flag", ["run", "--elastic", "--", "mpirun", "--host", "a,b", braid, "train",
+                                             "--tp", "x"], 2, "--tp"),
+    ("run --elastic --min-nodes above the hosts", ["run", "--elastic", "--min-nodes", "3", "--", "mpirun", "--host",
+                                                   "a,b", braid, "train"] + base + ["--save", p("el")], 2,
+     "names 2 hosts"),
+    ("run --max-restarts without --elastic", ["run", "--max-restarts", "2", "--", "mpirun", "true"], 2,
+     "add --elastic"),
 ]
 
 os.makedirs(d + "/empty_dir", exist_ok=True)

@@ -2,7 +2,10 @@
 
 #include <mpi.h>
 
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 #include <sys/statvfs.h>
 
 #include <cerrno>
@@ -490,7 +493,60 @@ class MpiComm final : public CommBase {
 
 }  // namespace
 
+namespace {
+// A rank started by a launcher dies with its parent (mpirun or its daemon).
+void die_with_launcher() {
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE")) return;
+  const pid_t parent = getppid();
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(static_cast<int>(ExitCode::rank_failure));  // it died before the call
+}
+}  // namespace
+
+// The launcher daemon this rank runs under on a remote host (OpenMPI's orted,
+// PRRTE's prted), 0 when the parent is something else (mpirun itself, a shell).
+pid_t launcher_daemon() {
+  const pid_t parent = getppid();
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(parent) + "/comm").c_str(), "r");
+  if (!f) return 0;
+  char name[32] = {0};
+  const bool ok = std::fgets(name, sizeof name, f) != nullptr;
+  std::fclose(f);
+  const std::string comm = ok ? std::string(name, std::strcspn(name, "\n")) : "";
+  return comm == "orted" || comm == "prted" ? parent : 0;
+}
+
+// A process, left behind by an aborting rank, that kills this host's launcher
+// daemon if it is still there `after_s` seconds later. An abort that reaches
+// mpirun ends the daemon within a second or two; one cut off from mpirun (a
+// cut link) keeps its unacknowledged output queued, so TCP keepalive never
+// fires and it would wait for TCP's retransmission timeout (about 15 minutes
+// by default). The fork of a threaded process may only call async-signal-safe
+// functions, as here.
+void leave_daemon_reaper(pid_t daemon, int after_s) {
+  if (daemon <= 0 || fork() != 0) return;
+  setsid();  // not in the daemon's kill of its process group
+  timespec ts{after_s, 0};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+  if (kill(daemon, 0) == 0) kill(daemon, SIGKILL);
+  _exit(0);
+}
+
+[[noreturn]] void abort_job(int code) {
+  leave_daemon_reaper(launcher_daemon(), 5);
+  std::thread([code] {
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    std::fprintf(stderr, "braid: the job's abort did not end this process within 5 s; exiting with code %d\n", code);
+    std::fflush(stderr);
+    _exit(code);
+  }).detach();
+  MPI_Abort(MPI_COMM_WORLD, code);
+  _exit(code);
+}
+
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  die_with_launcher();
   int init = 0;
   BRAID_MPI_CHECK(MPI_Initialized(&init));
   int provided = 0;
@@ -515,6 +571,21 @@ MpiRuntime::~MpiRuntime() {
   if (!fin) MPI_Finalize();
 }
 
+namespace {
+// Every rank's host name (MPI_Get_processor_name), by rank.
+std::vector<std::string> host_names(MPI_Comm comm) {
+  int size = 0, len = 0;
+  BRAID_MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::vector<char> mine(MPI_MAX_PROCESSOR_NAME, '\0'), all(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  BRAID_MPI_CHECK(MPI_Get_processor_name(mine.data(), &len));
+  BRAID_MPI_CHECK(MPI_Allgather(mine.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                                MPI_CHAR, comm));
+  std::vector<std::string> out;
+  for (int r = 0; r < size; ++r) out.emplace_back(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+  return out;
+}
+}  // namespace
+
 std::unique_ptr<Communicator> MpiRuntime::world(const CommOptions& options) {
   options.validate();
   MPI_Comm dup, control;
@@ -528,9 +599,10 @@ std::unique_ptr<Communicator> MpiRuntime::world(const CommOptions& options) {
       [me](const std::string& why) {
         std::fprintf(stderr, "braid: error: rank %d: %s\n", me, why.c_str());
         std::fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::rank_failure));
+        abort_job(static_cast<int>(ExitCode::rank_failure));
       },
       /*separate_processes=*/true);
+  monitor->set_hosts(host_names(MPI_COMM_WORLD));
   auto state = std::make_shared<CommState>("world", std::move(ranks), rank_, monitor->origin());
   auto comm = std::make_unique<MpiComm>(dup, monitor, std::move(state));
   comm->discover_nodes();

@@ -18,6 +18,9 @@ namespace braid::comm {
 /// already initialised it is neither initialised nor finalised here. When destroyed
 /// during exception unwinding MPI is left initialised so that the caller can
 /// MPI_Abort the job (finalising would block on the peers).
+/// Under a launcher (mpirun's daemon or mpirun itself the parent), the process
+/// is killed when its parent dies (PR_SET_PDEATHSIG): a rank whose daemon is
+/// gone can neither report nor be stopped, and must not run on alone.
 /// Errors: braid::Error if the library does not provide MPI_THREAD_MULTIPLE.
 class MpiRuntime {
  public:
@@ -37,5 +40,13 @@ class MpiRuntime {
   bool owned_ = false;
   int rank_ = 0, size_ = 1;
 };
+
+/// Ends the whole job with exit code `code` (MPI_Abort). An abort that cannot
+/// reach the launcher (a cut link, a lost daemon) may block for ever, so this
+/// process ends itself with `code` 5 s later whatever MPI does: a failed rank
+/// never outlives its report. A rank under a remote launcher daemon (orted)
+/// also leaves a short-lived process that kills that daemon if it is still
+/// there 5 s later (a daemon cut off from mpirun would otherwise linger).
+[[noreturn]] void abort_job(int code);
 
 }  // namespace braid::comm
