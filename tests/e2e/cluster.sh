@@ -7,14 +7,7 @@
 # the run with exit code 4 naming the rank; nothing of the cluster left afterwards.
 # Needs root and namespaces; skips, saying why, without them.
 source "$(dirname "$0")/lib/common.bash" "$@"
-CLUSTER="$SRC/scripts/cluster.sh"
-# The PID names this cluster, so copies of the test running at once never share
-# an interface, namespace or hostname.
-export BRAID_CLUSTER=bt$$
-[ "$(id -u)" = 0 ] || { echo "SKIP: emulated hosts need root (namespaces, veth, tc)"; exit 0; }
-# Anonymous namespaces probe the permission without a name another run could hold.
-unshare --net true 2>/dev/null || { echo "SKIP: cannot make network namespaces here"; exit 0; }
-unshare --uts --mount true 2>/dev/null || { echo "SKIP: cannot make UTS and mount namespaces here"; exit 0; }
+emulated_hosts bt
 trap '"$CLUSTER" down >/dev/null 2>&1; rm -rf "$tmp"' EXIT
 "$CLUSTER" up 2 --shm 256m || fail "cluster up"
 

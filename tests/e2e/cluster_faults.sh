@@ -18,11 +18,7 @@
 # "case NAME: S s", its wall time.
 # Needs root and namespaces; skips, saying why, without them.
 source "$(dirname "$0")/lib/common.bash" "$@"
-CLUSTER="$SRC/scripts/cluster.sh"
-export BRAID_CLUSTER=hf$$
-[ "$(id -u)" = 0 ] || { echo "SKIP: emulated hosts need root (namespaces, veth, tc)"; exit 0; }
-unshare --net true 2>/dev/null || { echo "SKIP: cannot make network namespaces here"; exit 0; }
-unshare --uts --mount true 2>/dev/null || { echo "SKIP: cannot make UTS and mount namespaces here"; exit 0; }
+emulated_hosts hf
 
 CI_CASES=(cut host-killed stall-short checkpoint)
 ALL_CASES=(cut host-killed stall-short trickle stall-long loss checkpoint)

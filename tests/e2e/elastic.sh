@@ -12,11 +12,7 @@
 #   bash tests/e2e/elastic.sh BRAID SRC [all | CASE...]   (cases: restart budget min-nodes max-restarts figures)
 source "$(dirname "$0")/lib/common.bash" "$@"
 shift 2
-CLUSTER="$SRC/scripts/cluster.sh"
-export BRAID_CLUSTER=be$$
-[ "$(id -u)" = 0 ] || { echo "SKIP: emulated hosts need root (namespaces, veth, tc)"; exit 0; }
-unshare --net true 2>/dev/null || { echo "SKIP: cannot make network namespaces here"; exit 0; }
-unshare --uts --mount true 2>/dev/null || { echo "SKIP: cannot make UTS and mount namespaces here"; exit 0; }
+emulated_hosts be
 trap '"$CLUSTER" down >/dev/null 2>&1; rm -rf "$tmp"' EXIT
 "$CLUSTER" up 3 --shm 256m >/dev/null || fail "cluster up"
 
@@ -144,28 +140,27 @@ peak_mib() {
     grep -oE "needs [0-9.]+ MiB" | head -1 | grep -oE "[0-9.]+"
 }
 
-case_min_nodes() {
-  elastic minnodes 3 --min-nodes 3 -- --steps 40 --save "$tmp/ckm" --save-every 2
-  wait_step minnodes 3
+# stopped_case NAME "ELASTIC FLAGS" MESSAGE: host 2 killed; the supervisor must
+# stop with exit 4 and MESSAGE instead of restarting.
+stopped_case() {
+  local name=$1 message=$3 flags
+  read -ra flags <<< "$2"
+  elastic "$name" 3 "${flags[@]}" -- --steps 40 --save "$tmp/$name.ck" --save-every 2
+  wait_step "$name" 3
   "$CLUSTER" host 2 kill
   wait "$sup"; local rc=$?
-  [ $rc -eq 4 ] || { cat "$tmp/minnodes.txt"; fail "min-nodes: exit $rc, not 4"; }
-  grep -q "stopping: 2 hosts answer (lost: 198.18.0.3 (2)), fewer than --min-nodes 3" "$tmp/minnodes.txt" ||
-    { cat "$tmp/minnodes.txt"; fail "min-nodes: no reason given"; }
-  nothing_left min-nodes
+  [ $rc -eq 4 ] || { cat "$tmp/$name.txt"; fail "$name: exit $rc, not 4"; }
+  grep -qF "$message" "$tmp/$name.txt" || { cat "$tmp/$name.txt"; fail "$name: no reason given"; }
+  echo "$name: stopped: $(grep -oF "$message" "$tmp/$name.txt")"
+  nothing_left "$name"
   "$CLUSTER" host 2 revive
 }
 
-case_max_restarts() {
-  elastic maxrestarts 3 --max-restarts 0 -- --steps 40 --save "$tmp/ckr" --save-every 2
-  wait_step maxrestarts 3
-  "$CLUSTER" host 2 kill
-  wait "$sup"; local rc=$?
-  [ $rc -eq 4 ] || { cat "$tmp/maxrestarts.txt"; fail "max-restarts: exit $rc, not 4"; }
-  grep -q "and --max-restarts 0 are used" "$tmp/maxrestarts.txt" || { cat "$tmp/maxrestarts.txt"; fail "max-restarts: no reason"; }
-  nothing_left max-restarts
-  "$CLUSTER" host 2 revive
+case_min_nodes() {
+  stopped_case min-nodes "--min-nodes 3" "stopping: 2 hosts answer (lost: 198.18.0.3 (2)), fewer than --min-nodes 3"
 }
+
+case_max_restarts() { stopped_case max-restarts "--max-restarts 0" "and --max-restarts 0 are used"; }
 
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=(restart budget)

@@ -2,7 +2,8 @@
 # binary and source dir from the arguments, a temporary directory removed on
 # exit, one compute thread per rank, mpirun allowed as root, fail(), MPIRUN,
 # make_tokens to build a small token file pair for the run, run and same_run to
-# train and compare, and same_over_tcp to repeat a run over TCP.
+# train and compare, same_over_tcp to repeat a run over TCP, and emulated_hosts
+# for the scripts that run on hosts emulated by scripts/cluster.sh.
 set -uo pipefail
 BRAID="$1"; SRC="$2"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
@@ -71,4 +72,17 @@ same_over_tcp() {
     grep -q val_loss "$tmp/$name.jsonl" && keys+=,val_loss
     same_run "$keys" "$name" "$name.tcp:0"
   done
+}
+
+# emulated_hosts PREFIX: the cluster of scripts/cluster.sh this script uses
+# ($CLUSTER, named PREFIX and the PID so copies running at once never share an
+# interface, namespace or hostname), or exit 0 saying why the machine cannot
+# make one (not root; no network, UTS or mount namespaces).
+emulated_hosts() {
+  CLUSTER="$SRC/scripts/cluster.sh"
+  export BRAID_CLUSTER=$1$$
+  [ "$(id -u)" = 0 ] || { echo "SKIP: emulated hosts need root (namespaces, veth, tc)"; exit 0; }
+  # Anonymous namespaces probe the permission without a name another run could hold.
+  unshare --net true 2>/dev/null || { echo "SKIP: cannot make network namespaces here"; exit 0; }
+  unshare --uts --mount true 2>/dev/null || { echo "SKIP: cannot make UTS and mount namespaces here"; exit 0; }
 }
