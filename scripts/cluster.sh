@@ -183,6 +183,7 @@ cmd_down() {
     i=${nsname#"$NAME-h"}
     [ "$i" -lt "$n" ] || n=$((i + 1))
   done
+  [ ! -e "$STATE/hosts" ] || clear_sessions
   for ((i = 0; i < n; i++)); do
     kill_host "$i" all
     [ -f "$STATE/h$i.pid" ] && kill -9 "$(holder "$i")" 2>/dev/null || true
@@ -383,6 +384,19 @@ placement() {
   write_hostfile "$per"
   if [ -z "$NP" ]; then NP=$(awk '{split($2, a, "="); s += a[2]} END {print s}' "$STATE/hostfile"); fi
   write_cores
+  clear_sessions idle
+}
+
+# OpenMPI's session directories of this cluster's hosts (TMPDIR/ompi.HOSTNAME.UID,
+# named after the emulated hostnames). A killed mpirun or daemon leaves its own
+# behind, and a later job whose PID (so job family) repeats it could find it;
+# `idle` removes those of hosts where nothing runs, otherwise all of them.
+clear_sessions() {
+  local i
+  for ((i = 0; i < $(nhosts); i++)); do
+    [ "${1:-}" != idle ] || [ -z "$(procs "$i")" ] || continue
+    rm -rf "${TMPDIR:-/tmp}/ompi.$NAME-h$i".*
+  done
 }
 
 # mpirun_command NP: sets LAUNCH to the mpirun command of a run of NP ranks over
