@@ -584,6 +584,10 @@ void add_train(CLI::App& app) {
   CLI::App* c = app.add_subcommand("train", "Train a GPT-2 model over MPI ranks (or threads): data, tensor and pipeline parallel");
   add_train_options(c, *a);
   c->callback([a, c] {
+    // At once, and again after MPI_Init: a stop signal during start-up (a
+    // supervisor's SIGUSR1 while ranks still launch) stops the run at its first
+    // step boundary instead of killing the rank by the signal's default action.
+    train::install_stop_handler();
     a->given = c->config_to_str(false, false);
     a->resolved = c->config_to_str(true, false);
     check_flags_that_do_something(*c, a->opt);

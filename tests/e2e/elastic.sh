@@ -126,7 +126,7 @@ case_budget() {
   "$CLUSTER" host 2 kill
   wait "$sup"; local rc=$?
   [ $rc -eq 2 ] || { cat "$tmp/budget.txt"; fail "budget: exit $rc, not 2"; }
-  grep -q "giving up: no layout of this job runs on the 4 slots" "$tmp/budget.txt" ||
+  grep -q "giving up: no layout of this job runs on the 4 ranks that remain" "$tmp/budget.txt" ||
     { cat "$tmp/budget.txt"; fail "budget: no reason given"; }
   echo "budget ($six MiB on 6 ranks, $four on 4): $(grep -oE "giving up: .{0,160}" "$tmp/budget.txt")"
   nothing_left budget

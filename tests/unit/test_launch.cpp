@@ -45,10 +45,42 @@ TEST(LaunchCommand, HostListAndEqualsForms) {
   EXPECT_EQ(c.hosts[1].slots, 2);
   EXPECT_EQ(c.np, 3);
   EXPECT_TRUE(c.train_args().empty());
-  EXPECT_EQ(host_of_rank(c.hosts, 0), 0);
-  EXPECT_EQ(host_of_rank(c.hosts, 2), 1);
-  EXPECT_EQ(host_of_rank(c.hosts, 4), -1);
+  EXPECT_EQ(host_of_rank(c.hosts, 3, 0), 0);
+  EXPECT_EQ(host_of_rank(c.hosts, 3, 2), 1);
+  EXPECT_EQ(host_of_rank(c.hosts, 3, 3), -1);
   EXPECT_EQ(hostfile_text(c.hosts), "a slots=2 max_slots=2\nb slots=2 max_slots=2\n");
+}
+
+TEST(LaunchCommand, RanksPlacedBySlotAndOversubscribed) {
+  const std::vector<Host> hosts = {{"a", 2}, {"b", 2}, {"c", 1}};
+  EXPECT_EQ(ranks_per_host(hosts, 0), (std::vector<int>{2, 2, 1}));
+  EXPECT_EQ(ranks_per_host(hosts, 3), (std::vector<int>{2, 1, 0}));
+  EXPECT_EQ(ranks_per_host(hosts, 7), (std::vector<int>{4, 2, 1}));  // --oversubscribe: round again
+  EXPECT_EQ(ranks_per_host({{"localhost", 1}}, 2), (std::vector<int>{2}));
+  for (int np : {3, 5, 7})
+    for (int r = 0; r < np; ++r) {
+      const int h = host_of_rank(hosts, np, r);
+      ASSERT_GE(h, 0);
+      int before = 0;  // ranks below r on the same host, counted through the placement
+      for (int q = 0; q < r; ++q) before += host_of_rank(hosts, np, q) == h;
+      EXPECT_LT(before, ranks_per_host(hosts, np)[static_cast<size_t>(h)]) << np << " " << r;
+    }
+  EXPECT_EQ(ranks_on(hosts, 5, "b"), "2 3");
+  EXPECT_EQ(ranks_on(hosts, 3, "c"), "");
+}
+
+TEST(LaunchCommand, AWrapperBeforeBraidIsPartOfTheProgram) {
+  const LaunchCommand c = parse_launch_command({"mpirun", "--host", "a:2", "-x", "FOO", "env", "FOO=1", "numactl",
+                                                "-N", "0", "/bin/braid", "train", "--steps", "3"});
+  EXPECT_EQ(c.launcher, (std::vector<std::string>{"mpirun", "-x", "FOO"}));
+  EXPECT_EQ(c.program.front(), "env");
+  EXPECT_EQ(c.train_args(), (std::vector<std::string>{"--steps", "3"}));
+}
+
+TEST(LaunchCommand, HostfileLinesWithoutSlotsAreMarked) {
+  const auto hosts = parse_hostfile("a\nb slots=2\na\n", "h");
+  EXPECT_FALSE(hosts[0].slots_given);
+  EXPECT_TRUE(hosts[1].slots_given);
 }
 
 TEST(LaunchCommand, RefusesWhatItCannotRestart) {
@@ -121,6 +153,18 @@ TEST(ElasticLayout, KeepsTensorParallelism) {
   EXPECT_EQ(l->world, 4);
   EXPECT_EQ(l->dp, 2);
   EXPECT_FALSE(choose_layout(o, 1, 0, &why));  // one rank cannot hold TP 2
+}
+
+TEST(ElasticLayout, APipelineKeepsAMicroBatchPerStage) {
+  train::TrainOptions o = small_job();
+  o.pp = 2;
+  o.micro_batches = 4;  // 6 ranks: DP 3, micro-batch 1 x 4
+  std::string why;
+  auto l = choose_layout(o, 4, 0, &why);  // DP 2: 6 each; 4 micro-batches no longer divide it
+  ASSERT_TRUE(l) << why;
+  EXPECT_EQ(l->dp, 2);
+  EXPECT_GE(l->accumulation, 2) << l->describe();  // not 6 x 1: the pipeline would run serially
+  EXPECT_EQ(l->micro_batch * l->accumulation * l->dp, 12);
 }
 
 TEST(ElasticLayout, GivesUpWhenNothingFitsTheBudget) {

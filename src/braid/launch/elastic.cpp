@@ -75,10 +75,28 @@ std::optional<ElasticLayout> try_layout(train::TrainOptions opt, int world, int6
   }
 }
 
-std::string join_hosts(const std::vector<Host>& hosts) {
+// "a (2), b (1)": hosts and the ranks on each (their slots when np is 0).
+std::string join_hosts(const std::vector<Host>& hosts, int np = 0) {
+  const std::vector<int> n = ranks_per_host(hosts, np);
   std::string s;
-  for (const Host& h : hosts) s += (s.empty() ? "" : ", ") + h.name + " (" + std::to_string(h.slots) + ")";
+  for (size_t i = 0; i < hosts.size(); ++i)
+    s += (s.empty() ? "" : ", ") + hosts[i].name + " (" + std::to_string(np > 0 ? n[i] : hosts[i].slots) + ")";
   return s.empty() ? "none" : s;
+}
+
+// The hosts of the first launch, each with the ranks it ran as its slots: what
+// a relaunch may use again (never more ranks than the command's -np, and the
+// launcher's oversubscription, if any, as it was).
+std::vector<Host> placed_hosts(const LaunchCommand& cmd, int np) {
+  for (const Host& h : cmd.hosts)
+    BRAID_CONFIG_CHECK(h.slots_given, "braid run --elastic: the hostfile line of ", h.name,
+                       " has no slots=; mpirun would count that host's cores, which braid run cannot see: write \"",
+                       h.name, " slots=N\"");
+  const std::vector<int> n = ranks_per_host(cmd.hosts, np);
+  std::vector<Host> out;
+  for (size_t i = 0; i < cmd.hosts.size(); ++i)
+    if (n[i] > 0) out.push_back({cmd.hosts[i].name, n[i], true});
+  return out;
 }
 
 // This host's available memory shared by the most ranks any remaining host
@@ -126,9 +144,18 @@ std::string ElasticLayout::describe() const {
 std::optional<ElasticLayout> choose_layout(const train::TrainOptions& opt, int slots, uint64_t budget_bytes,
                                            std::string* why) {
   const int64_t cap = opt.micro_batch != parallel::kMicroBatchAuto ? opt.micro_batch : parallel::kMicroBatchAutoMax;
-  for (int world = slots; world >= 1; --world)
-    for (int64_t mb : micro_batch_candidates(opt, cap, opt.global_batch))
-      if (auto l = try_layout(opt, world, mb, budget_bytes, mb == opt.micro_batch ? why : nullptr)) return l;
+  for (int world = slots; world >= 1; --world) {
+    // The largest micro-batch that runs; under PP, the largest that still
+    // gives every stage a micro-batch to work on (m >= P) when one does.
+    std::optional<ElasticLayout> first;
+    for (int64_t mb : micro_batch_candidates(opt, cap, opt.global_batch)) {
+      auto l = try_layout(opt, world, mb, budget_bytes, mb == opt.micro_batch ? why : nullptr);
+      if (!l) continue;
+      if (opt.pp <= 1 || l->accumulation >= opt.pp) return l;
+      if (!first) first = l;
+    }
+    if (first) return first;
+  }
   return std::nullopt;
 }
 
@@ -137,6 +164,7 @@ bool probe_host(const LaunchCommand& cmd, const std::string& host, double timeou
   argv.insert(argv.end(), {"--host", host, "-np", "1", "true"});
   JobOptions o;
   o.echo = false;
+  o.forward_signals = false;  // a stop signal is for the job: the caller checks it after the probes
   o.timeout_s = timeout_s;
   o.abort_grace_s = 0;
   return run_job(argv, o).exit_code == 0;
@@ -177,17 +205,24 @@ struct NextLaunch {
   std::optional<ElasticLayout> layout;
 };
 NextLaunch next_launch(const LaunchCommand& cmd, const train::TrainOptions& opt, const ElasticOptions& eo,
-                       const JobReport& r, const std::vector<Host>& hosts, int restart) {
+                       const JobReport& r, const std::vector<Host>& hosts, int np, int restart) {
   std::string cause = r.failed ? r.failure : detail::concat("exit code ", r.exit_code);
   if (const std::string host = lost_host(r.failure); !host.empty())
-    cause += detail::concat(" (ranks ", ranks_on(hosts, restart == 0 ? cmd.np : 0, host), " ran there)");
+    cause += detail::concat(" (ranks ", ranks_on(hosts, np, host), " ran there)");
   if (restart >= eo.max_restarts) {
     log(detail::concat("stopping: the job failed again (", cause, ") and --max-restarts ", eo.max_restarts,
                        " are used"));
     return {r.exit_code, {}, {}};
   }
   std::vector<Host> alive, lost;
-  for (const Host& h : hosts) (probe_host(cmd, h.name, eo.probe_timeout_s) ? alive : lost).push_back(h);
+  for (const Host& h : hosts) {
+    if (stop_signals_received() > 0) break;
+    (probe_host(cmd, h.name, eo.probe_timeout_s) ? alive : lost).push_back(h);
+  }
+  if (stop_signals_received() > 0) {
+    log("a stop signal arrived while the hosts were probed: not restarting");
+    return {r.exit_code, {}, {}};
+  }
   if (static_cast<int>(alive.size()) < eo.min_nodes) {
     log(detail::concat("stopping: ", alive.size(), " hosts answer (lost: ", join_hosts(lost),
                        "), fewer than --min-nodes ", eo.min_nodes));
@@ -195,17 +230,18 @@ NextLaunch next_launch(const LaunchCommand& cmd, const train::TrainOptions& opt,
   }
   int slots = 0;
   for (const Host& h : alive) slots += h.slots;
+  slots = std::min(slots, np);  // the ranks that remain, never more than ran
   std::string budget_text, why;
   const uint64_t budget = memory_budget(opt, alive, &budget_text);
   auto layout = choose_layout(opt, slots, budget, &why);
   if (!layout) {
-    log(detail::concat("giving up: no layout of this job runs on the ", slots, " slots of the hosts that answer (",
-                       join_hosts(alive), ") within ", budget_text, ":", why));
+    log(detail::concat("giving up: no layout of this job runs on the ", slots, " ranks that remain on the hosts that "
+                       "answer (", join_hosts(alive), ") within ", budget_text, ":", why));
     return {static_cast<int>(ExitCode::config), {}, {}};
   }
   log(detail::concat("restart ", restart + 1, " of at most ", eo.max_restarts, ": cause: ", cause,
                      "; hosts lost: ", join_hosts(lost), "; new layout: ", layout->describe(), " on ",
-                     join_hosts(alive), "; resuming from the newest checkpoint that verifies (newest committed: ",
+                     join_hosts(alive, layout->world), "; resuming from the newest checkpoint that verifies (newest committed: ",
                      newest_committed(opt.save_dir), ")"));
   return {-1, alive, layout};
 }
@@ -219,35 +255,37 @@ int run_elastic(const LaunchCommand& cmd, const train::TrainOptions& opt, const 
                                             "--save DIR (and --save-every K so a restart loses at most K steps)");
   BRAID_CONFIG_CHECK(static_cast<int>(cmd.hosts.size()) >= eo.min_nodes, "braid run: --min-nodes ", eo.min_nodes,
                      " but the command names ", cmd.hosts.size(), " hosts");
-  TempDir tmp;
-  std::vector<Host> hosts = cmd.hosts;
+  std::optional<TempDir> tmp;  // the relaunches' hostfiles, made at the first
   int np = cmd.np > 0 ? cmd.np : cmd.slots();
+  std::vector<Host> hosts = placed_hosts(cmd, np);
   std::vector<std::string> argv = cmd.given;  // the first launch is the command as given
   int64_t reached = -1;                        // the last step the failed launch reached
   Clock::time_point failed_at;
   for (int restart = 0;; ++restart) {
-    log(detail::concat("launch ", restart + 1, ": ", np, " ranks on ", hosts.size(), " hosts: ", join_hosts(hosts)));
+    log(detail::concat("launch ", restart + 1, ": ", np, " ranks on ", hosts.size(), " hosts: ", join_hosts(hosts, np)));
     JobOptions jo = eo.job;
     jo.on_line = resume_logger(restart, reached, failed_at);
     const JobReport r = run_job(argv, jo);
     failed_at = Clock::now() - std::chrono::duration_cast<Clock::duration>(
                                    std::chrono::duration<double>(std::max(0.0, r.ended_s - r.failure_at_s)));
     if (r.last_step >= 0) reached = r.last_step;
+    const bool stopped = stop_signals_received() > 0;
     if (r.exit_code == 0) {
-      log(detail::concat("the job finished after ", restart, " restart", restart == 1 ? "" : "s"));
+      log(stopped ? std::string("the job stopped on a signal and saved; not restarting")
+                  : detail::concat("the job finished after ", restart, " restart", restart == 1 ? "" : "s"));
       return 0;
     }
-    if (r.exit_code != static_cast<int>(ExitCode::rank_failure) || stop_signals_received() > 0) {
+    if (r.exit_code != static_cast<int>(ExitCode::rank_failure) || stopped) {
       log(detail::concat("the job ended with exit code ", r.exit_code,
-                         stop_signals_received() > 0 ? " after a stop signal" : " (not a rank failure)",
-                         ": not restarting"));
+                         stopped ? " after a stop signal" : " (not a rank failure)", ": not restarting"));
       return r.exit_code;
     }
-    const NextLaunch next = next_launch(cmd, opt, eo, r, hosts, restart);
+    const NextLaunch next = next_launch(cmd, opt, eo, r, hosts, np, restart);
     if (next.stop_code >= 0) return next.stop_code;
     hosts = next.hosts;
     np = next.layout->world;
-    const std::string hostfile = tmp.path + "/hostfile." + std::to_string(restart + 1);
+    if (!tmp) tmp.emplace();
+    const std::string hostfile = tmp->path + "/hostfile." + std::to_string(restart + 1);
     write_hostfile(hostfile, hosts);
     std::vector<std::string> extra = next.layout->flags;
     extra.insert(extra.end(), {"--resume", "auto"});

@@ -132,7 +132,7 @@ std::string ranks_on(const std::vector<Host>& hosts, int np, const std::string& 
     for (const Host& h : hosts) n += h.slots;
   std::string out;
   for (int r = 0; r < n; ++r) {
-    const int h = host_of_rank(hosts, r);
+    const int h = host_of_rank(hosts, np, r);
     if (h < 0 || hosts[static_cast<size_t>(h)].name != host) continue;
     if (!out.empty()) out += ' ';
     out += std::to_string(r);
@@ -157,7 +157,8 @@ void install_forwarding_handlers() {
   struct sigaction sa{};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) sigaction(sig, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a closed terminal or pipe must not orphan the job
 }
 
 JobReport run_job(const std::vector<std::string>& argv, const JobOptions& opt) {
@@ -185,7 +186,8 @@ JobReport run_job(const std::vector<std::string>& argv, const JobOptions& opt) {
     for (Stream& s : streams)
       for (nfds_t i = 0; i < n; ++i)
         if (s.fd >= 0 && fds[i].fd == s.fd && fds[i].revents) drain(s, opt, r, seconds_since(t0));
-    if (const int sig = g_forward.exchange(0); sig != 0 && !exited) kill(pid, sig);
+    if (opt.forward_signals)
+      if (const int sig = g_forward.exchange(0); sig != 0 && !exited) kill(pid, sig);
     if (!exited && waitpid(pid, &status, WNOHANG) == pid) {
       exited = true;
       r.ended_s = seconds_since(t0);

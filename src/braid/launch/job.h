@@ -18,6 +18,7 @@ struct JobOptions {
   double abort_grace_s = 3;   // seconds the launcher has to end the job after the first failure report
   double timeout_s = 0;       // the job is killed after this many seconds (0: no limit)
   bool echo = true;           // pass the job's stdout and stderr through
+  bool forward_signals = true;  // pass stop signals on to the launcher (install_forwarding_handlers)
   std::vector<std::pair<std::string, std::string>> env;  // set in the launcher's environment (unless already set)
   std::function<void(const std::string&)> on_line;       // every complete output line (stdout and stderr)
 };
@@ -54,13 +55,13 @@ bool lost_by_launcher(const std::string& failure);
 int failure_exit_code(const std::string& failure);
 
 /// Runs ARGV (argv[0] looked up in PATH) in a process group of its own, watched
-/// as above. SIGINT, SIGTERM and SIGUSR1 sent to this process while it runs are
+/// as above. SIGINT, SIGTERM, SIGUSR1 and SIGHUP sent to this process while it runs are
 /// forwarded to the launcher (see install_forwarding_handlers). Throws Error
 /// when the process cannot be started.
 JobReport run_job(const std::vector<std::string>& argv, const JobOptions& opt);
 
-/// Installs the forwarding handlers of run_job (once per process). The first
-/// SIGINT, SIGTERM or SIGUSR1 is forwarded as SIGUSR1 (mpirun passes it to
+/// Installs the forwarding handlers of run_job (once per process) and ignores
+/// SIGPIPE. The first SIGINT, SIGTERM, SIGUSR1 or SIGHUP is forwarded as SIGUSR1 (mpirun passes it to
 /// every rank; braid train stops at the next step boundary and saves), a
 /// later one as itself.
 void install_forwarding_handlers();

@@ -62,6 +62,16 @@ size_t find_braid_train(const std::vector<std::string>& argv) {
   return 0;
 }
 
+// Where the program starts: at a wrapper the launcher runs braid through (the
+// first such word among the launcher's), else at the braid binary.
+size_t program_start(const std::vector<std::string>& argv, size_t braid_at) {
+  static const std::initializer_list<const char*> wrappers = {"env", "numactl", "taskset", "nice", "chrt",
+                                                              "stdbuf", "time", "nsys"};
+  for (size_t i = 1; i < braid_at; ++i)
+    if (one_of(std::filesystem::path(argv[i]).filename().string(), wrappers)) return i;
+  return braid_at;
+}
+
 }  // namespace
 
 int LaunchCommand::slots() const {
@@ -71,8 +81,10 @@ int LaunchCommand::slots() const {
 }
 
 std::vector<std::string> LaunchCommand::train_args() const {
-  return program.size() > 2 ? std::vector<std::string>(program.begin() + 2, program.end())
-                            : std::vector<std::string>{};
+  const size_t first = train_at + 2;  // after "braid train"
+  return program.size() > first ? std::vector<std::string>(program.begin() + static_cast<std::ptrdiff_t>(first),
+                                                           program.end())
+                                : std::vector<std::string>{};
 }
 
 std::vector<Host> parse_hostfile(const std::string& text, const std::string& path) {
@@ -85,14 +97,19 @@ std::vector<Host> parse_hostfile(const std::string& text, const std::string& pat
     std::string name, w;
     if (!(words >> name)) continue;
     int slots = 1;
+    bool given = false;
     while (words >> w) {
       const size_t eq = w.find('=');
       const std::string key = w.substr(0, eq), value = eq == std::string::npos ? "" : w.substr(eq + 1);
-      if (key == "slots") slots = parse_count(value, detail::concat(path, ":", no, ": slots"));
-      else BRAID_CONFIG_CHECK(key == "max_slots" || key == "max-slots", path, ":", no, ": unknown field '", w,
+      if (key == "slots") {
+        slots = parse_count(value, detail::concat(path, ":", no, ": slots"));
+        given = true;
+      } else BRAID_CONFIG_CHECK(key == "max_slots" || key == "max-slots", path, ":", no, ": unknown field '", w,
                               "' (a hostfile line is NAME [slots=N] [max_slots=M])");
     }
     add_slots(hosts, name, slots);
+    for (Host& h : hosts)
+      if (h.name == name) h.slots_given = h.slots_given && given;
   }
   BRAID_CONFIG_CHECK(!hosts.empty(), "braid run: the hostfile ", path, " names no host");
   return hosts;
@@ -120,10 +137,11 @@ LaunchCommand parse_launch_command(const std::vector<std::string>& argv) {
   const size_t at = find_braid_train(argv);
   BRAID_CONFIG_CHECK(at > 0, "braid run: found no 'braid train' in the command; give mpirun [options] "
                              "PATH/braid train [options]");
+  const size_t start = program_start(argv, at);
   LaunchCommand cmd;
   cmd.given = argv;
   cmd.launcher.push_back(argv[0]);
-  for (size_t i = 1; i < at; ++i) {
+  for (size_t i = 1; i < start; ++i) {
     auto [key, value] = split_eq(argv[i]);
     const bool known = one_of(key, kHostfileFlags) || one_of(key, kHostFlags) || one_of(key, kNpFlags);
     if (!known) {
@@ -131,7 +149,7 @@ LaunchCommand parse_launch_command(const std::vector<std::string>& argv) {
       continue;
     }
     if (value.empty()) {
-      BRAID_CONFIG_CHECK(i + 1 < at, "braid run: ", key, " needs a value");
+      BRAID_CONFIG_CHECK(i + 1 < start, "braid run: ", key, " needs a value");
       value = argv[++i];
     }
     if (one_of(key, kNpFlags)) {
@@ -143,7 +161,8 @@ LaunchCommand parse_launch_command(const std::vector<std::string>& argv) {
       cmd.hosts = parse_host_list(value);
     }
   }
-  cmd.program.assign(argv.begin() + static_cast<std::ptrdiff_t>(at), argv.end());
+  cmd.program.assign(argv.begin() + static_cast<std::ptrdiff_t>(start), argv.end());
+  cmd.train_at = at - start;
   return cmd;
 }
 
@@ -163,13 +182,33 @@ std::string hostfile_text(const std::vector<Host>& hosts) {
   return s;
 }
 
-int host_of_rank(const std::vector<Host>& hosts, int rank) {
-  int first = 0;
-  for (size_t i = 0; i < hosts.size(); ++i) {
-    if (rank >= first && rank < first + hosts[i].slots) return static_cast<int>(i);
-    first += hosts[i].slots;
-  }
-  return -1;
+std::vector<int> ranks_per_host(const std::vector<Host>& hosts, int np) {
+  std::vector<int> n(hosts.size(), 0);
+  int total = 0;
+  for (const Host& h : hosts) total += h.slots;
+  int left = np > 0 ? np : total;
+  while (left > 0 && total > 0)
+    for (size_t i = 0; i < hosts.size() && left > 0; ++i) {
+      const int take = std::min(left, hosts[i].slots);
+      n[i] += take;
+      left -= take;
+    }
+  return n;
+}
+
+int host_of_rank(const std::vector<Host>& hosts, int np, int rank) {
+  // Filling by slot, pass after pass: rank r is the r-th placed.
+  int total = 0;
+  for (const Host& h : hosts) total += h.slots;
+  const int n = np > 0 ? np : total;
+  if (rank < 0 || rank >= n || total == 0) return -1;
+  int placed = 0;
+  while (true)
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      const int take = std::min(n - placed, hosts[i].slots);
+      if (rank < placed + take) return static_cast<int>(i);
+      placed += take;
+    }
 }
 
 }  // namespace braid::launch

@@ -15,6 +15,7 @@ namespace braid::launch {
 struct Host {
   std::string name;
   int slots = 1;
+  bool slots_given = true;  // false: a hostfile line without slots= (the launcher counts the host's cores)
 };
 
 /// The launch command split into its parts.
@@ -24,7 +25,8 @@ struct LaunchCommand {
   std::vector<Host> hosts;            // from --hostfile or --host (empty: the launcher's default, this host)
   std::string hostfile;               // the --hostfile given, "" if none
   int np = 0;                         // -np / -n / --np / -c (0: not given: every slot)
-  std::vector<std::string> program;   // the program and its arguments (program[0]: the binary)
+  std::vector<std::string> program;   // the program and its arguments (a wrapper such as env or numactl first)
+  size_t train_at = 0;                // index in `program` of the braid binary
 
   /// Slots over all hosts.
   int slots() const;
@@ -42,7 +44,9 @@ std::vector<Host> parse_host_list(const std::string& list);
 
 /// Splits ARGV (the words after `braid run ... --`): ARGV[0] must be an MPI
 /// launcher (mpirun, mpiexec, orterun, by base name) and the program the first
-/// word naming a `braid` binary that is followed by `train`; the hosts
+/// word naming a `braid` binary that is followed by `train`, or a wrapper the
+/// launcher starts it through (env, numactl, taskset, nice, chrt, stdbuf,
+/// time, nsys) just before; the hosts
 /// (--hostfile / --machinefile / --host / -H, also in the --opt=value form)
 /// and the rank count (-np / --np / -n / -c) are taken out of the launcher's
 /// options. Throws ConfigError for another launcher, no `braid train`, or a
@@ -58,8 +62,12 @@ std::vector<std::string> launch_argv(const LaunchCommand& cmd, const std::string
 /// The hostfile text for `hosts` (one "NAME slots=N max_slots=N" line each).
 std::string hostfile_text(const std::vector<Host>& hosts);
 
-/// The host rank `rank` runs on when ranks are placed by slot (OpenMPI's
-/// default): hosts in order, each filled before the next. -1 past the slots.
-int host_of_rank(const std::vector<Host>& hosts, int rank);
+/// The ranks each host runs when `np` ranks (0: every slot) are placed by slot
+/// (OpenMPI's default): hosts in order, each filled to its slots before the
+/// next; ranks beyond the slots (--oversubscribe) go round again the same way.
+std::vector<int> ranks_per_host(const std::vector<Host>& hosts, int np);
+
+/// The host rank `rank` runs on under ranks_per_host(hosts, np); -1 past np.
+int host_of_rank(const std::vector<Host>& hosts, int np, int rank);
 
 }  // namespace braid::launch
