@@ -48,6 +48,7 @@ std::optional<ElasticLayout> try_layout(train::TrainOptions opt, int world, int6
                                         std::string* why) {
   const bool changed = mb != opt.micro_batch;
   const int64_t given_micro_batches = opt.micro_batches;
+  const bool given_dp = opt.dp != 0;
   if (changed) {
     opt.micro_batch = mb;
     opt.micro_batches = 0;
@@ -62,7 +63,7 @@ std::optional<ElasticLayout> try_layout(train::TrainOptions opt, int world, int6
     l.micro_batch = plan.micro_batch;
     l.accumulation = plan.global_batch / (static_cast<int64_t>(plan.dp.degree) * plan.micro_batch);
     l.peak_bytes = train::worst_rank_peak(opt, world);
-    l.flags = {"--dp", "0"};
+    if (given_dp) l.flags = {"--dp", "0"};  // derived from the new world size
     // --micro-batch and --micro-batches exclude each other: change the one the command gave.
     if (changed && given_micro_batches > 0)
       l.flags.insert(l.flags.end(), {"--micro-batches", std::to_string(l.accumulation)});
