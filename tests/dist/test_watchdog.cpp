@@ -7,6 +7,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <atomic>
+#include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "braid/comm/backends/local.h"
+#include "braid/comm/comm_base.h"
+#include "braid/comm/work.h"
 #include "braid/comm/flight_recorder.h"
 #include "braid/core/error.h"
 #include "common/fault_cases.h"
@@ -207,6 +212,72 @@ TEST(Watchdog, FlightRecordFileDescribesTheOps) {
   // The rank that was asked wrote its side too.
   EXPECT_TRUE(std::filesystem::exists(dir / "flight_record_rank1.json"));
   std::filesystem::remove_all(dir);
+}
+
+// A two-rank communicator whose receives wait for a gate and then fail, as a receive
+// from a dead peer does; it leaves its progress thread running when destroyed, as
+// the MPI backend does while a failing process unwinds.
+class GatedComm final : public comm::CommBase {
+ public:
+  GatedComm(std::shared_ptr<comm::CommState> st, std::shared_future<void> gate,
+            std::shared_ptr<std::atomic<bool>> at_gate)
+      : CommBase(nullptr, std::move(st)), gate_(std::move(gate)), at_gate_(std::move(at_gate)) {
+    set_node_map(comm::NodeMap::one_node(2));
+  }
+  ~GatedComm() override { stop_progress(/*detach=*/true); }
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string backend() const override { return "gated"; }
+  std::unique_ptr<Communicator> split(int, int) override { throw Error("GatedComm cannot split"); }
+
+ protected:
+  void do_send(const void*, size_t, int, int) override {}
+  void do_recv(void*, size_t, int, int) override { fail_at_gate(); }
+  comm::WorkPtr do_isend(const void*, size_t, int, int) override { return std::make_shared<comm::DoneWork>(); }
+  comm::WorkPtr do_irecv(void*, size_t, int, int) override { fail_at_gate(); }
+  void native_all_reduce(const void*, void*, size_t, DType, comm::ReduceOp) override { fail_at_gate(); }
+
+ private:
+  [[noreturn]] void fail_at_gate() {
+    *at_gate_ = true;
+    gate_.wait();
+    throw Error("peer gone");
+  }
+  std::shared_future<void> gate_;
+  std::shared_ptr<std::atomic<bool>> at_gate_;  // outlives the communicator
+};
+
+// The op a detached progress thread is running (blocked on a peer) ends after its
+// communicator is gone:
+// its handle fails, the record (kept by the thread) says so, ops queued behind it
+// fail without running, and nothing of the freed communicator is touched (the
+// sanitizer passes run this test).
+TEST(ProgressThread, DetachedThreadFinishesItsOpWithoutItsCommunicator) {
+  auto st = std::make_shared<comm::CommState>("world", std::vector<int>{0, 1}, 0, Clock::now());
+  std::promise<void> gate;
+  std::vector<float> a(64, 1.f), b(64, 1.f);
+  auto at_gate = std::make_shared<std::atomic<bool>>(false);
+  auto c = std::make_unique<GatedComm>(st, gate.get_future().share(), at_gate);
+  const auto native = comm::Algorithm::native;  // blocks in one call, as MPI_Allreduce does
+  auto running = c->all_reduce_async(a.data(), a.data(), a.size(), DType::f32, comm::ReduceOp::sum, native);
+  auto queued = c->all_reduce_async(b.data(), b.data(), b.size(), DType::f32, comm::ReduceOp::sum, native);
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (!*at_gate && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(*at_gate) << "the first op never reached its receive";
+  c.reset();  // while the op waits on a peer, as a failing rank unwinds
+  gate.set_value();
+  EXPECT_THROW(running->wait(), Error);
+  try {
+    queued->wait();
+    ADD_FAILURE() << "the queued op ran";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "communicator destroyed before the collective ran")) << e.what();
+  }
+  const auto ops = st->recorder.recent();
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(ops[0].state, comm::OpState::failed);
+  EXPECT_EQ(ops[1].state, comm::OpState::failed);
+  EXPECT_TRUE(has(ops[1].error, "destroyed before the collective ran")) << ops[1].error;
 }
 
 TEST(FlightRecorder, KeepsTheLastOpsAndEveryUnfinishedOne) {

@@ -100,10 +100,11 @@ class CommBase::AsyncWork final : public Work {
 
 void CommBase::stop_progress(bool detach) {
   {
-    std::lock_guard<std::mutex> lk(qmu_);
-    stop_ = true;
+    std::lock_guard<std::mutex> lk(pq_->mu);
+    pq_->stop = true;
+    if (detach) pq_->orphaned = true;  // ~CommBase calls again, without detach
   }
-  qcv_.notify_all();
+  pq_->cv.notify_all();
   if (progress_.joinable()) {
     if (detach)
       progress_.detach();
@@ -113,28 +114,40 @@ void CommBase::stop_progress(bool detach) {
 }
 
 bool CommBase::progress_busy() {
-  std::lock_guard<std::mutex> lk(qmu_);
-  return busy_ || !queue_.empty();
+  std::lock_guard<std::mutex> lk(pq_->mu);
+  return pq_->busy || !pq_->items.empty();
 }
 
-void CommBase::progress_loop() {
-  std::unique_lock<std::mutex> lk(qmu_);
+void CommBase::progress_loop(const std::shared_ptr<ProgressQueue>& pq,
+                             const std::shared_ptr<CommState>& st) {
+  std::unique_lock<std::mutex> lk(pq->mu);
   for (;;) {
-    qcv_.wait(lk, [&] { return (!queue_.empty() && !busy_) || (stop_ && queue_.empty()); });
-    if (queue_.empty()) return;  // stopping and drained
-    auto item = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
+    pq->cv.wait(lk, [&] {
+      return pq->orphaned || (!pq->items.empty() && !pq->busy) || (pq->stop && pq->items.empty());
+    });
+    if (pq->orphaned) {  // the communicator is gone: what never ran fails
+      const std::string why = "communicator destroyed before the collective ran";
+      for (auto& item : pq->items) {
+        if (st) st->recorder.set_state(item.second->id, OpState::failed, st->now(), why);
+        item.second->complete(true, false, why);
+      }
+      pq->items.clear();
+      return;
+    }
+    if (pq->items.empty()) return;  // stopping and drained
+    auto item = std::move(pq->items.front());
+    pq->items.pop_front();
+    pq->busy = true;
     lk.unlock();
     bool failed = false, config = false;
     std::string what;
     try {
       if (item.second->cancelled) {
-        if (state_) state_->recorder.set_state(item.second->id, OpState::failed, state_->now(), "cancelled before it started");
+        if (st) st->recorder.set_state(item.second->id, OpState::failed, st->now(), "cancelled before it started");
         throw Error("collective cancelled before it started");
       }
-      if (state_)
-        run_recorded(item.second->id, item.first, item.second->sig);
+      if (st)
+        run_recorded(*st, item.second->id, item.first, item.second->sig);
       else
         item.first();
     } catch (const ConfigError& e) {
@@ -148,26 +161,26 @@ void CommBase::progress_loop() {
       what = "unknown exception in an asynchronous collective";
     }
     lk.lock();
-    busy_ = false;
+    pq->busy = false;
     item.second->complete(failed, config, std::move(what));
-    qcv_.notify_all();
+    pq->cv.notify_all();
   }
 }
 
 void CommBase::run_exclusive(const std::function<void()>& fn) {
   {
-    std::unique_lock<std::mutex> lk(qmu_);
-    qcv_.wait(lk, [&] { return queue_.empty() && !busy_; });
-    busy_ = true;
+    std::unique_lock<std::mutex> lk(pq_->mu);
+    pq_->cv.wait(lk, [&] { return pq_->items.empty() && !pq_->busy; });
+    pq_->busy = true;
   }
   struct Release {
     CommBase* self;
     ~Release() {
       {
-        std::lock_guard<std::mutex> lk(self->qmu_);
-        self->busy_ = false;
+        std::lock_guard<std::mutex> lk(self->pq_->mu);
+        self->pq_->busy = false;
       }
-      self->qcv_.notify_all();
+      self->pq_->cv.notify_all();
     }
   } release{this};
   fn();
@@ -179,12 +192,13 @@ WorkPtr CommBase::enqueue(OpRecord op, std::function<void()> fn) {
   fn = traced(op, std::move(fn), true);
   if (state_) a->id = record_collective(op);
   {
-    std::lock_guard<std::mutex> lk(qmu_);
-    BRAID_CHECK(!stop_, "collective queued on a communicator being destroyed");
-    if (!progress_.joinable()) progress_ = std::thread([this] { progress_loop(); });
-    queue_.emplace_back(std::move(fn), a);
+    std::lock_guard<std::mutex> lk(pq_->mu);
+    BRAID_CHECK(!pq_->stop, "collective queued on a communicator being destroyed");
+    if (!progress_.joinable())
+      progress_ = std::thread([this, pq = pq_, st = state_] { progress_loop(pq, st); });
+    pq_->items.emplace_back(std::move(fn), a);
   }
-  qcv_.notify_all();
+  pq_->cv.notify_all();
   return std::make_shared<AsyncWork>(a);
 }
 
@@ -318,7 +332,12 @@ void CommBase::set_next_label(std::string label) {
 
 void CommBase::run_recorded(uint64_t id, const std::function<void()>& fn,
                             std::shared_ptr<OpSignal> sig) {
-  RunningOp running(*state_, id, std::move(sig));
+  run_recorded(*state_, id, fn, std::move(sig));
+}
+
+void CommBase::run_recorded(CommState& st, uint64_t id, const std::function<void()>& fn,
+                            std::shared_ptr<OpSignal> sig) {
+  RunningOp running(st, id, std::move(sig));
   if (monitor_ && monitor_->options().debug_collectives && size() > 1) check_same_call(id);
   fn();
   running.done();

@@ -145,10 +145,13 @@ class CommBase : public Communicator {
 
  private:
   struct Async;
+  struct ProgressQueue;
   class AsyncWork;
   class TrackedWork;
 
-  void progress_loop();
+  /// The progress thread: runs pq's items in order until stopped and drained, or
+  /// orphaned. Reads nothing of this communicator outside a running item.
+  void progress_loop(const std::shared_ptr<ProgressQueue>& pq, const std::shared_ptr<CommState>& st);
   /// Takes the pending label into `op` and wraps fn so that it reports its span
   /// when a sink is set (lane "main" when blocking, else "comm <name>").
   std::function<void()> traced(OpRecord& op, std::function<void()> fn, bool async);
@@ -159,6 +162,9 @@ class CommBase : public Communicator {
   /// communicator (or nothing is monitored); returns false then.
   bool record_p2p(const char* name, size_t bytes, int peer, int tag, uint64_t& id);
   void run_recorded(uint64_t id, const std::function<void()>& fn, std::shared_ptr<OpSignal> sig);
+  /// run_recorded on an explicit state (the progress thread's own reference to it).
+  void run_recorded(CommState& st, uint64_t id, const std::function<void()>& fn,
+                    std::shared_ptr<OpSignal> sig);
   void check_same_call(uint64_t id);
   void do_all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                      Algorithm algo);
@@ -191,10 +197,16 @@ class CommBase : public Communicator {
   };
   std::shared_ptr<SharedRegistry> shared_ = std::make_shared<SharedRegistry>();
 
-  std::mutex qmu_;
-  std::condition_variable qcv_;
-  std::deque<std::pair<std::function<void()>, std::shared_ptr<Async>>> queue_;
-  bool busy_ = false, stop_ = false;
+  // The progress thread's queue. The thread holds it (and the CommState) itself, so
+  // that a thread left running by stop_progress(detach=true) finishes its op without
+  // reaching into the destroyed communicator; `orphaned` tells it to stop there.
+  struct ProgressQueue {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::pair<std::function<void()>, std::shared_ptr<Async>>> items;
+    bool busy = false, stop = false, orphaned = false;
+  };
+  std::shared_ptr<ProgressQueue> pq_ = std::make_shared<ProgressQueue>();
   std::thread progress_;
 };
 
