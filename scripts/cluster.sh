@@ -51,6 +51,9 @@
 # still lets one burst through); `host H kill` kill -9s H's processes, takes its
 # link down and marks it dead, and the rsh agent then refuses it as ssh refuses an
 # unreachable machine (exit 255, "No route to host"), until `host H revive`.
+# `link H up` and `host H revive` return once H reaches every other host again
+# (a launch at once would otherwise meet the neighbour entries that failed while
+# the link was down: OpenMPI's daemon dies on that first "No route to host").
 # `host H stop` leaves the link up: the peers' connections stay open, unanswered.
 #
 # Needs root (namespaces, veth, tc). `up` undoes what it made when it fails or is
@@ -208,11 +211,38 @@ cmd_exec() {
 
 link_setting() { sed -E "s/.*(^| )$1=([^ ]*).*/\2/" "$STATE/link"; }  # rate, burst or limit of `up`
 
+# reaches I ADDR: host i reaches ADDR. A refused TCP connection counts (the host
+# answered); "No route to host" or silence does not.
+reaches() {
+  local out
+  out=$(in_host "$1" timeout 2 bash -c "exec 3<>/dev/tcp/$2/9" 2>&1) && return 0
+  [[ $out == *"Connection refused"* ]]
+}
+
+# link_up I: brings host i's link up and returns once host i reaches every other
+# host. The neighbour entries that failed while the link was down are flushed
+# first: a connection made at once would otherwise fail with "No route to host",
+# and OpenMPI's daemon gives up on the first such failure (mpirun then waits for
+# it for ever).
+link_up() {
+  local i=$1 j t
+  ip link set "$(veth "$i")" up
+  for ((j = 0; j < $(nhosts); j++)); do ip -n "$(ns "$j")" neigh flush dev eth0 2>/dev/null || true; done
+  for ((j = 0; j < $(nhosts); j++)); do
+    [ "$j" -ne "$i" ] || continue
+    t=0
+    until reaches "$i" "$(addr "$j")"; do
+      t=$((t + 1)); [ $t -lt 50 ] || die "link $i up: host $i does not reach host $j ($(addr "$j")) after 10 s"
+      sleep 0.2
+    done
+  done
+}
+
 cmd_link() {
   need_up; host_arg "${1:-}"; local i=$1 what=${2:-}
   case $what in
     down) ip link set "$(veth $i)" down ;;
-    up) ip link set "$(veth $i)" up ;;
+    up) link_up "$i" ;;
     loss)
       local pct=${3:-}
       [[ $pct =~ ^[0-9]+$ ]] && [ "$pct" -le 100 ] || die "link loss: percent must be 0..100, got '$pct'"
@@ -259,7 +289,7 @@ cmd_host() {
       done ;;
     revive)
       rm -f "$STATE/h$i.dead"
-      ip link set "$(veth $i)" up ;;
+      link_up "$i" ;;
     stop|cont)
       for p in $(procs "$i"); do kill -"${what^^}" "$p" 2>/dev/null || true; done ;;
     *) die "host: expected kill, revive, stop or cont, got '$what'" ;;

@@ -214,14 +214,21 @@ TEST(Watchdog, FlightRecordFileDescribesTheOps) {
   std::filesystem::remove_all(dir);
 }
 
+// What a GatedComm's receives wait for, and what the test reads of them; shared,
+// so that it outlives the communicator.
+struct Gate {
+  std::shared_future<void> open;
+  std::atomic<bool> reached{false};  // a receive waits at the gate
+  std::atomic<int> calls{0};         // receives and native collectives called
+};
+
 // A two-rank communicator whose receives wait for a gate and then fail, as a receive
 // from a dead peer does; it leaves its progress thread running when destroyed, as
 // the MPI backend does while a failing process unwinds.
 class GatedComm final : public comm::CommBase {
  public:
-  GatedComm(std::shared_ptr<comm::CommState> st, std::shared_future<void> gate,
-            std::shared_ptr<std::atomic<bool>> at_gate)
-      : CommBase(nullptr, std::move(st)), gate_(std::move(gate)), at_gate_(std::move(at_gate)) {
+  GatedComm(std::shared_ptr<comm::CommState> st, std::shared_ptr<Gate> gate)
+      : CommBase(nullptr, std::move(st)), gate_(std::move(gate)) {
     set_node_map(comm::NodeMap::one_node(2));
   }
   ~GatedComm() override { stop_progress(/*detach=*/true); }
@@ -239,33 +246,37 @@ class GatedComm final : public comm::CommBase {
 
  private:
   [[noreturn]] void fail_at_gate() {
-    *at_gate_ = true;
-    gate_.wait();
+    ++gate_->calls;
+    gate_->reached = true;
+    gate_->open.wait();
     throw Error("peer gone");
   }
-  std::shared_future<void> gate_;
-  std::shared_ptr<std::atomic<bool>> at_gate_;  // outlives the communicator
+  std::shared_ptr<Gate> gate_;
 };
 
+// An all-reduce that blocks in one call, as MPI_Allreduce does.
+comm::WorkPtr native_all_reduce_async(Communicator& c, std::vector<float>& v) {
+  return c.all_reduce_async(v.data(), v.data(), v.size(), DType::f32, comm::ReduceOp::sum, comm::Algorithm::native);
+}
+
 // The op a detached progress thread is running (blocked on a peer) ends after its
-// communicator is gone:
-// its handle fails, the record (kept by the thread) says so, ops queued behind it
-// fail without running, and nothing of the freed communicator is touched (the
-// sanitizer passes run this test).
+// communicator is gone: its handle fails, the record (kept by the thread) says so,
+// ops queued behind it fail without running, and nothing of the freed communicator
+// is touched (the sanitizer passes run this test).
 TEST(ProgressThread, DetachedThreadFinishesItsOpWithoutItsCommunicator) {
   auto st = std::make_shared<comm::CommState>("world", std::vector<int>{0, 1}, 0, Clock::now());
-  std::promise<void> gate;
+  std::promise<void> open;
+  auto gate = std::make_shared<Gate>();
+  gate->open = open.get_future().share();
   std::vector<float> a(64, 1.f), b(64, 1.f);
-  auto at_gate = std::make_shared<std::atomic<bool>>(false);
-  auto c = std::make_unique<GatedComm>(st, gate.get_future().share(), at_gate);
-  const auto native = comm::Algorithm::native;  // blocks in one call, as MPI_Allreduce does
-  auto running = c->all_reduce_async(a.data(), a.data(), a.size(), DType::f32, comm::ReduceOp::sum, native);
-  auto queued = c->all_reduce_async(b.data(), b.data(), b.size(), DType::f32, comm::ReduceOp::sum, native);
+  auto c = std::make_unique<GatedComm>(st, gate);
+  auto running = native_all_reduce_async(*c, a);
+  auto queued = native_all_reduce_async(*c, b);
   const auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (!*at_gate && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_TRUE(*at_gate) << "the first op never reached its receive";
+  while (!gate->reached && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(gate->reached) << "the first op never reached its receive";
   c.reset();  // while the op waits on a peer, as a failing rank unwinds
-  gate.set_value();
+  open.set_value();
   EXPECT_THROW(running->wait(), Error);
   try {
     queued->wait();
@@ -273,11 +284,40 @@ TEST(ProgressThread, DetachedThreadFinishesItsOpWithoutItsCommunicator) {
   } catch (const Error& e) {
     EXPECT_TRUE(has(e.what(), "communicator destroyed before the collective ran")) << e.what();
   }
+  EXPECT_EQ(gate->calls.load(), 1);
   const auto ops = st->recorder.recent();
   ASSERT_EQ(ops.size(), 2u);
   EXPECT_EQ(ops[0].state, comm::OpState::failed);
   EXPECT_EQ(ops[1].state, comm::OpState::failed);
   EXPECT_TRUE(has(ops[1].error, "destroyed before the collective ran")) << ops[1].error;
+}
+
+// A queued collective that fails midway (its peer gone, its deadline passed) leaves
+// the group's messages out of order: the ones queued behind it, and any queued
+// later, fail without running instead of taking its peers' messages as theirs.
+TEST(ProgressThread, CollectivesBehindAFailedOneFailWithoutRunning) {
+  auto st = std::make_shared<comm::CommState>("world", std::vector<int>{0, 1}, 0, Clock::now());
+  std::promise<void> open;
+  auto gate = std::make_shared<Gate>();
+  gate->open = open.get_future().share();
+  std::vector<float> a(64, 1.f), b(64, 1.f), c2(64, 1.f);
+  GatedComm c(st, gate);
+  auto first = native_all_reduce_async(c, a);
+  auto behind = native_all_reduce_async(c, b);
+  open.set_value();
+  EXPECT_THROW(first->wait(), Error);
+  for (const comm::WorkPtr& w : {behind, native_all_reduce_async(c, c2)}) {
+    try {
+      w->wait();
+      ADD_FAILURE() << "a collective behind the failed one ran";
+    } catch (const Error& e) {
+      EXPECT_TRUE(has(e.what(), "not run: an earlier collective on this group failed (peer gone")) << e.what();
+    }
+  }
+  EXPECT_EQ(gate->calls.load(), 1);
+  const auto ops = st->recorder.recent();
+  ASSERT_EQ(ops.size(), 3u);
+  for (const auto& op : ops) EXPECT_EQ(op.state, comm::OpState::failed);
 }
 
 TEST(FlightRecorder, KeepsTheLastOpsAndEveryUnfinishedOne) {

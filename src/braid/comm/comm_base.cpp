@@ -120,32 +120,34 @@ bool CommBase::progress_busy() {
 
 void CommBase::progress_loop(const std::shared_ptr<ProgressQueue>& pq,
                              const std::shared_ptr<CommState>& st) {
+  // A queued collective that will not run: recorded failed, its handle completed.
+  const auto fail_unrun = [&](Async& a, const std::string& why) {
+    if (st) st->recorder.set_state(a.id, OpState::failed, st->now(), why);
+    a.complete(true, false, why);
+  };
   std::unique_lock<std::mutex> lk(pq->mu);
   for (;;) {
     pq->cv.wait(lk, [&] {
       return pq->orphaned || (!pq->items.empty() && !pq->busy) || (pq->stop && pq->items.empty());
     });
     if (pq->orphaned) {  // the communicator is gone: what never ran fails
-      const std::string why = "communicator destroyed before the collective ran";
-      for (auto& item : pq->items) {
-        if (st) st->recorder.set_state(item.second->id, OpState::failed, st->now(), why);
-        item.second->complete(true, false, why);
-      }
+      for (auto& item : pq->items) fail_unrun(*item.second, "communicator destroyed before the collective ran");
       pq->items.clear();
       return;
     }
     if (pq->items.empty()) return;  // stopping and drained
     auto item = std::move(pq->items.front());
     pq->items.pop_front();
+    if (item.second->cancelled || !pq->broken.empty()) {
+      fail_unrun(*item.second, item.second->cancelled ? "collective cancelled before it started" : pq->broken);
+      pq->cv.notify_all();
+      continue;
+    }
     pq->busy = true;
     lk.unlock();
     bool failed = false, config = false;
     std::string what;
     try {
-      if (item.second->cancelled) {
-        if (st) st->recorder.set_state(item.second->id, OpState::failed, st->now(), "cancelled before it started");
-        throw Error("collective cancelled before it started");
-      }
       if (st)
         run_recorded(*st, item.second->id, item.first, item.second->sig);
       else
@@ -162,6 +164,10 @@ void CommBase::progress_loop(const std::shared_ptr<ProgressQueue>& pq,
     }
     lk.lock();
     pq->busy = false;
+    // One that failed midway (a timeout, a lost peer) leaves messages of the group in
+    // flight that the collectives queued behind it would take as theirs.
+    if (failed && !config && pq->broken.empty())
+      pq->broken = "not run: an earlier collective on this group failed (" + what.substr(0, 300) + ")";
     item.second->complete(failed, config, std::move(what));
     pq->cv.notify_all();
   }

@@ -205,6 +205,7 @@ class CommBase : public Communicator {
     std::condition_variable cv;
     std::deque<std::pair<std::function<void()>, std::shared_ptr<Async>>> items;
     bool busy = false, stop = false, orphaned = false;
+    std::string broken;  // set once a collective failed midway: the rest fail unrun
   };
   std::shared_ptr<ProgressQueue> pq_ = std::make_shared<ProgressQueue>();
   std::thread progress_;

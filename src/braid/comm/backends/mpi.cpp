@@ -494,9 +494,12 @@ class MpiComm final : public CommBase {
 }  // namespace
 
 namespace {
-// A rank started by a launcher dies with its parent (mpirun or its daemon).
+// A rank started by a launcher dies with its parent (mpirun or its daemon), and
+// not of SIGPIPE: a write to a peer whose host died fails with EPIPE instead, so
+// the launcher reports the lost host, not this rank, as the cause.
 void die_with_launcher() {
   if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE")) return;
+  signal(SIGPIPE, SIG_IGN);
   const pid_t parent = getppid();
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(static_cast<int>(ExitCode::rank_failure));  // it died before the call
