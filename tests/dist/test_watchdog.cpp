@@ -246,9 +246,10 @@ class GatedComm final : public comm::CommBase {
 
  private:
   [[noreturn]] void fail_at_gate() {
-    ++gate_->calls;
-    gate_->reached = true;
-    gate_->open.wait();
+    const std::shared_ptr<Gate> gate = gate_;  // read before `reached` lets the test destroy this
+    ++gate->calls;
+    gate->reached = true;
+    gate->open.wait();
     throw Error("peer gone");
   }
   std::shared_ptr<Gate> gate_;
