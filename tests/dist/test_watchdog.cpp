@@ -260,15 +260,30 @@ comm::WorkPtr native_all_reduce_async(Communicator& c, std::vector<float>& v) {
   return c.all_reduce_async(v.data(), v.data(), v.size(), DType::f32, comm::ReduceOp::sum, comm::Algorithm::native);
 }
 
+// A gated communicator's state and gate, closed until a test opens it.
+class ProgressThread : public ::testing::Test {
+ protected:
+  ProgressThread() { gate->open = open.get_future().share(); }
+  // w's op failed with an error that says `text`.
+  static void expect_fails_with(const comm::WorkPtr& w, const std::string& text) {
+    try {
+      w->wait();
+      ADD_FAILURE() << "the op ran";
+    } catch (const Error& e) {
+      EXPECT_TRUE(has(e.what(), text)) << e.what();
+    }
+  }
+  std::shared_ptr<comm::CommState> st =
+      std::make_shared<comm::CommState>("world", std::vector<int>{0, 1}, 0, Clock::now());
+  std::promise<void> open;
+  std::shared_ptr<Gate> gate = std::make_shared<Gate>();
+};
+
 // The op a detached progress thread is running (blocked on a peer) ends after its
 // communicator is gone: its handle fails, the record (kept by the thread) says so,
 // ops queued behind it fail without running, and nothing of the freed communicator
 // is touched (the sanitizer passes run this test).
-TEST(ProgressThread, DetachedThreadFinishesItsOpWithoutItsCommunicator) {
-  auto st = std::make_shared<comm::CommState>("world", std::vector<int>{0, 1}, 0, Clock::now());
-  std::promise<void> open;
-  auto gate = std::make_shared<Gate>();
-  gate->open = open.get_future().share();
+TEST_F(ProgressThread, DetachedThreadFinishesItsOpWithoutItsCommunicator) {
   std::vector<float> a(64, 1.f), b(64, 1.f);
   auto c = std::make_unique<GatedComm>(st, gate);
   auto running = native_all_reduce_async(*c, a);
@@ -279,12 +294,7 @@ TEST(ProgressThread, DetachedThreadFinishesItsOpWithoutItsCommunicator) {
   c.reset();  // while the op waits on a peer, as a failing rank unwinds
   open.set_value();
   EXPECT_THROW(running->wait(), Error);
-  try {
-    queued->wait();
-    ADD_FAILURE() << "the queued op ran";
-  } catch (const Error& e) {
-    EXPECT_TRUE(has(e.what(), "communicator destroyed before the collective ran")) << e.what();
-  }
+  expect_fails_with(queued, "communicator destroyed before the collective ran");
   EXPECT_EQ(gate->calls.load(), 1);
   const auto ops = st->recorder.recent();
   ASSERT_EQ(ops.size(), 2u);
@@ -296,25 +306,15 @@ TEST(ProgressThread, DetachedThreadFinishesItsOpWithoutItsCommunicator) {
 // A queued collective that fails midway (its peer gone, its deadline passed) leaves
 // the group's messages out of order: the ones queued behind it, and any queued
 // later, fail without running instead of taking its peers' messages as theirs.
-TEST(ProgressThread, CollectivesBehindAFailedOneFailWithoutRunning) {
-  auto st = std::make_shared<comm::CommState>("world", std::vector<int>{0, 1}, 0, Clock::now());
-  std::promise<void> open;
-  auto gate = std::make_shared<Gate>();
-  gate->open = open.get_future().share();
+TEST_F(ProgressThread, CollectivesBehindAFailedOneFailWithoutRunning) {
   std::vector<float> a(64, 1.f), b(64, 1.f), c2(64, 1.f);
   GatedComm c(st, gate);
   auto first = native_all_reduce_async(c, a);
   auto behind = native_all_reduce_async(c, b);
   open.set_value();
   EXPECT_THROW(first->wait(), Error);
-  for (const comm::WorkPtr& w : {behind, native_all_reduce_async(c, c2)}) {
-    try {
-      w->wait();
-      ADD_FAILURE() << "a collective behind the failed one ran";
-    } catch (const Error& e) {
-      EXPECT_TRUE(has(e.what(), "not run: an earlier collective on this group failed (peer gone")) << e.what();
-    }
-  }
+  for (const comm::WorkPtr& w : {behind, native_all_reduce_async(c, c2)})
+    expect_fails_with(w, "not run: an earlier collective on this group failed (peer gone");
   EXPECT_EQ(gate->calls.load(), 1);
   const auto ops = st->recorder.recent();
   ASSERT_EQ(ops.size(), 3u);

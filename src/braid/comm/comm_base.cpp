@@ -284,7 +284,7 @@ void CommBase::run_collective(OpRecord op, const std::function<void()>& fn) {
   const std::function<void()> run = traced(op, fn, false);
   if (!state_) return run_exclusive(run);
   const uint64_t id = record_collective(op);
-  run_exclusive([&] { run_recorded(id, run, nullptr); });
+  run_exclusive([&] { run_recorded(*state_, id, run, nullptr); });
 }
 
 std::function<void()> CommBase::traced(OpRecord& op, std::function<void()> fn, bool async) {
@@ -334,11 +334,6 @@ void CommBase::set_span_sink(std::shared_ptr<SpanSink> sink) {
 void CommBase::set_next_label(std::string label) {
   std::lock_guard<std::mutex> lk(meta_mu_);
   next_label_ = std::move(label);
-}
-
-void CommBase::run_recorded(uint64_t id, const std::function<void()>& fn,
-                            std::shared_ptr<OpSignal> sig) {
-  run_recorded(*state_, id, fn, std::move(sig));
 }
 
 void CommBase::run_recorded(CommState& st, uint64_t id, const std::function<void()>& fn,

@@ -161,8 +161,8 @@ class CommBase : public Communicator {
   /// Records a point-to-point op unless it is part of a running collective of this
   /// communicator (or nothing is monitored); returns false then.
   bool record_p2p(const char* name, size_t bytes, int peer, int tag, uint64_t& id);
-  void run_recorded(uint64_t id, const std::function<void()>& fn, std::shared_ptr<OpSignal> sig);
-  /// run_recorded on an explicit state (the progress thread's own reference to it).
+  /// Runs fn as recorded op `id` of `st` (this communicator's state; the progress
+  /// thread passes its own reference to it).
   void run_recorded(CommState& st, uint64_t id, const std::function<void()>& fn,
                     std::shared_ptr<OpSignal> sig);
   void check_same_call(uint64_t id);
