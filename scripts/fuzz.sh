@@ -19,12 +19,14 @@ command -v clang++ > /dev/null || { echo "fuzz: clang++ not found; run scripts/s
 cmake -S tests/fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 cmake --build build-fuzz -j"$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
-rc=0
-summary=()
-for h in "${harnesses[@]}"; do
-  bin="build-fuzz/fuzz_$h"
-  regress="tests/fuzz/regressions/$h"
-  crashes="build-fuzz/crashes/$h"
+
+# fuzz_one HARNESS: replays the harness's past crashes, then fuzzes it for
+# $seconds; writes one summary line to build-fuzz/HARNESS.summary; returns
+# non-zero on a failure (its log's tail printed).
+fuzz_one() {
+  local h="$1" rc=0
+  local bin="build-fuzz/fuzz_$h" regress="tests/fuzz/regressions/$h" crashes="build-fuzz/crashes/$h"
+  local work log="build-fuzz/$h.log" summary="build-fuzz/$h.summary"
   work="$(mktemp -d)"
   mkdir -p "$crashes"
   cp tests/fuzz/corpus/"$h"/* "$work"/
@@ -33,18 +35,36 @@ for h in "${harnesses[@]}"; do
     "$bin" "${past[@]}" > "build-fuzz/$h.regressions.log" 2>&1 \
       || { cat "build-fuzz/$h.regressions.log"; echo "fuzz $h: a regression input fails"; rc=1; }
   fi
-  log="build-fuzz/$h.log"
   if "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
        -artifact_prefix="$crashes/" -print_final_stats=1 "$work" > "$log" 2>&1; then
-    summary+=("$(printf '%-11s %s' "$h" "$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$log" | tail -n 1)")")
+    printf '%-17s %s\n' "$h" "$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$log" | tail -n 1)" > "$summary"
   else
     tail -n 40 "$log"
     echo "fuzz $h: FAILED; the input is in $crashes/ (add it to $regress/)"
-    summary+=("$(printf '%-11s FAILED' "$h")")
+    printf '%-17s FAILED\n' "$h" > "$summary"
     rc=1
   fi
   rm -rf "$work"
+  return "$rc"
+}
+
+# One harness per core at a time: each is a single process, so each still gets
+# a whole core for its $seconds.
+cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
+rc=0
+running=0
+for h in "${harnesses[@]}"; do
+  if [ "$running" -ge "$cores" ]; then
+    wait -n || rc=1
+    running=$((running - 1))
+  fi
+  fuzz_one "$h" &
+  running=$((running + 1))
 done
-echo "== fuzz summary (${seconds} s each)"
-printf '%s\n' "${summary[@]}"
+while [ "$running" -gt 0 ]; do
+  wait -n || rc=1
+  running=$((running - 1))
+done
+echo "== fuzz summary (${seconds} s each, $cores at a time)"
+for h in "${harnesses[@]}"; do cat "build-fuzz/$h.summary"; done
 exit "$rc"

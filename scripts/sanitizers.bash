@@ -1,5 +1,7 @@
 # Shared by scripts/test-sanitizers.sh and scripts/check-deep.sh (sourced, not run).
-# Builds go to build-asan/ (ASan + UBSan) and build-tsan/ (TSan), at -O2.
+# Builds go to build-asan/ (ASan + UBSan) and build-tsan/ (TSan): clang at -O1, as
+# unity builds (CMakeLists.txt), which together compile in about a fifth of the
+# time GCC's -O2 took; clang's sanitizers are the reference implementations.
 
 san_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 supp="$san_root/tests/sanitizers"
@@ -21,10 +23,10 @@ fi
 san_build() {
   local dir="$1" san="$2"; shift 2
   cmake -S "$san_root" -B "$san_root/$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DBRAID_SANITIZE="$san" >/dev/null
+    -DCMAKE_CXX_COMPILER=clang++ -DBRAID_SANITIZE="$san" >/dev/null
   local targets=()
   for t in "$@"; do targets+=(--target "$t"); done
-  cmake --build "$san_root/$dir" -j"$(nproc)" "${targets[@]+"${targets[@]}"}"
+  cmake --build "$san_root/$dir" -j"$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" "${targets[@]+"${targets[@]}"}"
 }
 
 # san_ctest DIR CTEST_ARGS...: run tests of DIR, two at a time, output on failure.

@@ -25,17 +25,8 @@ struct BF16 {
 };
 struct F16 {
   using T = uint16_t;
-  static float load(T v) {
-    _Float16 h;
-    std::memcpy(&h, &v, 2);
-    return static_cast<float>(h);
-  }
-  static T store(float f) {
-    _Float16 h = static_cast<_Float16>(f);
-    T u;
-    std::memcpy(&u, &h, 2);
-    return u;
-  }
+  static float load(T v) { return f16_to_f32(v); }
+  static T store(float f) { return f32_to_f16(f); }
 };
 
 struct Sum {

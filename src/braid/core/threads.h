@@ -15,6 +15,15 @@ inline int omp_threads() {
 #endif
 }
 
+/// This thread's number within the current OpenMP team (0 outside one, or without OpenMP).
+inline int omp_thread_index() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
 inline void set_omp_threads(int n) {
 #ifdef _OPENMP
   omp_set_num_threads(n);

@@ -17,7 +17,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 // "<what><micro>", built by appending (GCC 12 warns falsely on literal + to_string).
-std::string span_name(const char* what, int64_t micro) {
+std::string micro_span_name(const char* what, int64_t micro) {
   std::string s(what);
   s += std::to_string(micro);
   return s;
@@ -118,7 +118,7 @@ StepRecord Trainer::train_step(int64_t step) {
 
 void Trainer::trace(const char* what, int64_t index, const char* cat, double t0, double t1, int chunk) {
   if (!tracer_->enabled()) return;  // the name is built only when tracing
-  std::string name = index < 0 ? std::string(what) : span_name(what, index);
+  std::string name = index < 0 ? std::string(what) : micro_span_name(what, index);
   if (chunk >= 0 && model_->num_chunks() > 1) {
     name += ".c";
     name += std::to_string(chunk);

@@ -131,7 +131,7 @@ void run_gemm(const GemmKey& key, float alpha, float beta, const void* A, const 
     e.prim.execute(ctx.strm, e.args);
     ctx.strm.wait();
   } catch (const dnnl::error& err) {
-    throw Error(detail::concat(__FILE__, ":", __LINE__, ": oneDNN matmul failed (", dtype_name(key.ab),
+    throw Error(braid::detail::concat(__FILE__, ":", __LINE__, ": oneDNN matmul failed (", dtype_name(key.ab),
                                " M=", key.M, " N=", key.N, " K=", key.K, " batch=", key.batch, "): ",
                                err.what()));
   }

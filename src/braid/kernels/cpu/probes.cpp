@@ -1,6 +1,5 @@
 #include "braid/kernels/cpu/probes.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -9,6 +8,7 @@
 #include "braid/core/error.h"
 #include "braid/core/memory.h"
 #include "braid/core/stopwatch.h"
+#include "braid/core/threads.h"
 #include "braid/kernels/cpu/matmul.h"
 
 namespace braid::kernels {
@@ -80,13 +80,13 @@ namespace {
 double fma_window(double seconds) {
   typedef float v16 __attribute__((vector_size(64)));
   constexpr int kChains = 16, kInner = 4096;
-  const int threads = omp_get_max_threads();
+  const int threads = omp_threads();
   std::vector<double> flops(size_t(threads), 0.0);
   std::vector<float> sink(size_t(threads), 0.f);
   const auto t0 = Clock::now();
 #pragma omp parallel num_threads(threads)
   {
-    const int t = omp_get_thread_num();
+    const int t = omp_thread_index();
     v16 acc[kChains];
     for (int j = 0; j < kChains; ++j) acc[j] = v16{} + float(j) * 1e-3f;
     const v16 m = v16{} + 0.999999f, b = v16{} + 1e-7f;
