@@ -41,6 +41,11 @@ struct Buf {
   float get(size_t i) const { return load_as_f32(b.data(), i, dt); }
 };
 
+/// v stored in dtype `dt` in `out` (at most 4 bytes): the bytes Buf::set writes,
+/// without a heap allocation (the oracles call this once per element, and an
+/// allocation per element dominated the suites under ASan).
+inline void encode(DType dt, float v, std::byte* out) { store_from_f32(out, 0, dt, v); }
+
 inline float combine(ReduceOp op, float a, float b) {
   switch (op) {
     case ReduceOp::max: return a > b ? a : b;
@@ -55,9 +60,9 @@ inline float expected_reduce(int seed, int n, size_t i, ReduceOp op, DType dt) {
   float acc = value(seed, 0, i);
   for (int r = 1; r < n; ++r) acc = combine(op, acc, value(seed, r, i));
   if (op == ReduceOp::avg) acc = acc / static_cast<float>(n);
-  Buf t(dt, 1);
-  t.set(0, acc);
-  return t.get(0);
+  std::byte t[4];
+  encode(dt, acc, t);
+  return load_as_f32(t, 0, dt);
 }
 
 /// Compares bit patterns element by element; reports the first few mismatches.
@@ -65,10 +70,9 @@ inline void expect_elems(const Buf& got, const std::vector<float>& want, size_t 
                          const std::string& what) {
   size_t bad = 0;
   for (size_t i = 0; i < want.size(); ++i) {
-    Buf w(got.dt, 1);
-    w.set(0, want[i]);
-    if (std::memcmp(got.b.data() + (offset + i) * dtype_size(got.dt), w.b.data(),
-                    dtype_size(got.dt)) != 0) {
+    std::byte w[4];
+    encode(got.dt, want[i], w);
+    if (std::memcmp(got.b.data() + (offset + i) * dtype_size(got.dt), w, dtype_size(got.dt)) != 0) {
       if (++bad <= 3)
         ADD_FAILURE() << what << ": element " << i << " = " << got.get(offset + i) << ", want "
                       << want[i];

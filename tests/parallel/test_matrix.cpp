@@ -232,11 +232,15 @@ TEST(Matrix, PairwiseCoverIsSmallAndCoversEveryPair) {
 
 // Construction only: on every cell, braid plan's prediction equals each rank's
 // ledger (so `braid plan` and `braid train` resolve the same layout), and the
-// refused cells fail with their reason.
-TEST(Matrix, PlanEqualsTheLedgerOnEveryCell) {
+// refused cells fail with their reason. One test per data-parallel mode, so the
+// cells spread over the cores.
+class MatrixPlan : public ::testing::TestWithParam<int> {};
+
+TEST_P(MatrixPlan, PlanEqualsTheLedgerOnEveryCell) {
   const auto data = tokens();
   size_t built = 0;
   for (const auto& c : all_cells()) {
+    if (c.v[0] != GetParam()) continue;
     int ranks = 0;
     const auto o = cell_options(c, &ranks);
     if (!expected_refusal(c).empty()) {
@@ -253,6 +257,9 @@ TEST(Matrix, PlanEqualsTheLedgerOnEveryCell) {
   }
   EXPECT_GT(built, 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Matrix, MatrixPlan, ::testing::Range(0, int(kDp.size())),
+                         [](const ::testing::TestParamInfo<int>& i) { return std::string(kDp[size_t(i.param)]); });
 
 TEST(Matrix, PairwiseCellsTrainTheSingleRankRun) { train_cells(pairwise_cells()); }
 
