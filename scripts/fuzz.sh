@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (tests/fuzz, clang, ASan + UBSan) into
-# build-fuzz/ and runs each for FUZZ_SECONDS (default 50) from the seed corpus
+# build-fuzz/ and runs each for FUZZ_SECONDS (default 50), one per core at a
+# time, from the seed corpus
 # in tests/fuzz/corpus/<harness>/ plus every past crash in
 # tests/fuzz/regressions/<harness>/ (each is replayed first and must pass).
 # New inputs the fuzzer finds stay in a temporary directory; a crash leaves

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs braid's dependencies from Debian's packages and npm, then builds.
 # matplotlib draws the metrics plots (tools/plot_metrics.py).
+# clang, its sanitizer runtimes and libomp build the sanitizer and fuzz passes.
 # iproute2, util-linux and nftables make the emulated hosts of scripts/cluster.sh.
 # OpenBLAS is there for PyTorch (test oracle and benchmark peer): without it
 # Debian's torch falls back to the reference BLAS, ~50x slower.
@@ -11,7 +12,7 @@ cd "$root"
 
 pkgs=(g++ cmake ninja-build pkg-config openmpi-bin libopenmpi-dev libdnnl-dev
       libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
-      python3-torch python3-numpy python3-matplotlib libopenblas0-pthread nodejs npm clang libclang-rt-14-dev
+      python3-torch python3-numpy python3-matplotlib libopenblas0-pthread nodejs npm clang libclang-rt-14-dev libomp-dev
       iproute2 util-linux nftables)
 missing=()
 for p in "${pkgs[@]}"; do
