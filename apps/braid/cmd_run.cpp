@@ -103,7 +103,7 @@ void add_run(CLI::App& app) {
                                       c->count("--probe-timeout") == 0),
                        "--min-nodes, --max-restarts and --probe-timeout apply to --elastic; add --elastic");
     const int rc = run_command(*a);
-    if (rc != 0) throw ExitWith(rc);
+    if (rc != 0) throw ExitWith{rc};
   });
 }
 
