@@ -18,7 +18,8 @@ harnesses=("$@")
 command -v clang++ > /dev/null || { echo "fuzz: clang++ not found; run scripts/setup.sh"; exit 1; }
 
 cmake -S tests/fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
-cmake --build build-fuzz -j"$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
+cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
+cmake --build build-fuzz -j"$cores"
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 
 # fuzz_one HARNESS: replays the harness's past crashes, then fuzzes it for
@@ -51,7 +52,6 @@ fuzz_one() {
 
 # One harness per core at a time: each is a single process, so each still gets
 # a whole core for its $seconds.
-cores="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"
 rc=0
 running=0
 for h in "${harnesses[@]}"; do

@@ -4,16 +4,13 @@
 # CI) starts them first and the short ones fill the cores at the end, instead
 # of a long case starting last. ctest's history replaces these after one run.
 # docs/TESTING.md lists the slowest tests and what each guards.
-foreach(dp ddp zero1 zero2 zero3 fsdp hsdp)
-  math(EXPR param "0")
-  foreach(name ddp zero1 zero2 zero3 fsdp hsdp)
-    if(name STREQUAL dp)
-      break()
-    endif()
-    math(EXPR param "${param} + 1")
-  endforeach()
-  set(t "Matrix/MatrixPlan.PlanEqualsTheLedgerOnEveryCell/${dp}  # GetParam() = ${param}")
-  set_tests_properties("${t}" PROPERTIES COST 25)
+# The matrix plan check, one case per data-parallel mode (gtest names it by
+# mode and parameter index).
+set(braid_dp_modes ddp zero1 zero2 zero3 fsdp hsdp)
+foreach(param RANGE 5)
+  list(GET braid_dp_modes ${param} dp)
+  set_tests_properties("Matrix/MatrixPlan.PlanEqualsTheLedgerOnEveryCell/${dp}  # GetParam() = ${param}"
+                       PROPERTIES COST 25)
 endforeach()
 set(braid_gtest_costs
   Sharded.Stage2Stage3FsdpMatchDdpAndSingleRank 85
