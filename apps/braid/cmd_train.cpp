@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -525,13 +527,28 @@ void run_local_ranks(const TrainArgs& a) {
   comm::run_local(nodes, [&](comm::Communicator& w) { run_rank(a, w, d.train, d.val); }, a.comm);
 }
 
+// True when no launcher started this process (none of the rank variables of
+// OpenMPI, PMI or PMIx is set): it is a world of one.
+bool launched_alone() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(v)) return false;
+  return true;
+}
+
 void run_mpi_ranks(const TrainArgs& a) {
 #ifdef BRAID_WITH_MPI
+  // Alone, a refused layout or unreadable data fails before MPI_Init, whose
+  // singleton start-up forks a daemon (about 0.4 s a refusal would wait for).
+  std::optional<TokenData> alone;
+  if (launched_alone()) {
+    check_layout(a.opt, 1);
+    alone = load_data(a);
+  }
   comm::MpiRuntime mpi;
   auto world = mpi.world(a.comm);
   g_abort_job_on_error = world->size() > 1;
   check_layout(a.opt, world->size());
-  const TokenData d = load_data(a);
+  const TokenData d = alone ? std::move(*alone) : load_data(a);
   train::install_stop_handler();
   run_rank(a, *world, d.train, d.val);
 #else

@@ -41,7 +41,7 @@ FullState read_sharded(const std::string& dir, const std::vector<model::ParamInf
 }
 
 TrainOptions base() {
-  auto o = testing_harness::tiny_options(71);
+  auto o = testing_harness::small_vocab(testing_harness::tiny_options(71));
   o.global_batch = 8;
   o.seq_len = 16;
   o.steps = 3;
@@ -79,7 +79,7 @@ const Layout kLayouts[] = {
 };
 
 TEST(CheckpointLayouts, ShardedPiecesHoldTheFilesStateBitForBitAndBalanced) {
-  const auto data = testing_harness::synthetic_tokens(20000, 5);
+  const auto data = testing_harness::synthetic_tokens(20000, 5, testing_harness::kSmallVocab);
   const auto cfg = parallel::model_config(base());
   const auto full = model::param_table(cfg, 1);
   const size_t n = model::unit_bounds(cfg, 1).back();
@@ -110,7 +110,7 @@ TEST(CheckpointLayouts, ShardedPiecesHoldTheFilesStateBitForBitAndBalanced) {
 TEST(CheckpointLayouts, ResumingInAnotherLayoutContinuesAsTheFileDoes) {
   // Saved in layout A after 3 steps; resumed in layout B for 2 more: the same
   // losses and final parameters, bit for bit, as resuming the single file.
-  const auto data = testing_harness::synthetic_tokens(20000, 6);
+  const auto data = testing_harness::synthetic_tokens(20000, 6, testing_harness::kSmallVocab);
   const std::string dir = testing_harness::tmp_path("braid_cl_resume_");
   const std::pair<int, int> pairs[] = {{2, 0}, {0, 3}, {4, 1}, {6, 5}, {1, 4}};
   for (const auto& [a, b] : pairs) {
@@ -139,7 +139,7 @@ TEST(CheckpointLayouts, AsyncSavesHoldWhatSyncSavesHoldWithinThePlannedStaging) 
   // Saved every step, sync and --async-save: the same losses, the same pieces
   // bit for bit at every step, and each rank's staging buffer within what
   // `braid plan --async-save` counts for it (and nothing without the flag).
-  const auto data = testing_harness::synthetic_tokens(20000, 8);
+  const auto data = testing_harness::synthetic_tokens(20000, 8, testing_harness::kSmallVocab);
   const auto cfg = parallel::model_config(base());
   const auto full = model::param_table(cfg, 1);
   const size_t n = model::unit_bounds(cfg, 1).back();

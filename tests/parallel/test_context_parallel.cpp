@@ -22,7 +22,7 @@ using testing_harness::expect_close;
 using testing_harness::run;
 
 train::TrainOptions cp_tiny(uint64_t seed) {
-  auto o = testing_harness::tiny_options(seed);
+  auto o = testing_harness::small_vocab(testing_harness::tiny_options(seed));
   o.seq_len = 32;  // 2 x CP = 8 chunks of 4 at CP = 4
   o.micro_batch = 2;
   o.global_batch = 8;
@@ -43,7 +43,7 @@ std::string layout_name(const train::TrainOptions& o) {
 
 TEST(ContextParallel, RingMatchesSingleRankWithDropout) {
   const auto o = cp_tiny(31);
-  const auto data = testing_harness::synthetic_tokens(40000, 71);
+  const auto data = testing_harness::synthetic_tokens(40000, 71, testing_harness::kSmallVocab);
   const Runs single = run(o, 1, data);
   auto nodrop = o;
   nodrop.dropout = 0;
@@ -59,7 +59,7 @@ TEST(ContextParallel, RingMatchesSingleRankWithDropout) {
 
 TEST(ContextParallel, ComposesWithDataTensorAndPipelineParallel) {
   const auto o = cp_tiny(32);
-  const auto data = testing_harness::synthetic_tokens(40000, 73);
+  const auto data = testing_harness::synthetic_tokens(40000, 73, testing_harness::kSmallVocab);
   const Runs single = run(o, 1, data);
   struct Layout {
     int tp, pp, zero;
@@ -81,7 +81,7 @@ TEST(ContextParallel, ComposesWithDataTensorAndPipelineParallel) {
 // TP (+ SP); tiny's 4 heads divide over CP x TP = 4.
 TEST(ContextParallel, AllToAllMatchesSingleRank) {
   auto o = cp_tiny(36);
-  const auto data = testing_harness::synthetic_tokens(40000, 81);
+  const auto data = testing_harness::synthetic_tokens(40000, 81, testing_harness::kSmallVocab);
   const Runs single = run(o, 1, data);
   struct Layout {
     int cp, tp, ranks;
@@ -104,7 +104,7 @@ TEST(ContextParallel, AllToAllMatchesSingleRank) {
 TEST(ContextParallel, FourWaysComposeOnEightRanks) {
   auto o = cp_tiny(37);
   o.n_head = 8;  // 8 features per head
-  const auto data = testing_harness::synthetic_tokens(40000, 83);
+  const auto data = testing_harness::synthetic_tokens(40000, 83, testing_harness::kSmallVocab);
   const Runs single = run(o, 1, data);
   struct Layout {
     int tp, pp;
@@ -121,7 +121,7 @@ TEST(ContextParallel, Bf16TracksTheSingleRankBf16Run) {
   auto o = cp_tiny(33);
   o.precision = "bf16";
   o.steps = 8;
-  const auto data = testing_harness::synthetic_tokens(40000, 75);
+  const auto data = testing_harness::synthetic_tokens(40000, 75, testing_harness::kSmallVocab);
   const Runs single = run(o, 1, data);
   auto c = o;
   c.cp = 2;
@@ -136,14 +136,14 @@ TEST(ContextParallel, PlanEqualsTheLedger) {
   o.steps = 2;
   o.cp = 2;
   o.tp = 2;
-  const auto data = testing_harness::synthetic_tokens(40000, 77);
+  const auto data = testing_harness::synthetic_tokens(40000, 77, testing_harness::kSmallVocab);
   run(o, 4, data, [&](train::Trainer& t, int rank) {
     testing_harness::expect_plan_is_ledger(o, 4, rank, t, "cp=2 tp=2");
   });
 }
 
 TEST(ContextParallel, RefusesWhatCannotSplit) {
-  const auto data = testing_harness::synthetic_tokens(40000, 79);
+  const auto data = testing_harness::synthetic_tokens(40000, 79, testing_harness::kSmallVocab);
   auto o = cp_tiny(35);
   o.cp = 3;
   o.seq_len = 32;  // 2 x 3 = 6 does not divide 32

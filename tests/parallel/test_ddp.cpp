@@ -54,12 +54,12 @@ TEST(Sampler, RejectsIndivisibleBatchAndShortData) {
 }
 
 TEST(DDP, DataParallelDegreesMatchSingleRank) {
-  const auto data = synthetic_tokens(20000, 3);
-  const auto o = tiny_opts();
+  const auto data = synthetic_tokens(20000, 3, testing_harness::kSmallVocab);
+  const auto o = testing_harness::small_vocab(tiny_opts());
   const RunResult ref = run_dp(o, 1, data);
   ASSERT_EQ(ref.steps.size(), 20u);
   // Training must actually move: loss falls and clipping fires at least once.
-  EXPECT_LT(ref.steps.back().loss, ref.steps.front().loss - 0.5f);
+  EXPECT_LT(ref.steps.back().loss, ref.steps.front().loss - testing_harness::kSmallVocabLossDrop);
   bool clipped = false;
   for (auto& s : ref.steps) clipped |= s.grad_norm > o.grad_clip;
   EXPECT_TRUE(clipped);
@@ -80,8 +80,8 @@ TEST(DDP, DataParallelDegreesMatchSingleRank) {
 TEST(DDP, OverlapAndBucketSizeDoNotChangeTheArithmetic) {
   // With dp=2 each averaged element is (a+b)/2 whatever the bucketing, so
   // overlap on/off and any bucket size give bitwise equal runs.
-  const auto data = synthetic_tokens(20000, 5);
-  auto o = tiny_opts();
+  const auto data = synthetic_tokens(20000, 5, testing_harness::kSmallVocab);
+  auto o = testing_harness::small_vocab(tiny_opts());
   o.steps = 6;
   o.bucket_mb = 4.0;
   const RunResult a = run_dp(o, 2, data);
@@ -101,8 +101,8 @@ TEST(DDP, OverlapAndBucketSizeDoNotChangeTheArithmetic) {
 TEST(DDP, ZeroCopyGradientsChangeNoBitOnTwoRanks) {
   // The ranks' threads share memory, so the gradients live in a shared buffer and
   // every bucket is reduced zero-copy; with 2 ranks each element is still (a+b)/2.
-  const auto data = synthetic_tokens(20000, 6);
-  auto o = tiny_opts();
+  const auto data = synthetic_tokens(20000, 6, testing_harness::kSmallVocab);
+  auto o = testing_harness::small_vocab(tiny_opts());
   o.steps = 6;
   o.bucket_mb = 0.01;
   const RunResult shared = run_dp(o, 2, data);

@@ -103,11 +103,11 @@ TEST(Sharded, LayoutPartitionsEveryUnitForAnyWorldSize) {
 }
 
 TEST(Sharded, Stage2Stage3FsdpMatchDdpAndSingleRank) {
-  const auto data = synthetic_tokens(20000, 31);
-  const auto o = testing_harness::tiny_options(6);
+  const auto data = synthetic_tokens(20000, 31, testing_harness::kSmallVocab);
+  const auto o = testing_harness::small_vocab(testing_harness::tiny_options(6));
   const Runs single = run(o, 1, data);
   EXPECT_TRUE(clipping_fired(single.steps[0], o.grad_clip));
-  EXPECT_LT(single.steps[0].back().loss, single.steps[0].front().loss - 0.5f);
+  EXPECT_LT(single.steps[0].back().loss, single.steps[0].front().loss - testing_harness::kSmallVocabLossDrop);
   const Mode modes[] = {{"zero2", 2, false, 0}, {"zero3", 3, false, 0}, {"fsdp", 0, true, 0}};
   for (int dp : {2, 3, 4}) {
     const Runs ddp = run(o, dp, data);
@@ -130,8 +130,8 @@ TEST(Sharded, Stage2Stage3FsdpMatchDdpAndSingleRank) {
 }
 
 TEST(Sharded, GradientAccumulationAndHybridSharding) {
-  const auto data = synthetic_tokens(20000, 37);
-  auto o = testing_harness::tiny_options(7);
+  const auto data = synthetic_tokens(20000, 37, testing_harness::kSmallVocab);
+  auto o = testing_harness::small_vocab(testing_harness::tiny_options(7));
   o.steps = 10;
   o.global_batch = 16;
   o.micro_batch = 2;  // 2 micro-batches per rank at dp = 4
@@ -145,8 +145,8 @@ TEST(Sharded, GradientAccumulationAndHybridSharding) {
 TEST(Sharded, RanksOwningNothingOfATensor) {
   // N = 9 on tiny: a 64-element LayerNorm tensor gives c = 8, so rank 8 owns
   // none of it (and a gathered unit carries zero padding of whole slices).
-  const auto data = synthetic_tokens(20000, 39);
-  auto o = testing_harness::tiny_options(5);
+  const auto data = synthetic_tokens(20000, 39, testing_harness::kSmallVocab);
+  auto o = testing_harness::small_vocab(testing_harness::tiny_options(5));
   o.steps = 5;
   o.global_batch = 9;
   const Runs single = run(o, 1, data);
@@ -155,8 +155,8 @@ TEST(Sharded, RanksOwningNothingOfATensor) {
 }
 
 TEST(Sharded, CheckpointsResumeAcrossLayouts) {
-  const auto data = synthetic_tokens(20000, 41);
-  auto o = testing_harness::tiny_options(8);
+  const auto data = synthetic_tokens(20000, 41, testing_harness::kSmallVocab);
+  auto o = testing_harness::small_vocab(testing_harness::tiny_options(8));
   o.steps = 8;
   o.zero = 3;
   const Runs full = run(o, 3, data);
@@ -182,8 +182,8 @@ TEST(Sharded, CheckpointsResumeAcrossLayouts) {
 }
 
 TEST(Sharded, PlanEqualsLedger) {
-  const auto data = synthetic_tokens(20000, 43);
-  auto o = testing_harness::tiny_options(9);
+  const auto data = synthetic_tokens(20000, 43, testing_harness::kSmallVocab);
+  auto o = testing_harness::small_vocab(testing_harness::tiny_options(9));
   o.steps = 1;
   o.check_replicas = false;
   for (const char* prec : {"fp32", "bf16"}) {
