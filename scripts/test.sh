@@ -28,4 +28,4 @@ if [ "${1:-}" = "--quick" ]; then
   ctest --test-dir build --output-on-failure -j2 -L '^(unit|kernels)$' "$@"
   exec ctest --test-dir build --output-on-failure -j2 -R "^($parity)\$" "$@"
 fi
-ctest --test-dir build --output-on-failure -j2 "$@"
+ctest --test-dir build --output-on-failure -j3 "$@"
