@@ -13,28 +13,23 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "braid/core/error.h"
 #include "braid/kernels/cpu/attention.h"
 #include "braid/kernels/cpu/convert.h"
 #include "braid/kernels/cpu/flash_attention.h"
+#include "kernels/kernel_checks.h"
 #include "kernels/normal_values.h"
 
 namespace k = braid::kernels;
 using braid::DType;
 using testing_data::normal_values;
 
-namespace {
+using kernel_checks::rel_l2;
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / (den > 0 ? den : 1));
-}
+namespace {
 
 struct Shape {
   int64_t B, T, C, NH;
@@ -88,34 +83,101 @@ TEST(FlashAttention, MatchesTheKernelThatSavesProbabilities) {
   }
 }
 
-// Against PyTorch in float64 (the explicit softmax(QK^T)V): the fp32 rounding only.
-TEST(FlashAttention, MatchesPyTorch) {
-  if (std::system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy; skipping the PyTorch oracle";
+namespace {
+
+bool have_torch() { return std::system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") == 0; }
+
+// tools/attention_oracle.py on (qkv, dout) with NKV key/value heads: the
+// float64 output and the gradient of the packed qkv.
+std::pair<std::vector<float>, std::vector<float>> pytorch_attention(const Shape& s, int64_t NKV,
+                                                                    const std::vector<float>& qkv,
+                                                                    const std::vector<float>& dout) {
   namespace fs = std::filesystem;
   const char* src = std::getenv("BRAID_SOURCE_DIR");
   const fs::path script = fs::path(src ? src : BRAID_SOURCE_DIR) / "tools" / "attention_oracle.py";
-  const Shape s{2, 300, 32, 4};
-  const auto qkv = normal_values(3 * s.part(), 4, 1, 2.0f), dout = normal_values(s.part(), 4, 2);
   const fs::path dir = fs::temp_directory_path() / ("braid_attn_" + std::to_string(getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "qkv.bin", std::ios::binary)
       .write(reinterpret_cast<const char*>(qkv.data()), std::streamsize(qkv.size() * 4));
   std::ofstream(dir / "dout.bin", std::ios::binary)
       .write(reinterpret_cast<const char*>(dout.data()), std::streamsize(dout.size() * 4));
-  const std::string cmd = "/usr/bin/python3 " + script.string() + " " + dir.string() + " " + std::to_string(s.B) +
-                          " " + std::to_string(s.T) + " " + std::to_string(s.C) + " " + std::to_string(s.NH);
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::string cmd = "/usr/bin/python3 " + script.string() + " " + dir.string();
+  for (int64_t v : {s.B, s.T, s.C, s.NH, NKV}) cmd += " " + std::to_string(v);
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   auto read = [&](const char* name, size_t n) {
     std::vector<float> v(n);
     std::ifstream(dir / name, std::ios::binary).read(reinterpret_cast<char*>(v.data()), std::streamsize(n * 4));
     return v;
   };
-  const auto ref_out = read("ref_out.bin", s.part()), ref_dqkv = read("ref_dqkv.bin", 3 * s.part());
+  auto res = std::make_pair(read("ref_out.bin", dout.size()), read("ref_dqkv.bin", qkv.size()));
   fs::remove_all(dir);
+  return res;
+}
+
+}  // namespace
+
+// Against PyTorch in float64 (the explicit softmax(QK^T)V): the fp32 rounding only.
+TEST(FlashAttention, MatchesPyTorch) {
+  if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy; skipping the PyTorch oracle";
+  const Shape s{2, 300, 32, 4};
+  const auto qkv = normal_values(3 * s.part(), 4, 1, 2.0f), dout = normal_values(s.part(), 4, 2);
+  const auto [ref_out, ref_dqkv] = pytorch_attention(s, s.NH, qkv, dout);
   const Fused f(s, qkv, dout);
   EXPECT_LT(rel_l2(f.out, ref_out), 2e-6);
   EXPECT_LT(rel_l2(f.dqkv, ref_dqkv), 1e-5);
+}
+
+// Grouped-query attention: NKV key/value heads serve NH / NKV query heads each.
+// Against the same kernel on the key/value heads repeated (transformers'
+// repeat_kv): the output and dq bitwise, dk and dv the sums of the repeated
+// heads' gradients (summed in another order: fp32 rounding); and against
+// PyTorch in float64.
+TEST(FlashAttention, GroupedQueryHeadsShareTheirKeyValueHead) {
+  const Shape s{2, 150, 32, 4};
+  const int64_t hs = s.C / s.NH;
+  for (const int64_t NKV : {int64_t(2), int64_t(1)}) {
+    const k::AttentionHeads a{s.NH, NKV, hs};
+    const size_t rows = size_t(s.B * s.T), width = size_t(a.qkv_width());
+    const auto qkv = normal_values(rows * width, 6, uint64_t(NKV), 2.0f), dout = normal_values(s.part(), 6, 9);
+    std::vector<float> out(s.part()), qkvr(rows * width), lse(k::flash_attention_lse_floats(s.B, s.T, s.NH));
+    std::vector<float> dqkv(rows * width), scratch(k::flash_attention_backward_scratch_floats(s.B, s.T, a));
+    k::flash_attention_forward(out.data(), qkvr.data(), lse.data(), qkv.data(), DType::f32, s.B, s.T, a);
+    k::flash_attention_backward(dqkv.data(), scratch.data(), dout.data(), out.data(), qkvr.data(), lse.data(),
+                                DType::f32, s.B, s.T, a);
+    // The repeated layout: [q | k_0..k_0 k_1.. | v ...], each kv head copied group times.
+    const int64_t group = s.NH / NKV;
+    std::vector<float> rep(3 * s.part());
+    for (size_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < s.NH; ++h)
+        for (int64_t d = 0; d < hs; ++d) {
+          const size_t src = r * width, dst = r * 3 * size_t(s.C);
+          rep[dst + size_t(h * hs + d)] = qkv[src + size_t(h * hs + d)];
+          rep[dst + size_t(s.C + h * hs + d)] = qkv[src + size_t(s.C + (h / group) * hs + d)];
+          rep[dst + size_t(2 * s.C + h * hs + d)] = qkv[src + size_t(s.C + NKV * hs + (h / group) * hs + d)];
+        }
+    const Fused m(s, rep, dout);
+    EXPECT_EQ(out, m.out) << "NKV " << NKV;
+    std::vector<float> dk_sum(rows * size_t(2 * NKV * hs), 0.0f), dk_got(dk_sum.size());
+    for (size_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < s.C; ++c)
+        EXPECT_EQ(dqkv[r * width + size_t(c)], m.dqkv[r * 3 * size_t(s.C) + size_t(c)]) << "dq NKV " << NKV;
+      for (int64_t part = 0; part < 2; ++part)
+        for (int64_t h = 0; h < s.NH; ++h)
+          for (int64_t d = 0; d < hs; ++d)
+            dk_sum[r * size_t(2 * NKV * hs) + size_t(part * NKV * hs + (h / group) * hs + d)] +=
+                m.dqkv[r * 3 * size_t(s.C) + size_t((1 + part) * s.C + h * hs + d)];
+      for (int64_t c = 0; c < 2 * NKV * hs; ++c)
+        dk_got[r * size_t(2 * NKV * hs) + size_t(c)] = dqkv[r * width + size_t(s.C + c)];
+    }
+    EXPECT_LT(rel_l2(dk_got, dk_sum), 1e-6) << "NKV " << NKV;
+    if (!have_torch()) continue;
+    const auto [ref_out, ref_dqkv] = pytorch_attention(s, NKV, qkv, dout);
+    EXPECT_LT(rel_l2(out, ref_out), 2e-6) << "NKV " << NKV;
+    EXPECT_LT(rel_l2(dqkv, ref_dqkv), 1e-5) << "NKV " << NKV;
+  }
+  EXPECT_THROW(k::flash_attention_forward(nullptr, nullptr, nullptr, nullptr, DType::f32, 1, 1,
+                                          k::AttentionHeads{4, 3, 8}),
+               braid::Error);
 }
 
 // bf16 storage (oneDNN's bf16 products) against f32 storage of the same rounded

@@ -5,6 +5,8 @@
 // products are exact in both, so only the order of the f32 sums differs.
 #include <gtest/gtest.h>
 
+#include "kernels/kernel_checks.h"
+
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -24,6 +26,8 @@ using braid::DType;
 using braid::model::GPT;
 using braid::model::GPTConfig;
 using braid::model::Recompute;
+
+using kernel_checks::rel_l2;
 
 namespace {
 
@@ -57,12 +61,6 @@ Pass run_pass(GPT& m, braid::parallel::HalfPrecisionStorage& hs, const std::vect
   const float* g = static_cast<const float*>(hs.grads());
   p.grads.assign(g, g + hs.num_params());
   return p;
-}
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < a.size(); ++i) d += double(a[i] - b[i]) * double(a[i] - b[i]), n += double(b[i]) * b[i];
-  return std::sqrt(d / n);
 }
 
 // GPT's initialisation with every parameter moved by N(0, 0.05^2): biases and

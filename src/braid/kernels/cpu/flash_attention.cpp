@@ -166,20 +166,61 @@ void flash_backward_block(float* dq, float* dk, float* dv, const void* q, const 
 
 size_t flash_attention_lse_floats(int64_t B, int64_t T, int64_t NH) { return size_t(B * NH * T); }
 
-size_t flash_attention_backward_scratch_floats(int64_t B, int64_t T, int64_t C, int64_t NH, DType store) {
-  const size_t part = size_t(B * T * C);
-  return 4 * part + (store == DType::f32 ? 0 : (part + 1) / 2) + flash_attention_lse_floats(B, T, NH);
+size_t flash_attention_backward_scratch_floats(int64_t B, int64_t T, const AttentionHeads& a, DType store) {
+  const size_t qpart = size_t(B * T * a.q_width()), kvpart = size_t(B * T * a.kv_width());
+  return 2 * qpart + 2 * kvpart + (store == DType::f32 ? 0 : (qpart + 1) / 2) + flash_attention_lse_floats(B, T, a.NH);
 }
 
+namespace {
+
+void check_heads(const AttentionHeads& a, DType store, DType round) {
+  detail::check_attention_dtypes(a.q_width(), a.NH, store, round);
+  BRAID_CHECK(a.NKV > 0 && a.NH % a.NKV == 0, "attention: n_kv_head=", a.NKV, " must divide n_head=", a.NH);
+}
+
+// Element offsets of the head-major parts: q (B, NH, T, hs), then k and v (B,
+// NKV, T, hs) each.
+struct HeadMajor {
+  size_t k, v;  // where k and v begin
+  HeadMajor(int64_t B, int64_t T, const AttentionHeads& a)
+      : k(size_t(B * T * a.q_width())), v(k + size_t(B * T * a.kv_width())) {}
+};
+
+// Copies between the token-major packed rows (B, T, (NH + 2 NKV) hs) and the
+// head-major parts, elements of `esz` bytes (to_heads: token-major -> heads).
+void permute_qkv(void* dst_v, const void* src_v, size_t esz, int64_t B, int64_t T, const AttentionHeads& a,
+                 bool to_heads) {
+  if (a.NKV == a.NH) return detail::permute_heads(dst_v, src_v, esz, B, T, a.q_width(), a.NH, 3, to_heads);
+  char* dst = static_cast<char*>(dst_v);
+  const char* src = static_cast<const char*>(src_v);
+  const HeadMajor hm(B, T, a);
+  const int64_t heads[3] = {a.NH, a.NKV, a.NKV};
+  const int64_t col[3] = {0, a.q_width(), a.q_width() + a.kv_width()};
+  const size_t base[3] = {0, hm.k, hm.v};
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int p = 0; p < 3; ++p)
+        for (int64_t h = 0; h < heads[p]; ++h) {
+          const size_t head = base[p] + size_t(((b * heads[p] + h) * T + t) * a.hs);
+          const size_t token = size_t((b * T + t) * a.qkv_width() + col[p] + h * a.hs);
+          std::memcpy(dst + (to_heads ? head : token) * esz, src + (to_heads ? token : head) * esz,
+                      esz * size_t(a.hs));
+        }
+}
+
+}  // namespace
+
 void flash_attention_forward(float* out, void* qkvr, float* lse, const void* qkv, DType store, int64_t B,
-                             int64_t T, int64_t C, int64_t NH, DType round) {
-  detail::check_attention_dtypes(C, NH, store, round);
-  const int64_t hs = C / NH, BH = B * NH, tiles = (T + kQueryTile - 1) / kQueryTile;
-  const size_t part = size_t(B * T * C);
-  detail::permute_heads(qkvr, qkv, dtype_size(store), B, T, C, NH, 3, true);
+                             int64_t T, const AttentionHeads& a, DType round) {
+  check_heads(a, store, round);
+  const int64_t hs = a.hs, NH = a.NH, group = a.NH / a.NKV, C = a.q_width();
+  const int64_t BH = B * NH, tiles = (T + kQueryTile - 1) / kQueryTile;
+  const HeadMajor hm(B, T, a);
+  permute_qkv(qkvr, qkv, dtype_size(store), B, T, a, true);
   const void* q = qkvr;
-  const void* k = elem_at(qkvr, part, store);
-  const void* v = elem_at(qkvr, 2 * part, store);
+  const void* k = elem_at(qkvr, hm.k, store);
+  const void* v = elem_at(qkvr, hm.v, store);
 #pragma omp parallel
   {
     float* state = tile_buffers().row_floats(size_t(kQueryTile * (hs + 2)));
@@ -189,10 +230,10 @@ void flash_attention_forward(float* out, void* qkvr, float* lse, const void* qkv
     for (int64_t job = 0; job < BH * tiles; ++job) {
       const int64_t bh = job / tiles, r0 = (tiles - 1 - job % tiles) * kQueryTile;
       const int64_t nr = std::min(kQueryTile, T - r0), b = bh / NH, h = bh % NH;
-      const size_t head = size_t(bh * T * hs);
+      const size_t head = size_t(bh * T * hs), kv_head = size_t((b * a.NKV + h / group) * T * hs);
       flash_state_init(st, nr, hs);
-      flash_forward_block(st, elem_at(q, head + size_t(r0 * hs), store), elem_at(k, head, store),
-                          elem_at(v, head, store), store, round, nr, r0 + nr, hs, r0, 0);
+      flash_forward_block(st, elem_at(q, head + size_t(r0 * hs), store), elem_at(k, kv_head, store),
+                          elem_at(v, kv_head, store), store, round, nr, r0 + nr, hs, r0, 0);
       flash_state_finish(out + (b * T + r0) * C + h * hs, C, lse + bh * T + r0, st, nr, hs);
     }
   }
@@ -223,31 +264,49 @@ void flash_attention_output_dot(float* D, const float* dout, const void* out, DT
 
 
 void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const void* out, const void* qkvr,
+                              const float* lse, DType store, int64_t B, int64_t T, const AttentionHeads& a,
+                              DType round) {
+  check_heads(a, store, round);
+  const int64_t hs = a.hs, NH = a.NH, group = a.NH / a.NKV, C = a.q_width();
+  const size_t qpart = size_t(B * T * C);
+  const HeadMajor hm(B, T, a);
+  const bool half = store != DType::f32;
+  float* dy = scratch;                                          // (B, NH, T, hs) f32
+  void* dy_s = half ? static_cast<void*>(dy + qpart) : dy;     // rounded, in store
+  float* D = dy + qpart + (half ? (qpart + 1) / 2 : 0);         // (B, NH, T)
+  float* dqkvr = D + B * NH * T;                                // dq, dk, dv head-major, f32
+  detail::permute_heads(dy, dout, sizeof(float), B, T, C, NH, 1, true);
+  detail::store_all(dy_s, dy, qpart, store, round);
+  flash_attention_output_dot(D, dout, out, store, B, T, C, NH);
+  std::fill(dqkvr, dqkvr + hm.v + size_t(B * T * a.kv_width()), 0.0f);
+  const void* q = qkvr;
+  const void* k = elem_at(qkvr, hm.k, store);
+  const void* v = elem_at(qkvr, hm.v, store);
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t bg = 0; bg < B * a.NKV; ++bg) {
+    const size_t kv_head = size_t(bg * T * hs);
+    for (int64_t j = 0; j < group; ++j) {
+      const int64_t bh = (bg / a.NKV) * NH + (bg % a.NKV) * group + j;
+      const size_t head = size_t(bh * T * hs);
+      flash_backward_block(dqkvr + head, dqkvr + hm.k + kv_head, dqkvr + hm.v + kv_head, elem_at(q, head, store),
+                           elem_at(k, kv_head, store), elem_at(v, kv_head, store), elem_at(dy_s, head, store),
+                           lse + bh * T, D + bh * T, store, round, T, T, hs, 0, 0);
+    }
+  }
+  permute_qkv(dqkv, dqkvr, sizeof(float), B, T, a, false);
+}
+
+void flash_attention_forward(float* out, void* qkvr, float* lse, const void* qkv, DType store, int64_t B, int64_t T,
+                             int64_t C, int64_t NH, DType round) {
+  detail::check_attention_dtypes(C, NH, store, round);
+  flash_attention_forward(out, qkvr, lse, qkv, store, B, T, mha_heads(C, NH), round);
+}
+
+void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const void* out, const void* qkvr,
                               const float* lse, DType store, int64_t B, int64_t T, int64_t C, int64_t NH,
                               DType round) {
   detail::check_attention_dtypes(C, NH, store, round);
-  const int64_t hs = C / NH, BH = B * NH;
-  const size_t part = size_t(B * T * C);
-  const bool half = store != DType::f32;
-  float* dy = scratch;                                            // (BH, T, hs) f32
-  void* dy_s = half ? static_cast<void*>(dy + part) : dy;        // rounded, in store
-  float* D = dy + part + (half ? (part + 1) / 2 : 0);             // (BH, T)
-  float* dqkvr = D + BH * T;                                      // (3, BH, T, hs) f32
-  detail::permute_heads(dy, dout, sizeof(float), B, T, C, NH, 1, true);
-  detail::store_all(dy_s, dy, part, store, round);
-  flash_attention_output_dot(D, dout, out, store, B, T, C, NH);
-  std::fill(dqkvr, dqkvr + 3 * part, 0.0f);
-  const void* q = qkvr;
-  const void* k = elem_at(qkvr, part, store);
-  const void* v = elem_at(qkvr, 2 * part, store);
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t bh = 0; bh < BH; ++bh) {
-    const size_t head = size_t(bh * T * hs);
-    flash_backward_block(dqkvr + head, dqkvr + part + head, dqkvr + 2 * part + head, elem_at(q, head, store),
-                         elem_at(k, head, store), elem_at(v, head, store), elem_at(dy_s, head, store), lse + bh * T,
-                         D + bh * T, store, round, T, T, hs, 0, 0);
-  }
-  detail::permute_heads(dqkv, dqkvr, sizeof(float), B, T, C, NH, 3, false);
+  flash_attention_backward(dqkv, scratch, dout, out, qkvr, lse, store, B, T, mha_heads(C, NH), round);
 }
 
 }  // namespace braid::kernels

@@ -75,11 +75,28 @@ void flash_backward_block(float* dq, float* dk, float* dv, const void* q, const 
                           const void* dO, const float* lse, const float* D, DType store, DType round, int64_t Tq,
                           int64_t Tk, int64_t hs, int64_t q_pos, int64_t k_pos);
 
+/// The heads of grouped-query attention (Ainslie et al. 2023, "GQA"): NH
+/// query heads of hs features share NKV key/value heads, query head h reading
+/// key/value head h / (NH / NKV) in place (no copies). NKV == NH is multi-head
+/// attention. A packed row is [q (NH hs) | k (NKV hs) | v (NKV hs)].
+struct AttentionHeads {
+  int64_t NH, NKV, hs;
+  int64_t q_width() const { return NH * hs; }
+  int64_t kv_width() const { return NKV * hs; }
+  int64_t qkv_width() const { return (NH + 2 * NKV) * hs; }
+};
+/// Multi-head attention over C features in NH heads.
+inline AttentionHeads mha_heads(int64_t C, int64_t NH) { return {NH, NH, NH > 0 ? C / NH : 0}; }
+
 /// Floats of workspace flash_attention_backward needs: dO head-major in f32
-/// and in `store`, D, and dq, dk, dv head-major: (4 + half) B T C + B NH T.
-/// Forward needs none.
-size_t flash_attention_backward_scratch_floats(int64_t B, int64_t T, int64_t C, int64_t NH,
+/// and in `store`, D, and dq, dk, dv head-major:
+/// (2 + half) B T NH hs + 2 B T NKV hs + B NH T. Forward needs none.
+size_t flash_attention_backward_scratch_floats(int64_t B, int64_t T, const AttentionHeads& a,
                                                DType store = DType::f32);
+inline size_t flash_attention_backward_scratch_floats(int64_t B, int64_t T, int64_t C, int64_t NH,
+                                                      DType store = DType::f32) {
+  return flash_attention_backward_scratch_floats(B, T, mha_heads(C, NH), store);
+}
 /// Floats flash_attention_forward saves besides q, k, v: the log-sum-exp, B NH T.
 size_t flash_attention_lse_floats(int64_t B, int64_t T, int64_t NH);
 
@@ -89,21 +106,31 @@ void flash_attention_output_dot(float* D, const float* dout, const void* out, DT
                                 int64_t C, int64_t NH);
 
 /// Causal self-attention over whole sequences (the result of
-/// kernels::attention_forward, in O(B T C) memory):
-///   out  (B, T, C) f32        written; heads concatenated along C
-///   qkvr (3, B, NH, T, hs)    saved: q, k, v head-major, in `store`
-///   lse  (B, NH, T) f32       saved: log-sum-exp of each query row's scores
-///   qkv  (B, T, 3C)           packed [q | k | v], in `store`
-/// Tile jobs (sequence, head, query tile) spread over the OpenMP team.
-/// Throws braid::Error if C % NH != 0 or store is neither f32 nor round.
+/// kernels::attention_forward, in O(B T C) memory), with grouped key/value heads:
+///   out  (B, T, NH hs) f32            written; heads concatenated
+///   qkvr q (B, NH, T, hs), then k and v (B, NKV, T, hs) each: saved, in `store`
+///   lse  (B, NH, T) f32               saved: log-sum-exp of each query row's scores
+///   qkv  (B, T, (NH + 2 NKV) hs)      packed [q | k | v], in `store`
+/// Tile jobs (sequence, query head, query tile) spread over the OpenMP team.
+/// Throws braid::Error unless NKV > 0 divides NH, or if store is neither f32
+/// nor round.
 void flash_attention_forward(float* out, void* qkvr, float* lse, const void* qkv, DType store, int64_t B,
-                             int64_t T, int64_t C, int64_t NH, DType round = DType::f32);
+                             int64_t T, const AttentionHeads& a, DType round = DType::f32);
+/// Multi-head attention: qkv (B, T, 3C), NH heads of C / NH features. Throws
+/// braid::Error if C % NH != 0.
+void flash_attention_forward(float* out, void* qkvr, float* lse, const void* qkv, DType store, int64_t B, int64_t T,
+                             int64_t C, int64_t NH, DType round = DType::f32);
 
 /// Backward of flash_attention_forward:
-///   dqkv (B, T, 3C) f32 written (=); dout (B, T, C) f32; out (B, T, C): the
-///   forward's output as the caller kept it, in `store` (for D); qkvr, lse
+///   dqkv (B, T, (NH + 2 NKV) hs) f32 written (=); dout (B, T, NH hs) f32; out:
+///   the forward's output as the caller kept it, in `store` (for D); qkvr, lse
 ///   from forward; scratch of flash_attention_backward_scratch_floats floats.
-/// Heads spread over the OpenMP team (each head one thread's serial work).
+/// Each (sequence, key/value head) is one thread's serial work, summing the
+/// dk and dv of its group's query heads in head order (deterministic).
+void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const void* out, const void* qkvr,
+                              const float* lse, DType store, int64_t B, int64_t T, const AttentionHeads& a,
+                              DType round = DType::f32);
+/// Multi-head attention: dqkv (B, T, 3C). Throws braid::Error if C % NH != 0.
 void flash_attention_backward(float* dqkv, float* scratch, const float* dout, const void* out, const void* qkvr,
                               const float* lse, DType store, int64_t B, int64_t T, int64_t C, int64_t NH,
                               DType round = DType::f32);
