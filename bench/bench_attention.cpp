@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "braid/commands.h"
+#include "braid/core/error.h"
 #include "braid/core/rng.h"
 #include "braid/core/threads.h"
 #include "braid/kernels/cpu/attention.h"
@@ -29,7 +30,7 @@ namespace {
 
 struct AttentionBenchArgs {
   std::string kernel = "fused", dtype = "f32";
-  int64_t B = 1, heads = 12, head_dim = 64, T = 1024, reps = 5;
+  int64_t B = 1, heads = 12, kv_heads = 0, head_dim = 64, T = 1024, reps = 5;  // kv_heads 0: heads
   int threads = 0;
 };
 
@@ -47,31 +48,41 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 struct AttentionRun {
   const AttentionBenchArgs& a;
   DType t;
+  kernels::AttentionHeads heads;
   int64_t C;
-  size_t part;
+  size_t part, packed;  // elements of the output and of the packed q, k, v
   std::vector<float> qkv, out, out_store, dout, dqkv, qkvr, saved, fscratch, bscratch;
 
   AttentionRun(const AttentionBenchArgs& args, DType dtype)
-      : a(args), t(dtype), C(args.heads * args.head_dim), part(size_t(args.B * args.T * C)) {
+      : a(args),
+        t(dtype),
+        heads{args.heads, args.kv_heads > 0 ? args.kv_heads : args.heads, args.head_dim},
+        C(heads.q_width()),
+        part(size_t(args.B * args.T * C)),
+        packed(size_t(args.B * args.T * heads.qkv_width())) {
     const bool fused = a.kernel == "fused";
-    std::vector<float> x(3 * part);
+    BRAID_CONFIG_CHECK(fused || heads.NKV == heads.NH, "--kv-heads ", heads.NKV,
+                       " needs --kernel fused (the unfused kernel is multi-head only)");
+    BRAID_CONFIG_CHECK(heads.NH % heads.NKV == 0, "--kv-heads ", heads.NKV, " must divide --heads ", heads.NH,
+                       " (each key/value head serves a whole group of query heads)");
+    std::vector<float> x(packed);
     for (size_t i = 0; i < x.size(); ++i) x[i] = rand_normal(7, 1, i);
-    qkv.resize(model::operand_floats(3 * part, t));
+    qkv.resize(model::operand_floats(packed, t));
     kernels::cast_from_f32(qkv.data(), t, x.data(), x.size());
-    out.resize(part), out_store.resize(model::operand_floats(part, t)), dout.resize(part), dqkv.resize(3 * part);
+    out.resize(part), out_store.resize(model::operand_floats(part, t)), dout.resize(part), dqkv.resize(packed);
     for (size_t i = 0; i < part; ++i) dout[i] = rand_normal(7, 2, i);
-    qkvr.resize(model::operand_floats(3 * part, t));
+    qkvr.resize(model::operand_floats(packed, t));
     const size_t BHT = size_t(a.B * a.heads * a.T);
     saved.resize(fused ? kernels::flash_attention_lse_floats(a.B, a.T, a.heads) : model::operand_floats(BHT * size_t(a.T), t));
     fscratch.resize(fused ? 0 : kernels::attention_forward_scratch_floats(a.B, a.T, C, a.heads, t));
-    bscratch.resize(fused ? kernels::flash_attention_backward_scratch_floats(a.B, a.T, C, a.heads, t)
+    bscratch.resize(fused ? kernels::flash_attention_backward_scratch_floats(a.B, a.T, heads, t)
                           : kernels::attention_backward_scratch_floats(a.B, a.T, C, a.heads, t));
   }
   size_t kernel_bytes() const { return (qkvr.size() + saved.size() + std::max(fscratch.size(), bscratch.size())) * 4; }
 
   void forward() {
     if (a.kernel == "fused")
-      kernels::flash_attention_forward(out.data(), qkvr.data(), saved.data(), qkv.data(), t, a.B, a.T, C, a.heads, t);
+      kernels::flash_attention_forward(out.data(), qkvr.data(), saved.data(), qkv.data(), t, a.B, a.T, heads, t);
     else
       kernels::attention_forward(out.data(), qkvr.data(), saved.data(), fscratch.data(), qkv.data(), t, a.B, a.T, C,
                                  a.heads, t);
@@ -80,7 +91,7 @@ struct AttentionRun {
   void backward() {
     if (a.kernel == "fused")
       kernels::flash_attention_backward(dqkv.data(), bscratch.data(), dout.data(), out_store.data(), qkvr.data(),
-                                        saved.data(), t, a.B, a.T, C, a.heads, t);
+                                        saved.data(), t, a.B, a.T, heads, t);
     else
       kernels::attention_backward(dqkv.data(), bscratch.data(), dout.data(), qkvr.data(), saved.data(), t, a.B, a.T,
                                   C, a.heads, t);
@@ -103,7 +114,7 @@ void run_attention_bench(const AttentionBenchArgs& a) {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const nlohmann::json j = {{"kernel", a.kernel}, {"dtype", a.dtype},   {"B", a.B},
-                            {"heads", a.heads},   {"head_dim", a.head_dim}, {"T", a.T},
+                            {"heads", a.heads},   {"kv_heads", run.heads.NKV}, {"head_dim", a.head_dim}, {"T", a.T},
                             {"threads", braid::omp_threads()}, {"forward_ms", median(fwd)},
                             {"backward_ms", median(bwd)}, {"kernel_bytes", run.kernel_bytes()},
                             {"peak_rss_bytes", int64_t(ru.ru_maxrss) * 1024}};
@@ -125,6 +136,10 @@ void add_bench_attention(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--batch", a->B, "Sequences")->check(CLI::PositiveNumber)->capture_default_str();
   c->add_option("--heads", a->heads, "Heads")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--kv-heads", a->kv_heads,
+                 "Key/value heads shared by groups of query heads (grouped-query attention; 0: --heads)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   c->add_option("--head-dim", a->head_dim, "Features per head")->check(CLI::PositiveNumber)->capture_default_str();
   c->add_option("--seq-len", a->T, "Sequence length T")->check(CLI::PositiveNumber)->capture_default_str();
   c->add_option("--reps", a->reps, "Timed repetitions (median reported)")

@@ -13,6 +13,7 @@ void add_prepare_data(CLI::App& app);  // tokenize a corpus into a .bin token fi
 void add_train(CLI::App& app);         // the main job (MPI or one process)
 void add_bench_comm(CLI::App& app);    // collective busbw sweep, ours vs MPI's own
 void add_bench_attention(CLI::App& app);  // causal attention alone: fused vs saved probabilities
+void add_bench_block_parts(CLI::App& app);  // RMSNorm, rotary positions, SwiGLU alone
 void add_bench_step(CLI::App& app);    // training-step tokens/s and MFU
 void add_plan(CLI::App& app);          // predicted per-rank peak memory by category
 void add_schedule(CLI::App& app);      // pipeline schedule table / SVG and its bubble

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   braid::cli::add_bench_comm(app);
   braid::cli::add_bench_step(app);
   braid::cli::add_bench_attention(app);
+  braid::cli::add_bench_block_parts(app);
   braid::cli::add_plan(app);
   braid::cli::add_schedule(app);
   braid::cli::add_verify(app);

@@ -78,12 +78,12 @@ TEST(KernelsFD, RotaryPositions) {
   const int64_t B = 2, T = 4, HS = 8;
   const k::RopeHeads h{21, 3, 2, HS};
   const auto pos = chunk_positions(T);
-  const auto inv = k::rope_inverse_frequencies(HS, 10000.0);
+  const auto tb = k::rope_table(pos.data(), T, k::rope_inverse_frequencies(HS, 10000.0));
   auto x = normal_values(size_t(B * T * h.stride), 14, 1), r = normal_values(x.size(), 14, 2);
   std::vector<float> out(x.size());
   auto loss = [&] {
     out = x;
-    k::rope_forward(out.data(), B, T, h, pos.data(), inv.data());
+    k::rope_forward(out.data(), B, T, h, tb);
     return dot(r, out.data());
   };
   loss();
@@ -94,7 +94,7 @@ TEST(KernelsFD, RotaryPositions) {
     }
   }
   auto dx = r;
-  k::rope_backward(dx.data(), B, T, h, pos.data(), inv.data());
+  k::rope_backward(dx.data(), B, T, h, tb);
   fd_check("rope.dx", x, dx, loss);
 }
 
@@ -102,9 +102,9 @@ TEST(Rope, PositionZeroIsTheIdentityAndTheTurnKeepsTheNorm) {
   const int64_t T = 3, HS = 16;
   const k::RopeHeads h{HS, 0, 1, HS};
   const std::vector<int64_t> pos = {0, 7, 1000};
-  const auto inv = k::rope_inverse_frequencies(HS, 500000.0, {8.0, 1.0, 4.0, 8192});
+  const auto tb = k::rope_table(pos.data(), T, k::rope_inverse_frequencies(HS, 500000.0, {8.0, 1.0, 4.0, 8192}));
   auto x = normal_values(size_t(T * HS), 15, 1), y = x;
-  k::rope_forward(y.data(), 1, T, h, pos.data(), inv.data());
+  k::rope_forward(y.data(), 1, T, h, tb);
   for (int64_t c = 0; c < HS; ++c) EXPECT_EQ(y[size_t(c)], x[size_t(c)]);
   for (int64_t t = 0; t < T; ++t) {
     double nx = 0, ny = 0;
@@ -113,7 +113,7 @@ TEST(Rope, PositionZeroIsTheIdentityAndTheTurnKeepsTheNorm) {
     EXPECT_NEAR(ny, nx, 1e-5 * nx) << "t " << t;
   }
   // Backward turns back: forward then backward is the identity to rounding.
-  k::rope_backward(y.data(), 1, T, h, pos.data(), inv.data());
+  k::rope_backward(y.data(), 1, T, h, tb);
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-5f);
 }
 
@@ -121,6 +121,12 @@ TEST(Rope, BadSettingsAreConfigErrors) {
   EXPECT_THROW(k::rope_inverse_frequencies(7, 10000.0), braid::ConfigError);
   EXPECT_THROW(k::rope_inverse_frequencies(8, 1.0), braid::ConfigError);
   EXPECT_THROW(k::rope_inverse_frequencies(8, 1e4, {8.0, 4.0, 1.0, 8192}), braid::ConfigError);
+  // A table for other positions or another head size is refused.
+  const std::vector<int64_t> pos = {0, 1};
+  const auto tb = k::rope_table(pos.data(), 2, k::rope_inverse_frequencies(8, 1e4));
+  std::vector<float> x(3 * 8);
+  EXPECT_THROW(k::rope_forward(x.data(), 1, 3, k::RopeHeads{8, 0, 1, 8}, tb), braid::Error);
+  EXPECT_THROW(k::rope_forward(x.data(), 1, 2, k::RopeHeads{4, 0, 1, 4}, tb), braid::Error);
   try {
     k::rope_inverse_frequencies(8, 1e4, {0.0, 1.0, 4.0, 8192});
     FAIL() << "expected a ConfigError";
@@ -185,8 +191,9 @@ TEST(LlamaKernels, MatchPyTorch) {
   for (size_t i = 0; i < inv.size(); ++i) EXPECT_NEAR(inv[i], ref_inv[i], 2.5e-7 * ref_inv[i]) << "inv_freq " << i;
   const k::RopeHeads h{NH * HS, 0, NH, HS};
   auto ry = rx, rdx = rdy;
-  k::rope_forward(ry.data(), B, T, h, pos.data(), inv.data());
-  k::rope_backward(rdx.data(), B, T, h, pos.data(), inv.data());
+  const auto tb = k::rope_table(pos.data(), T, inv);
+  k::rope_forward(ry.data(), B, T, h, tb);
+  k::rope_backward(rdx.data(), B, T, h, tb);
   EXPECT_LT(rel_l2(ry, read("rope_y.bin", ry.size())), 1e-6);
   EXPECT_LT(rel_l2(rdx, read("rope_dx.bin", rdx.size())), 1e-6);
   fs::remove_all(dir);

@@ -42,45 +42,55 @@ std::vector<float> rope_inverse_frequencies(int64_t head_size, double theta, con
   return inv;
 }
 
+RopeTable rope_table(const int64_t* pos, int64_t T, const std::vector<float>& inv_freq) {
+  RopeTable tb;
+  tb.T = T, tb.half = int64_t(inv_freq.size());
+  tb.cos.resize(size_t(T * tb.half)), tb.sin.resize(size_t(T * tb.half));
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < tb.half; ++i) {
+      const float angle = float(pos[t]) * inv_freq[size_t(i)];
+      tb.cos[size_t(t * tb.half + i)] = float(std::cos(double(angle)));
+      tb.sin[size_t(t * tb.half + i)] = float(std::sin(double(angle)));
+    }
+  return tb;
+}
+
 namespace {
 
 // Turns every head of every row by +angle (sign 1, forward) or -angle (sign
 // -1, the transpose for backward).
-void rotate(float* x, int64_t B, int64_t T, const RopeHeads& h, const int64_t* pos, const float* inv_freq,
-            float sign) {
-  const int64_t half = h.head_size / 2;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = float(pos[t]) * inv_freq[i];
-      cs[size_t(i)] = float(std::cos(double(angle)));
-      sn[size_t(i)] = sign * float(std::sin(double(angle)));
-    }
-    for (int64_t b = 0; b < B; ++b) {
+void rotate(float* x, int64_t B, int64_t T, const RopeHeads& h, const RopeTable& tb, float sign) {
+  BRAID_CHECK(tb.T == T && 2 * tb.half == h.head_size, "rope: a table of ", tb.T, " x ", tb.half,
+              " angles for ", T, " positions of ", h.head_size, "-feature heads");
+  const int64_t half = tb.half;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const float* cs = tb.cos.data() + t * half;
+      const float* sn = tb.sin.data() + t * half;
       float* row = x + (b * T + t) * h.stride + h.col0;
       for (int64_t hd = 0; hd < h.n_heads; ++hd) {
         float* a = row + hd * h.head_size;
         float* z = a + half;
 #pragma omp simd
         for (int64_t i = 0; i < half; ++i) {
-          const float x0 = a[i], x1 = z[i];
-          a[i] = x0 * cs[size_t(i)] - x1 * sn[size_t(i)];
-          z[i] = x1 * cs[size_t(i)] + x0 * sn[size_t(i)];
+          const float x0 = a[i], x1 = z[i], s = sign * sn[i];
+          a[i] = x0 * cs[i] - x1 * s;
+          z[i] = x1 * cs[i] + x0 * s;
         }
       }
     }
-  }
 }
 
 }  // namespace
 
-void rope_forward(float* x, int64_t B, int64_t T, const RopeHeads& h, const int64_t* pos, const float* inv_freq) {
-  rotate(x, B, T, h, pos, inv_freq, 1.0f);
+void rope_forward(float* x, int64_t B, int64_t T, const RopeHeads& h, const RopeTable& table) {
+  rotate(x, B, T, h, table, 1.0f);
 }
 
-void rope_backward(float* dx, int64_t B, int64_t T, const RopeHeads& h, const int64_t* pos, const float* inv_freq) {
-  rotate(dx, B, T, h, pos, inv_freq, -1.0f);
+void rope_backward(float* dx, int64_t B, int64_t T, const RopeHeads& h, const RopeTable& table) {
+  rotate(dx, B, T, h, table, -1.0f);
 }
 
 }  // namespace braid::kernels

@@ -37,14 +37,25 @@ struct RopeHeads {
   int64_t stride, col0, n_heads, head_size;
 };
 
-/// Rotates x in place: x (B, T, stride) floats, row (b, t) at position pos[t]
-/// (the token's global position, so a context-parallel chunk or any split of
-/// the rows turns exactly as one rank does). inv_freq: head_size/2 floats.
-void rope_forward(float* x, int64_t B, int64_t T, const RopeHeads& h, const int64_t* pos, const float* inv_freq);
+/// The cosine and sine of every angle pos[t] * inv_freq[i]: (T, hs/2) each,
+/// computed once for a micro-batch and read by every layer's q and k.
+struct RopeTable {
+  int64_t T = 0, half = 0;
+  std::vector<float> cos, sin;
+};
+/// The table of positions pos[0, T) (each token's global position, so a
+/// context-parallel chunk or any split of the rows turns exactly as one rank
+/// does) and inv_freq (head_size/2 floats from rope_inverse_frequencies).
+RopeTable rope_table(const int64_t* pos, int64_t T, const std::vector<float>& inv_freq);
+
+/// Rotates x in place: x (B, T, stride) floats, row (b, t) by the angles of
+/// table row t. Throws braid::Error unless the table has T rows of
+/// head_size / 2.
+void rope_forward(float* x, int64_t B, int64_t T, const RopeHeads& h, const RopeTable& table);
 
 /// Backward of rope_forward, in place on the gradient dx (same layout): the
 /// rotation is orthogonal, so its transpose turns the other way,
 ///   dx[i] = dy[i] cos + dy[i + hs/2] sin;  dx[i + hs/2] = dy[i + hs/2] cos - dy[i] sin.
-void rope_backward(float* dx, int64_t B, int64_t T, const RopeHeads& h, const int64_t* pos, const float* inv_freq);
+void rope_backward(float* dx, int64_t B, int64_t T, const RopeHeads& h, const RopeTable& table);
 
 }  // namespace braid::kernels

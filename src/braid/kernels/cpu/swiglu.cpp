@@ -1,6 +1,6 @@
 #include "braid/kernels/cpu/swiglu.h"
 
-#include <cmath>
+#include "braid/kernels/cpu/vec_math.h"
 
 namespace braid::kernels {
 
@@ -11,7 +11,7 @@ void swiglu_forward(float* out, const float* inp, int64_t N, int64_t H) {
     const float* u = g + H;
     float* o = out + i * H;
 #pragma omp simd
-    for (int64_t c = 0; c < H; ++c) o[c] = g[c] / (1.0f + std::exp(-g[c])) * u[c];
+    for (int64_t c = 0; c < H; ++c) o[c] = g[c] / (1.0f + vexp(-g[c])) * u[c];
   }
 }
 
@@ -25,7 +25,7 @@ void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N
     float* du = dg + H;
 #pragma omp simd
     for (int64_t c = 0; c < H; ++c) {
-      const float s = 1.0f / (1.0f + std::exp(-g[c]));
+      const float s = 1.0f / (1.0f + vexp(-g[c]));
       dg[c] = d[c] * u[c] * s * (1.0f + g[c] * (1.0f - s));
       du[c] = d[c] * g[c] * s;
     }
