@@ -6,6 +6,7 @@
 // PyTorch's eager compositions of the same formulas beside it).
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -104,9 +105,13 @@ void bench_swiglu(const BlockPartsArgs& a) {
 }
 
 void run_block_parts_bench(const BlockPartsArgs& a) {
-  BRAID_CONFIG_CHECK(a.C % a.heads == 0 && a.heads % a.kv_heads == 0, "--width ", a.C, ", --heads ", a.heads,
-                     " and --kv-heads ", a.kv_heads, ": the heads must divide the width and the key/value heads ",
-                     "the heads");
+  // Every check before the first part prints its line.
+  BRAID_CONFIG_CHECK(a.C % a.heads == 0, "--width ", a.C, " must be a multiple of --heads ", a.heads);
+  BRAID_CONFIG_CHECK(a.heads % a.kv_heads == 0, "--kv-heads ", a.kv_heads, " must divide --heads ", a.heads,
+                     " (each key/value head serves a whole group of query heads)");
+  BRAID_CONFIG_CHECK((a.C / a.heads) % 2 == 0, "rotary positions need an even head size: --width ", a.C,
+                     " / --heads ", a.heads, " = ", a.C / a.heads);
+  BRAID_CONFIG_CHECK(std::isfinite(a.theta) && a.theta > 1.0, "--rope-theta ", a.theta, " must be > 1 (Llama 3: 500000)");
   if (a.threads > 0) braid::set_omp_threads(a.threads);
   bench_rmsnorm(a);
   bench_rope(a);
@@ -128,7 +133,7 @@ void add_bench_block_parts(CLI::App& app) {
   c->add_option("--hidden", a->hidden, "SwiGLU's hidden size H")->check(CLI::PositiveNumber)->capture_default_str();
   c->add_option("--heads", a->heads, "Query heads")->check(CLI::PositiveNumber)->capture_default_str();
   c->add_option("--kv-heads", a->kv_heads, "Key/value heads")->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--rope-theta", a->theta, "RoPE base theta")->check(CLI::PositiveNumber)->capture_default_str();
+  c->add_option("--rope-theta", a->theta, "RoPE base theta (> 1)")->capture_default_str();
   c->add_option("--reps", a->reps, "Timed repetitions (median reported)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
