@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench_timing.h"
 #include "braid/commands.h"
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
@@ -33,16 +34,6 @@ struct AttentionBenchArgs {
   int64_t B = 1, heads = 12, kv_heads = 0, head_dim = 64, T = 1024, reps = 5;  // kv_heads 0: heads
   int threads = 0;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
 
 // The kernel's buffers, allocated once; forward() and backward() run it.
 struct AttentionRun {
@@ -101,22 +92,13 @@ struct AttentionRun {
 void run_attention_bench(const AttentionBenchArgs& a) {
   if (a.threads > 0) braid::set_omp_threads(a.threads);
   AttentionRun run(a, parse_dtype(a.dtype));
-  run.forward(), run.backward();  // warm-up: primitives created, pages touched
-  std::vector<double> fwd, bwd;
-  for (int64_t r = 0; r < a.reps; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    run.forward();
-    fwd.push_back(ms_since(t0));
-    t0 = std::chrono::steady_clock::now();
-    run.backward();
-    bwd.push_back(ms_since(t0));
-  }
+  const auto [fwd_ms, bwd_ms] = time_forward_backward(a.reps, [&] { run.forward(); }, [&] { run.backward(); });
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const nlohmann::json j = {{"kernel", a.kernel}, {"dtype", a.dtype},   {"B", a.B},
                             {"heads", a.heads},   {"kv_heads", run.heads.NKV}, {"head_dim", a.head_dim}, {"T", a.T},
-                            {"threads", braid::omp_threads()}, {"forward_ms", median(fwd)},
-                            {"backward_ms", median(bwd)}, {"kernel_bytes", run.kernel_bytes()},
+                            {"threads", braid::omp_threads()}, {"forward_ms", fwd_ms},
+                            {"backward_ms", bwd_ms}, {"kernel_bytes", run.kernel_bytes()},
                             {"peak_rss_bytes", int64_t(ru.ru_maxrss) * 1024}};
   std::printf("%s\n", j.dump().c_str());
 }

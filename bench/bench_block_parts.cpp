@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.h"
 #include "braid/commands.h"
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
@@ -38,28 +39,6 @@ std::vector<float> normals(size_t n, uint64_t stream) {
   return v;
 }
 
-double millis_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Median forward and backward milliseconds of `fwd` and `bwd` over `reps`
-// alternated runs, after one warm-up of each.
-template <typename F, typename G>
-std::pair<double, double> time_pair(int64_t reps, F&& fwd, G&& bwd) {
-  fwd(), bwd();
-  std::vector<double> f, b;
-  for (int64_t r = 0; r < reps; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    fwd();
-    f.push_back(millis_since(t0));
-    t0 = std::chrono::steady_clock::now();
-    bwd();
-    b.push_back(millis_since(t0));
-  }
-  std::sort(f.begin(), f.end()), std::sort(b.begin(), b.end());
-  return {f[f.size() / 2], b[b.size() / 2]};
-}
-
 void report(const BlockPartsArgs& a, const char* part, std::pair<double, double> ms) {
   const nlohmann::json j = {{"part", part},     {"B", a.B},           {"T", a.T},
                             {"C", a.C},         {"hidden", a.hidden}, {"heads", a.heads},
@@ -72,7 +51,7 @@ void bench_rmsnorm(const BlockPartsArgs& a) {
   const int64_t N = a.B * a.T;
   const auto x = normals(size_t(N * a.C), 1), w = normals(size_t(a.C), 2), dy = normals(size_t(N * a.C), 3);
   std::vector<float> y(x.size()), rstd(static_cast<size_t>(N)), dx(x.size()), dw(static_cast<size_t>(a.C));
-  report(a, "rmsnorm", time_pair(a.reps, [&] { kernels::rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, a.C); },
+  report(a, "rmsnorm", time_forward_backward(a.reps, [&] { kernels::rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, a.C); },
                                  [&] {
                                    std::fill(dx.begin(), dx.end(), 0.0f), std::fill(dw.begin(), dw.end(), 0.0f);
                                    kernels::rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(),
@@ -93,14 +72,14 @@ void bench_rope(const BlockPartsArgs& a) {
     fn(qkv.data(), a.B, a.T, q, tb);
     fn(qkv.data(), a.B, a.T, k, tb);
   };
-  report(a, "rope", time_pair(a.reps, [&] { turn(kernels::rope_forward); }, [&] { turn(kernels::rope_backward); }));
+  report(a, "rope", time_forward_backward(a.reps, [&] { turn(kernels::rope_forward); }, [&] { turn(kernels::rope_backward); }));
 }
 
 void bench_swiglu(const BlockPartsArgs& a) {
   const int64_t N = a.B * a.T;
   const auto x = normals(size_t(N * 2 * a.hidden), 5), dy = normals(size_t(N * a.hidden), 6);
   std::vector<float> y(dy.size()), dx(x.size());
-  report(a, "swiglu", time_pair(a.reps, [&] { kernels::swiglu_forward(y.data(), x.data(), N, a.hidden); },
+  report(a, "swiglu", time_forward_backward(a.reps, [&] { kernels::swiglu_forward(y.data(), x.data(), N, a.hidden); },
                                 [&] { kernels::swiglu_backward(dx.data(), dy.data(), x.data(), N, a.hidden); }));
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "braid/comm/backends/local.h"
+#include "bench_timing.h"
 #include "braid/commands.h"
 #include "braid/core/rng.h"
 #include "braid/core/threads.h"
@@ -28,11 +29,6 @@ struct StepBenchArgs {
   int threads = 0;
   std::string json;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 train::TrainOptions step_options(const StepBenchArgs& a) {
   train::TrainOptions o;
