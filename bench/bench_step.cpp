@@ -100,7 +100,9 @@ void run_step_bench(const StepBenchArgs& a, comm::Communicator& world) {
 void add_bench_step(CLI::App& app) {
   auto a = std::make_shared<StepBenchArgs>();
   CLI::App* c = app.add_subcommand("bench-step", "Training-step tokens/s and MFU on one rank");
-  c->add_option("--model", a->model, "tiny, small or gpt2")->capture_default_str();
+  c->add_option("--model", a->model, "a model preset (braid train --help lists them: tiny, small, gpt2, llama-small, ...)")
+      ->transform(one_of(model::GPTConfig::preset_names()))
+      ->capture_default_str();
   c->add_option("--precision", a->precision, "fp32, bf16 or fp16")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}, CLI::ignore_case))
       ->capture_default_str();

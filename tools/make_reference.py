@@ -19,7 +19,11 @@ Writes to DIR (all float32, little-endian, raw):
 
 The model is an independent minimal GPT-2: pre-LN blocks, learned positions,
 tanh GELU, causal softmax attention, LM head tied to wte, padded vocab masked out
-of the softmax.
+of the softmax; or, when input.json names Llama's parts (norm "rmsnorm",
+positions "rope" with rope_theta and rope_scaling, mlp "swiglu", n_kv_head,
+norm_eps), transformers' Llama block written out: RMSNorm, rotate_half rotary
+positions, grouped-query attention by repeating key/value heads, SiLU-gated
+MLP from the packed [gate | up] c_fc, and lm_head.weight when untied.
 """
 import json
 import math
@@ -29,6 +33,31 @@ import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+
+def rope_angles(cfg, hs, T, dtype):
+    """cos, sin (T, hs) of transformers' rotary embedding with Llama 3 scaling."""
+    theta = cfg.get("rope_theta", 10000.0)
+    inv = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.int64).float() / hs))
+    sc = cfg.get("rope_scaling", {"factor": 1.0})
+    if sc["factor"] != 1.0:
+        lo, hi, orig = sc["low_freq_factor"], sc["high_freq_factor"], sc["original_context"]
+        wavelen = 2 * math.pi / inv
+        smooth = (orig / wavelen - lo) / (hi - lo)
+        scaled = torch.where(wavelen > orig / lo, inv / sc["factor"], inv)
+        mid = (1 - smooth) * scaled / sc["factor"] + smooth * scaled
+        medium = (wavelen >= orig / hi) & (wavelen <= orig / lo)
+        inv = torch.where(medium, mid, scaled)
+    angles = torch.arange(T, dtype=torch.float32)[:, None] * inv[None, :]
+    emb = torch.cat([angles, angles], dim=-1).to(torch.float64)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate(x, cos, sin):
+    """transformers' apply_rotary_pos_emb: x (B, heads, T, hs)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
 
 
 def main(d):
@@ -50,28 +79,53 @@ def main(d):
         a = flat[p["offset"]:p["offset"] + p["numel"]].reshape(p["shape"])
         P[p["name"]] = torch.tensor(a, dtype=dtype, requires_grad=True)
 
+    # The block's parts (GPT-2's when the config does not name them).
+    norm = cfg.get("norm", "layernorm")
+    positions = cfg.get("positions", "learned")
+    mlp = cfg.get("mlp", "gelu")
+    NKV = cfg.get("n_kv_head", NH)
+    eps = cfg.get("norm_eps", 1e-5)
+
     def ln(x, pre):
-        return F.layer_norm(x, (C,), P[pre + ".weight"], P[pre + ".bias"], eps=1e-5)
+        if norm == "rmsnorm":  # transformers' LlamaRMSNorm
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * P[pre + ".weight"]
+        return F.layer_norm(x, (C,), P[pre + ".weight"], P[pre + ".bias"], eps=eps)
 
     def lin(x, pre):
-        return x @ P[pre + ".weight"].t() + P[pre + ".bias"]
+        y = x @ P[pre + ".weight"].t()
+        return y + P[pre + ".bias"] if pre + ".bias" in P else y
 
     hs = C // NH
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    x = P["wte.weight"][tokens] + P["wpe.weight"][:T]
+    x = P["wte.weight"][tokens]
+    if positions == "learned":
+        x = x + P["wpe.weight"][:T]
+    else:
+        cos, sin = rope_angles(cfg, hs, T, dtype)
     for l in range(L):
         h = f"h.{l}."
         qkv = lin(ln(x, h + "ln_1"), h + "attn.c_attn")
-        q, k, v = qkv.split(C, dim=2)
-        q, k, v = [t.view(B, T, NH, hs).transpose(1, 2) for t in (q, k, v)]
+        q, k, v = qkv.split([C, NKV * hs, NKV * hs], dim=2)
+        q = q.view(B, T, NH, hs).transpose(1, 2)
+        k, v = [t.view(B, T, NKV, hs).transpose(1, 2) for t in (k, v)]
+        if positions == "rope":
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        # Grouped-query attention: each key/value head serves NH / NKV query heads.
+        k, v = k.repeat_interleave(NH // NKV, dim=1), v.repeat_interleave(NH // NKV, dim=1)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + lin(y, h + "attn.c_proj")
-        m = F.gelu(lin(ln(x, h + "ln_2"), h + "mlp.c_fc"), approximate="tanh")
+        u = lin(ln(x, h + "ln_2"), h + "mlp.c_fc")
+        if mlp == "swiglu":
+            gate, up = u.chunk(2, dim=-1)
+            m = F.silu(gate) * up
+        else:
+            m = F.gelu(u, approximate="tanh")
         x = x + lin(m, h + "mlp.c_proj")
     x = ln(x, "ln_f")
-    logits = x @ P["wte.weight"].t()  # (B, T, Vp), tied head
+    head = P["lm_head.weight"] if "lm_head.weight" in P else P["wte.weight"]
+    logits = x @ head.t()  # (B, T, Vp)
     loss = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
     loss.backward()
 

@@ -31,8 +31,8 @@ void run_export(const ConvertOptions& o) {
   const formats::ModelWeights w = formats::read_checkpoint_weights(o.checkpoint);
   if (o.format == "hf") {
     formats::export_hf(w, o.out, o.tokenizer_dir);
-    describe("wrote Hugging Face GPT2LMHeadModel", w,
-             o.out + " (model.safetensors, config.json, vocab.json, merges.txt)");
+    describe(w.config.is_gpt2_block() ? "wrote Hugging Face GPT2LMHeadModel" : "wrote Hugging Face LlamaForCausalLM",
+             w, o.out + " (model.safetensors, config.json, vocab.json, merges.txt)");
   } else {
     formats::export_llmc(w, o.out);
     describe("wrote llm.c model file", w, o.out);

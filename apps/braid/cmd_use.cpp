@@ -12,6 +12,7 @@
 #include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
 #include "braid/data/tokenizer.h"
+#include "braid/formats/gpt2_weights.h"
 #include "braid/formats/checkpoint.h"
 #include "braid/formats/sharded_checkpoint.h"
 #include "braid/train/trainer.h"
@@ -36,7 +37,8 @@ struct UseArgs {
 // The model's shape from the checkpoint's header; refuses size flags that would contradict it.
 void take_model_from_checkpoint(const CLI::App& c, UseArgs& a) {
   const std::string cmd = c.get_name();
-  for (const char* f : {"--model", "--n-layer", "--n-head", "--n-embd", "--vocab-size"})
+  for (const char* f : {"--model", "--n-layer", "--n-head", "--n-embd", "--vocab-size", "--block-size", "--n-kv-head",
+                        "--mlp-hidden", "--rope-theta"})
     BRAID_CONFIG_CHECK(c.count(f) == 0, f, " does not apply to braid ", cmd, ": the model's sizes come from --checkpoint");
   for (const char* f : {"--batch", "--micro-batches"})
     BRAID_CONFIG_CHECK(c.count(f) == 0, f, " does not apply to braid ", cmd,
@@ -51,6 +53,7 @@ void take_model_from_checkpoint(const CLI::App& c, UseArgs& a) {
   o.n_embd = h.at("n_embd").get<int64_t>();
   o.vocab_size = h.at("vocab_size").get<int64_t>();
   o.block_size = h.value("block_size", int64_t{0});
+  o.checkpoint_model = formats::header_config(h);  // with the block parts the header records
   o.steps = 1;
   o.val_every = 0;
   o.check_replicas = false;
@@ -105,7 +108,8 @@ void add_common(CLI::App* c, UseArgs& a) {
       ->check(CLI::ExistingPath);
   add_model_and_layout_options(c, a.opt);
   // Still parsed (take_model_from_checkpoint refuses them by name), but not offered.
-  for (const char* f : {"--model", "--n-layer", "--n-head", "--n-embd", "--vocab-size", "--dropout"})
+  for (const char* f : {"--model", "--n-layer", "--n-head", "--n-embd", "--vocab-size", "--block-size", "--n-kv-head",
+                        "--mlp-hidden", "--rope-theta", "--dropout"})
     if (CLI::Option* o = c->get_option_no_throw(f)) o->group("");
   c->add_option("--backend", a.backend, "mpi (one process per rank) or local (ranks as threads)")
       ->transform(one_of({"mpi", "local"}))

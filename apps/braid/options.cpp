@@ -45,8 +45,11 @@ namespace {
 // The preset and the sizes that override it.
 void add_model_options(CLI::App* c, train::TrainOptions& o) {
   const std::string model = "Model";
-  c->add_option("--model", o.model, "Model preset: tiny (2 layers, C=64), small (4, 256), gpt2 (12, 768: 124M)")
-      ->transform(one_of({"tiny", "small", "gpt2"}))
+  c->add_option("--model", o.model,
+                "Model preset: GPT-2 blocks tiny (2 layers, C=64), small (4, 256), gpt2 (12, 768: 124M); Llama "
+                "blocks (RMSNorm, RoPE, SwiGLU, grouped-query attention, untied head) llama-tiny (2, 64), "
+                "llama-small (4, 256), and Meta's shapes llama3.2-1b, llama3.1-8b, llama3.1-70b, llama3.1-405b")
+      ->transform(one_of(model::GPTConfig::preset_names()))
       ->capture_default_str()
       ->group(model);
   c->add_option("--vocab-size", o.vocab_size, "Override the preset's vocabulary size (0: keep)")
@@ -60,6 +63,13 @@ void add_model_options(CLI::App* c, train::TrainOptions& o) {
   c->add_option("--block-size", o.block_size,
                 "Override the preset's context length: the most positions a sequence may have (wpe rows, "
                 "GPT-2's n_positions; 0: keep)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str()->group(model);
+  c->add_option("--n-kv-head", o.n_kv_head,
+                "Override the preset's key/value heads (grouped-query attention; must divide n_head; 0: keep)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str()->group(model);
+  c->add_option("--mlp-hidden", o.mlp_hidden, "Override the preset's MLP hidden features (0: keep)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str()->group(model);
+  c->add_option("--rope-theta", o.rope_theta, "Override the rotary base of a Llama preset (0: keep)")
       ->check(CLI::NonNegativeNumber)->capture_default_str()->group(model);
   c->add_option("--dropout", o.dropout, "Embedding and residual dropout probability, in [0, 1)")
       ->capture_default_str()->group(model);

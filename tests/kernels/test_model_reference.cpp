@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "braid/core/rng.h"
+#include "braid/formats/model_header.h"
 #include "braid/kernels/cpu/adamw.h"
 #include "braid/model/gpt.h"
 
@@ -59,16 +60,35 @@ std::string source_dir() {
 
 namespace {
 
-// tiny on B sequences of T tokens against the oracle (block_size raised to T).
-void check_tiny_against_torch(int64_t B, int64_t T) {
+// AdamW's settings of the comparison.
+constexpr float kLr = 1e-3f, kBeta1 = 0.9f, kBeta2 = 0.95f, kEps = 1e-8f, kWd = 0.1f;
+
+// The oracle's input.json: cfg's sizes and block parts, the batch, AdamW and
+// the parameter table of m.
+nlohmann::json oracle_input(const GPTConfig& cfg, const GPT& m, int64_t B, int64_t T) {
+  nlohmann::json j;
+  j["vocab_size"] = cfg.vocab_size, j["padded_vocab_size"] = cfg.padded_vocab_size, j["block_size"] = cfg.block_size;
+  j["n_layer"] = cfg.n_layer, j["n_head"] = cfg.n_head, j["n_embd"] = cfg.n_embd;
+  j["B"] = B, j["T"] = T, j["num_params"] = m.num_params(), j["dtype"] = "float64";
+  // The block's parts, as the checkpoint header names them.
+  const nlohmann::json block = braid::formats::block_header(cfg);
+  for (const auto& [key, value] : block.items()) j[key] = value;
+  j["adamw"] = {{"lr", kLr}, {"beta1", kBeta1}, {"beta2", kBeta2}, {"eps", kEps}, {"weight_decay", kWd}};
+  for (const auto& p : m.param_table())
+    j["params"].push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset},
+                           {"numel", p.numel}, {"weight_decay", p.weight_decay}});
+  return j;
+}
+
+// cfg on B sequences of T tokens against the oracle (block_size raised to T).
+void check_against_torch(GPTConfig cfg, int64_t B, int64_t T) {
   if (std::system("/usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "/usr/bin/python3 cannot import torch and numpy; skipping the PyTorch oracle";
   const fs::path script = fs::path(source_dir()) / "tools" / "make_reference.py";
   ASSERT_TRUE(fs::exists(script)) << script;
 
-  GPTConfig cfg = GPTConfig::preset("tiny");
   cfg.block_size = std::max(cfg.block_size, T);
-  const int64_t C = cfg.n_embd, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+  const int64_t V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
   GPT m(cfg, B, T);
   m.init_weights(1234);
   braid::Rng rng(5);
@@ -77,18 +97,9 @@ void check_tiny_against_torch(int64_t B, int64_t T) {
   for (auto& t : targets) t = int32_t(rng.below(uint64_t(V)));
   targets[3] = int32_t(V - 1);  // the last real token id
 
-  const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, wd = 0.1f;
   const fs::path dir = fs::temp_directory_path() / ("braid_ref_" + std::to_string(getpid()));
   fs::create_directories(dir);
-  nlohmann::json j;
-  j["vocab_size"] = V, j["padded_vocab_size"] = Vp, j["block_size"] = cfg.block_size;
-  j["n_layer"] = cfg.n_layer, j["n_head"] = cfg.n_head, j["n_embd"] = C;
-  j["B"] = B, j["T"] = T, j["num_params"] = m.num_params(), j["dtype"] = "float64";
-  j["adamw"] = {{"lr", lr}, {"beta1", beta1}, {"beta2", beta2}, {"eps", eps}, {"weight_decay", wd}};
-  for (const auto& p : m.param_table())
-    j["params"].push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset},
-                           {"numel", p.numel}, {"weight_decay", p.weight_decay}});
-  std::ofstream(dir / "input.json") << j.dump();
+  std::ofstream(dir / "input.json") << oracle_input(cfg, m, B, T).dump();
   write_bin(dir / "params.bin", m.params(), m.num_params());
   write_bin(dir / "tokens.bin", tokens.data(), tokens.size());
   write_bin(dir / "targets.bin", targets.data(), targets.size());
@@ -137,7 +148,7 @@ void check_tiny_against_torch(int64_t B, int64_t T) {
   for (const auto& info : table)
     braid::kernels::adamw_update(p.data() + info.offset, ref_grads.data() + info.offset,
                                  mom.data() + info.offset, var.data() + info.offset, info.numel,
-                                 lr, beta1, beta2, eps, info.weight_decay ? wd : 0.0f, 1);
+                                 kLr, kBeta1, kBeta2, kEps, info.weight_decay ? kWd : 0.0f, 1);
   auto ref_after = read_bin(dir / "ref_adamw.bin", m.num_params());
   Cmp ca;
   for (size_t i = 0; i < p.size(); ++i) ca.add(p[i], ref_after[i], 1e-7, 1e-6, i);
@@ -152,5 +163,22 @@ void check_tiny_against_torch(int64_t B, int64_t T) {
 
 // T = 32 runs the attention kernel that saves the probabilities; T = 512 the
 // fused one (kernels::kFusedAttentionMinT).
-TEST(GPTReference, TinyMatchesPyTorch) { check_tiny_against_torch(2, 32); }
-TEST(GPTReference, TinyMatchesPyTorchOnTheFusedAttentionPath) { check_tiny_against_torch(1, 512); }
+TEST(GPTReference, TinyMatchesPyTorch) { check_against_torch(GPTConfig::preset("tiny"), 2, 32); }
+TEST(GPTReference, TinyMatchesPyTorchOnTheFusedAttentionPath) {
+  check_against_torch(GPTConfig::preset("tiny"), 1, 512);
+}
+
+// Llama's block: RMSNorm, rotary positions, SwiGLU, 2 key/value heads for 4
+// query heads, no biases, an untied head.
+TEST(GPTReference, LlamaTinyMatchesPyTorch) { check_against_torch(GPTConfig::preset("llama-tiny"), 2, 32); }
+
+// The other settings of its parts: one key/value head for all, biases, a tied
+// head, and Llama 3's frequency scaling with an original context short enough
+// that all three bands (kept, interpolated, stretched) occur.
+TEST(GPTReference, LlamaVariantsMatchPyTorch) {
+  GPTConfig c = GPTConfig::preset("llama-tiny");
+  c.n_kv_head = 1, c.bias = true, c.tied_head = true;
+  c.rope_theta = 500000.0;
+  c.rope_scaling = {8.0, 1.0, 4.0, 16};
+  check_against_torch(c, 1, 48);
+}

@@ -5,8 +5,10 @@
 //     matrix covers: 1F1B, interleaved (v = 2), ZB-H1, ...}
 //   x precision {fp32, bf16, fp16} x recompute {none, full}
 //   x context parallelism {1, 2 ring, 2 all-to-all}
-// (1,620 cells with today's four schedules) either trains the single-rank run in its precision or is refused
-// with its reason. DP is 2 (HSDP: 4, in shard groups of 2), so a cell runs on
+//   x model {GPT-2 block, Llama block: RMSNorm, rotary positions, SwiGLU,
+//     2 key/value heads for 4 query heads, no biases, untied head}
+// (3,240 cells with today's four schedules) either trains the single-rank run of its model in its precision
+// or is refused with its reason. DP is 2 (HSDP: 4, in shard groups of 2), so a cell runs on
 // DP x TP x PP x CP ranks, up to 32 threads.
 //
 // CI runs every cell's construction (braid plan equals each rank's ledger) and
@@ -44,17 +46,19 @@ const std::vector<const char*>& pp_axis() {
 constexpr std::array<const char*, 3> kPrec = {"fp32", "bf16", "fp16"};
 constexpr std::array<const char*, 2> kRec = {"none", "full"};
 constexpr std::array<const char*, 3> kCp = {"cp1", "cp2", "cp2-a2a"};
-constexpr int kNumAxes = 6;
+constexpr std::array<const char*, 2> kModel = {"gpt2", "llama"};
+constexpr int kNumAxes = 7;
 
 // One cell: an index into each axis.
 struct Cell {
-  std::array<int, kNumAxes> v;  // dp, tp, pp, precision, recompute, cp
+  std::array<int, kNumAxes> v;  // dp, tp, pp, precision, recompute, cp, model
   std::string name() const {
     return std::string(kDp[size_t(v[0])]) + " " + kTp[size_t(v[1])] + " " + pp_axis()[size_t(v[2])] + " " +
-           kPrec[size_t(v[3])] + " recompute=" + kRec[size_t(v[4])] + " " + kCp[size_t(v[5])];
+           kPrec[size_t(v[3])] + " recompute=" + kRec[size_t(v[4])] + " " + kCp[size_t(v[5])] + " " +
+           kModel[size_t(v[6])];
   }
 };
-const std::array<int, kNumAxes> kAxis = {6, 3, int(pp_axis().size()), 3, 2, 3};
+const std::array<int, kNumAxes> kAxis = {6, 3, int(pp_axis().size()), 3, 2, 3, 2};
 
 std::vector<Cell> all_cells() {
   std::vector<Cell> out;
@@ -63,7 +67,8 @@ std::vector<Cell> all_cells() {
       for (int c = 0; c < kAxis[2]; ++c)
         for (int d = 0; d < kAxis[3]; ++d)
           for (int e = 0; e < kAxis[4]; ++e)
-            for (int f = 0; f < kAxis[5]; ++f) out.push_back({{a, b, c, d, e, f}});
+            for (int f = 0; f < kAxis[5]; ++f)
+              for (int g = 0; g < kAxis[6]; ++g) out.push_back({{a, b, c, d, e, f, g}});
   return out;
 }
 
@@ -93,10 +98,11 @@ std::vector<Cell> pairwise_cells() {
   return out;
 }
 
-// tiny with 4 layers (2 stages x 2 chunks interleaved), a small vocabulary and
-// clipping that fires; the options of cell c.
-train::TrainOptions base_options() {
+// tiny (or llama-tiny) with 4 layers (2 stages x 2 chunks interleaved), a
+// small vocabulary and clipping that fires; the options of cell c.
+train::TrainOptions base_options(int model = 0) {
   auto o = testing_harness::tiny_options(41);
+  o.model = model == 0 ? "tiny" : "llama-tiny";
   o.n_layer = 4;
   o.vocab_size = 1001;
   o.global_batch = 8;
@@ -106,7 +112,7 @@ train::TrainOptions base_options() {
 }
 
 train::TrainOptions cell_options(const Cell& c, int* ranks) {
-  auto o = base_options();
+  auto o = base_options(c.v[6]);
   const int dpm = c.v[0], tpm = c.v[1], ppm = c.v[2];
   o.zero = dpm >= 1 && dpm <= 3 ? dpm : 0;
   o.fsdp = dpm >= 4;
@@ -128,6 +134,9 @@ train::TrainOptions cell_options(const Cell& c, int* ranks) {
 
 // The reason a cell is refused, or "" when it must train.
 std::string expected_refusal(const Cell& c) {
+  // All-to-all attention splits each TP rank's heads over CP: the Llama
+  // block's 2 key/value heads leave one per rank at TP 2, none to split.
+  if (c.v[6] == 1 && c.v[1] != 0 && c.v[5] == 2) return "key/value heads of each TP rank";
   // The schedule's own refusal (ZB-H1 defers each weight gradient past the
   // input gradient's pass, which needs the block's matmul inputs that full
   // recomputation drops: "zb-h1 keeps the matmul inputs ...").
@@ -174,12 +183,13 @@ Outcome train_cell(const Cell& c, const std::vector<uint16_t>& data,
     out.reason = msg;
     return out;
   }
-  if (!refs.count(o.precision)) {
-    auto one = base_options();
+  const std::string key = o.precision + " " + o.model;
+  if (!refs.count(key)) {
+    auto one = base_options(c.v[6]);
     one.precision = o.precision;
-    refs[o.precision] = testing_harness::run(one, 1, data).steps[0];
+    refs[key] = testing_harness::run(one, 1, data).steps[0];
   }
-  const auto& ref = refs[o.precision];
+  const auto& ref = refs[key];
   const Tol tol = tolerance(o.precision);
   const auto got = testing_harness::run(o, ranks, data, [&](train::Trainer& t, int r) {
     testing_harness::expect_plan_is_ledger(o, ranks, r, t, c.name());

@@ -13,8 +13,11 @@
 #include "braid/core/file_io.h"
 #include "braid/formats/sharded_checkpoint.h"
 #include "braid/formats/safetensors.h"
+#include "braid/formats/weights_io.h"
 #include "braid/model/param_layout.h"
 #include "braid/formats/checkpoint.h"
+#include "braid/formats/hf_llama.h"
+#include "braid/formats/model_header.h"
 
 namespace braid::formats {
 
@@ -23,19 +26,9 @@ namespace {
 constexpr int32_t kLlmcModelMagic = 20240326;
 constexpr const char* kHfPrefix = "transformer.";
 
-std::string read_text(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  BRAID_CONFIG_CHECK(in.good(), what, " ", path, " cannot be opened");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
-void write_text(const std::string& path, const std::string& text, const std::string& what) {
-  AtomicFile f(path, what);
-  f.writer().write(text.data(), text.size());
-  f.commit();
-}
+using weights_io::element;
+using weights_io::read_text;
+using weights_io::write_text;
 
 // Conv1D layers store (in, out): every 2-D tensor of a block.
 bool conv1d(const model::ParamInfo& p) { return p.shape.size() == 2 && p.layer >= 0; }
@@ -62,18 +55,6 @@ model::GPTConfig shape_config(const std::string& preset, int64_t block, int64_t 
   c.name = c.name_from(preset);
   c.validate();
   return c;
-}
-
-// Element e of a little-endian tensor of safetensors dtype t, as f32.
-float element(const unsigned char* p, const std::string& t, size_t e) {
-  if (t == "F32") {
-    float f;
-    std::memcpy(&f, p + 4 * e, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, p + 2 * e, 2);
-  return t == "BF16" ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
 }  // namespace
@@ -108,8 +89,15 @@ model::GPTConfig header_config(const nlohmann::json& h) {
   const std::string model = h.at("model").get<std::string>();
   const int64_t block = h.contains("block_size") ? h["block_size"].get<int64_t>()
                                                  : model::GPTConfig::preset(model).block_size;
-  return shape_config(model, block, h.at("vocab_size").get<int64_t>(), h.at("n_layer").get<int64_t>(),
-                      h.at("n_head").get<int64_t>(), h.at("n_embd").get<int64_t>());
+  model::GPTConfig c = model::GPTConfig::preset(model);
+  c.block_size = block;
+  c.vocab_size = h.at("vocab_size").get<int64_t>(), c.n_layer = h.at("n_layer").get<int64_t>();
+  c.n_head = h.at("n_head").get<int64_t>(), c.n_embd = h.at("n_embd").get<int64_t>();
+  c.padded_vocab_size = model::GPTConfig::pad_vocab(c.vocab_size);
+  read_block_header(h, c);
+  c.name = c.name_from(model);
+  c.validate();
+  return c;
 }
 
 ModelWeights read_checkpoint_weights(const std::string& path) {
@@ -141,7 +129,7 @@ void write_imported_checkpoint(const std::string& path, const ModelWeights& w, c
                {"seq_len", 0},                  {"n_layer", w.config.n_layer},
                {"n_head", w.config.n_head},     {"n_embd", w.config.n_embd},
                {"vocab_size", w.config.vocab_size}, {"block_size", w.config.block_size},
-               {"source", source}};
+               {"source", source},              {"block", block_header(w.config)}};
   ck.params = w.params.data();
   ck.m = zero.data();
   ck.v = zero.data();
@@ -151,6 +139,7 @@ void write_imported_checkpoint(const std::string& path, const ModelWeights& w, c
 // ---- Hugging Face ----
 
 void export_hf(const ModelWeights& w, const std::string& dir, const std::string& tokenizer_dir) {
+  if (!w.config.is_gpt2_block()) return export_hf_llama(w, dir, tokenizer_dir);
   const model::GPTConfig& c = w.config;
   make_writable_directory(dir, "braid export");
   const auto table = model::param_table(c);
@@ -207,7 +196,9 @@ ModelWeights import_hf(const std::string& dir) {
     return cfg[k].get<int64_t>();
   };
   const std::string type = cfg.value("model_type", "");
-  BRAID_CONFIG_CHECK(type == "gpt2", cpath, " describes a '", type, "' model; braid imports GPT-2 (model_type gpt2)");
+  if (type == "llama") return import_hf_llama(dir);
+  BRAID_CONFIG_CHECK(type == "gpt2", cpath, " describes a '", type,
+                     "' model; braid imports GPT-2 (model_type gpt2) and Llama (model_type llama)");
   const std::string act = cfg.value("activation_function", "gelu_new");
   BRAID_CONFIG_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", cpath, ": activation_function '", act,
                      "'; braid's GPT-2 uses the tanh GELU (gelu_new)");
@@ -281,6 +272,8 @@ void for_each_llmc_tensor(const model::GPTConfig& c, F f) {
 
 void export_llmc(const ModelWeights& w, const std::string& path) {
   const model::GPTConfig& c = w.config;
+  BRAID_CONFIG_CHECK(c.is_gpt2_block(), "braid export --format llmc: llm.c's model file (version 3) holds GPT-2 "
+                     "blocks, and model '", c.name, "' is not one; use --format hf");
   int32_t header[256] = {};
   header[0] = kLlmcModelMagic;
   header[1] = 3;  // fp32

@@ -9,6 +9,7 @@
 #include "braid/kernels/cpu/convert.h"
 #include "braid/kernels/cpu/elementwise.h"
 #include "braid/kernels/cpu/matmul.h"
+#include "braid/model/block_parts.h"
 
 namespace braid::model {
 
@@ -35,9 +36,10 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
     owns_embed_ = owns_embed_ || c.first_layer == 0;
     owns_head_ = owns_head_ || c.last_layer == cfg.n_layer;
   }
-  has_unit0_ = owns_embed_ || owns_head_;
+  has_unit0_ = owns_embed_ || (owns_head_ && cfg.tied_head);  // a tied head keeps a copy of wte
   tpn_ = ops_->tp_size();
-  fused_attention_ = ops_->fused_attention(max_T);
+  fused_attention_ = plans_fused_attention(cfg, ops_->fused_attention(max_T));
+  norm_ = &norm_part(cfg.norm), mlp_ = &mlp_part(cfg.mlp), pos_ = &position_part(cfg.positions);
   tpr_ = ops_->tp_rank();
   sp_ = ops_->sequence_parallel();
   BRAID_CONFIG_CHECK(dropout >= 0.0f && dropout < 1.0f, "--dropout ", dropout, " must be in [0, 1)");
@@ -45,11 +47,21 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   const GPTMemoryPlan plan =
       memory_plan(cfg_, max_B, max_T, storage == nullptr, tpn_, sp_, dropout, stage, recompute, precision,
                   ops_->attention_scratch_floats(max_B, max_T, cfg_.n_embd / tpn_, cfg_.n_head / tpn_,
-                                                 precision.operands),
+                                                 precision.operands, cfg_.kv_heads() / tpn_),
                   fused_attention_);
   num_params_ = build_param_table(cfg_, tpn_, stage, &table_, &layer_begin_);
   BRAID_CHECK(num_params_ == plan.num_params, "parameter table out of sync with memory_plan");
+  index_tensors();
   build_units();
+  if (pos_->rotary) {
+    rope_inv_freq_ = k::rope_inverse_frequencies(
+        cfg_.head_size(), cfg_.rope_theta,
+        {cfg_.rope_scaling.factor, cfg_.rope_scaling.low_freq_factor, cfg_.rope_scaling.high_freq_factor,
+         cfg_.rope_scaling.original_context});
+    rope_pos_.assign(size_t(max_T), -1);
+    rope_.cos.reserve(size_t(max_T) * rope_inv_freq_.size());
+    rope_.sin.reserve(size_t(max_T) * rope_inv_freq_.size());
+  }
   if (half_ops_) storage_->set_compute_only(matmul_weight_ranges());
   if (!storage_) {
     params_ = Buffer(plan.params_bytes, MemCategory::compute_params, ledger);
@@ -61,6 +73,18 @@ GPT::GPT(const GPTConfig& cfg, int64_t max_B, int64_t max_T, MemoryLedger* ledge
   layout_scratch(plan);
   tokens_buf_ = Buffer(plan.tokens_bytes, MemCategory::activations, ledger);
   set_slot(0);
+}
+
+void GPT::index_tensors() {
+  role_index_.fill(-1);
+  const std::vector<BlockRole> roles = block_roles(cfg_);
+  for (size_t i = 0; i < roles.size(); ++i) role_index_[size_t(roles[i])] = int(i);
+  block_tensors_ = roles.size();
+  unit0_tensors_ = has_unit0_ ? (pos_->learned_table ? 2 : 1) : 0;
+  for (size_t i = 0; i < table_.size(); ++i) {
+    if (table_[i].name == "ln_f.weight") lnf_index_ = i;
+    if (table_[i].name == "lm_head.weight") lm_head_index_ = i;
+  }
 }
 
 DType GPT::matmul_dtype() const { return half_ops_ && k::half_matmul_supported(op_) ? op_ : DType::f32; }
@@ -84,7 +108,7 @@ std::vector<std::pair<size_t, size_t>> GPT::matmul_weight_ranges() const {
   for (const auto& p : table_) {
     const bool w = p.name.size() > 7 && p.name.compare(p.name.size() - 7, 7, ".weight") == 0;
     if (w && (p.name.find(".c_attn.") != std::string::npos || p.name.find(".c_proj.") != std::string::npos ||
-              p.name.find(".c_fc.") != std::string::npos))
+              p.name.find(".c_fc.") != std::string::npos || p.name == "lm_head.weight"))
       r.push_back({p.offset, p.offset + p.numel});
   }
   return r;
@@ -117,12 +141,15 @@ void GPT::layout_activations(const GPTMemoryPlan& plan, const std::vector<Pipeli
 void GPT::layout_scratch(const GPTMemoryPlan& plan) {
   const size_t P = size_t(tpn_), C = size_t(cfg_.n_embd), Vpl = size_t(cfg_.padded_vocab_size) / P, Cl = C / P;
   const size_t BT = size_t(max_B_ * max_T_), rows = sp_ ? BT / P : BT;
+  const size_t QKVl = size_t(cfg_.qkv_width()) / P, Hl = size_t(cfg_.hidden()) / P, Fl = size_t(cfg_.fc_width()) / P;
   float* s = scratch_.as<float>();
   dres_ = s, s += rows * C;
   dln_ = s, s += BT * C;
   datty_ = s, s += BT * Cl;
-  dqkv_ = s, s += 3 * BT * Cl;
-  dfch_ = s, s += 4 * BT * Cl;
+  dqkv_ = s, s += BT * QKVl;
+  dfch_ = s, s += BT * Fl;
+  dact_ = dfch_;  // GELU's gradient goes through in place; SwiGLU's needs its own rows
+  if (Fl != Hl) dact_ = s, s += BT * Hl;
   if (owns_head_) dlogits_ = s, s += BT * Vpl;
   OperatorWorkspace ws;
   ws.C = cfg_.n_embd;
@@ -134,7 +161,7 @@ void GPT::layout_scratch(const GPTMemoryPlan& plan) {
   if (dropout_ > 0) dtmp_ = s, s += rows * C;
   if (half_ops_) {
     half_grad_ = s;
-    s += operand_floats(half_grad_elems(BT, rows, C, Cl), op_);
+    s += operand_floats(half_grad_elems(BT, rows, C, QKVl, Fl), op_);
   }
   if (half_res_) {
     res_x_ = s, s += rows * C;
@@ -191,30 +218,46 @@ const ParamInfo& GPT::param(const std::string& name) const {
 }
 
 GPT::LayerParams GPT::layer_params(const float* unit, int64_t l) const {
-  const size_t first = (has_unit0_ ? 2 : 0) + size_t(local0_ + l - l0_) * 12;  // index in table_ of h.l.ln_1.weight
+  const size_t first = unit0_tensors_ + size_t(local0_ + l - l0_) * block_tensors_;  // table_ index of its first
   const size_t begin = units_[size_t(unit_of_block(l))];
   float* base = const_cast<float*>(unit);
-  auto at = [&](size_t i) { return base + (table_[first + i].offset - begin); };
-  return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11),
-          at(2), at(4), at(8), at(10)};
+  // A role the block's parts do not use (a bias) is null.
+  auto at = [&](BlockRole r) {
+    const int i = role_index_[size_t(r)];
+    return i < 0 ? nullptr : base + (table_[first + size_t(i)].offset - begin);
+  };
+  using R = BlockRole;
+  return {at(R::ln1w),    at(R::ln1b), at(R::qkvw), at(R::qkvb),   at(R::attprojw), at(R::attprojb),
+          at(R::ln2w),    at(R::ln2b), at(R::fcw),  at(R::fcb),    at(R::fcprojw),  at(R::fcprojb),
+          at(R::qkvw),    at(R::attprojw), at(R::fcw), at(R::fcprojw)};
 }
 
 void GPT::set_weight_operands(LayerParams& p, int u, int64_t l) const {
   if (!half_ops_) return;
-  const size_t first = (has_unit0_ ? 2 : 0) + size_t(local0_ + l - l0_) * 12;
+  const size_t first = unit0_tensors_ + size_t(local0_ + l - l0_) * block_tensors_;
   const size_t begin = units_[size_t(u)], esz = dtype_size(op_);
   const char* base = static_cast<const char*>(storage_->compute_params(u));
-  auto at = [&](size_t i) { return base + (table_[first + i].offset - begin) * esz; };
-  p.qkvw_op = at(2), p.attprojw_op = at(4), p.fcw_op = at(8), p.fcprojw_op = at(10);
+  auto at = [&](BlockRole r) { return base + (table_[first + size_t(role_index_[size_t(r)])].offset - begin) * esz; };
+  using R = BlockRole;
+  p.qkvw_op = at(R::qkvw), p.attprojw_op = at(R::attprojw), p.fcw_op = at(R::fcw), p.fcprojw_op = at(R::fcprojw);
 }
 
-const void* GPT::wte_operand(const float* wte_f32) {
-  return half_ops_ ? storage_->compute_params(0) : wte_f32;  // wte starts unit 0
+const void* GPT::head_weight_operand(const float* unit, int u) {
+  if (cfg_.tied_head) return half_ops_ ? storage_->compute_params(0) : unit;  // wte starts unit 0
+  const size_t rel = table_[lm_head_index_].offset - units_[size_t(u)];
+  return half_ops_ ? static_cast<const void*>(static_cast<const char*>(storage_->compute_params(u)) +
+                                              rel * dtype_size(op_))
+                   : unit + rel;
+}
+
+const float* GPT::wpe_of(const float* unit0) const {
+  return pos_->learned_table ? unit0 + table_[1].offset : nullptr;
 }
 
 GPT::LayerActs GPT::layer_acts(int64_t l) const {
   const size_t P = size_t(tpn_);
   const size_t BT = size_t(max_B_ * max_T_), C = size_t(cfg_.n_embd), Cl = C / P;
+  const size_t QKVl = size_t(cfg_.qkv_width()) / P, Hl = size_t(cfg_.hidden()) / P, Fl = size_t(cfg_.fc_width()) / P;
   const size_t rows = sp_ ? BT / P : BT;
   // The fused kernel saves a log-sum-exp per row; the other the probabilities.
   const size_t heads_rows = size_t(max_B_) * (size_t(cfg_.n_head) / P) * size_t(max_T_);
@@ -247,16 +290,16 @@ GPT::LayerActs GPT::layer_acts(int64_t l) const {
   r.ln1 = take(op(rows * C), full);
   r.ln1_mean = take(rows, full);
   r.ln1_rstd = take(rows, full);
-  r.qkv = take(op(3 * BT * Cl), full);
-  r.qkvr = take(op(3 * BT * Cl), full || sel);
+  r.qkv = take(op(BT * QKVl), full);
+  r.qkvr = take(op(BT * QKVl), full || sel);
   r.atty = take(op(BT * Cl), full || sel);
   r.attproj = take(op(rows * C), full);
   r.res2 = take(res(rows * C), full);
   r.ln2 = take(op(rows * C), full);
   r.ln2_mean = take(rows, full);
   r.ln2_rstd = take(rows, full);
-  r.fch = take(op(4 * BT * Cl), full);
-  r.fch_gelu = take(op(4 * BT * Cl), full || sel);
+  r.fch = take(op(BT * Fl), full);
+  r.fch_gelu = take(op(BT * Hl), full || sel);
   r.fcproj = take(op(rows * C), full);
   r.res3 = kept(res(rows * C));
   r.lse = take(lse, full || sel);  // floats (operand_floats already applied)
@@ -296,7 +339,8 @@ void GPT::init_weights_range(uint64_t seed, float* dst, size_t lo, size_t hi) co
     const float sd = is_proj ? std_proj : std_base;
     // Keyed by the element's index in the whole tensor: every TP layout slices
     // the same values. wte rows >= vocab_size (padding) stay 0.
-    const size_t valid = info.name == "wte.weight" ? size_t(cfg_.vocab_size * cfg_.n_embd) : SIZE_MAX;
+    const bool vocab_rows = info.name == "wte.weight" || info.name == "lm_head.weight";
+    const size_t valid = vocab_rows ? size_t(cfg_.vocab_size * cfg_.n_embd) : SIZE_MAX;
     const int64_t A = int64_t(a), EE = int64_t(E);
 #pragma omp parallel for schedule(static)
     for (int64_t i = A; i < EE; ++i) {
@@ -359,15 +403,45 @@ void GPT::drop(float* out, const float* in, uint64_t site) {
 
 AttentionShape GPT::attention_shape() const {
   const int64_t NHl = cfg_.n_head / tpn_;
-  return {B_, T_, NHl, cfg_.n_embd / cfg_.n_head, op_, compute_dtype_, fused_attention_};
+  return {B_, T_, NHl, cfg_.head_size(), op_, compute_dtype_, fused_attention_, cfg_.kv_heads() / tpn_};
 }
 
 void GPT::attend(float* out, const LayerActs& a) {
-  // q, k, v are the thirds of each row of c_attn's output (B, T, 3 Cl).
-  const int64_t Cl = cfg_.n_embd / tpn_;
+  // q, k, v side by side in each row of c_attn's output (B, T, Cl + 2 KVl).
+  const AttentionShape s = attention_shape();
+  const int64_t Cl = s.heads * s.head_dim, KVl = s.kv() * s.head_dim;
   const char* qkv = reinterpret_cast<const char*>(a.qkv);
-  const size_t third = size_t(Cl) * dtype_size(op_);
-  ops_->attention_forward(out, {a.qkvr, a.lse}, {qkv, qkv + third, qkv + 2 * third, 3 * Cl}, attention_shape());
+  const size_t esz = dtype_size(op_);
+  ops_->attention_forward(out, {a.qkvr, a.lse},
+                          {qkv, qkv + size_t(Cl) * esz, qkv + size_t(Cl + KVl) * esz, s.qkv_width()}, s);
+}
+
+void GPT::update_rope_table() {
+  if (!pos_->rotary) return;
+  // The table follows the tokens' global positions; rebuilt only when they change.
+  std::vector<int64_t>& pos = rope_pos_;
+  bool same = rope_.T == T_;
+  int64_t t = 0;
+  for (const TokenSpan& sp : ops_->sequence().spans)
+    for (int64_t i = 0; i < sp.count; ++i, ++t) {
+      same = same && pos[size_t(t)] == sp.first + i;
+      pos[size_t(t)] = sp.first + i;
+    }
+  if (!same) k::rope_table_fill(rope_, pos.data(), T_, rope_inv_freq_);
+}
+
+void GPT::rotate_qk(float* qkv, bool backward) const {
+  if (!pos_->rotary) return;
+  const AttentionShape s = attention_shape();
+  const int64_t ld = s.qkv_width();
+  const k::RopeHeads q{ld, 0, s.heads, s.head_dim}, kh{ld, s.heads * s.head_dim, s.kv(), s.head_dim};
+  if (backward) {
+    k::rope_backward(qkv, B_, T_, q, rope_);
+    k::rope_backward(qkv, B_, T_, kh, rope_);
+  } else {
+    k::rope_forward(qkv, B_, T_, q, rope_);
+    k::rope_forward(qkv, B_, T_, kh, rope_);
+  }
 }
 
 void GPT::sync_replicated_grads(const float* unit_grads, int u) {
@@ -392,15 +466,19 @@ const float* GPT::block_input(int64_t l) {
 
 const float* GPT::block_forward(int64_t l, const LayerParams& p, const float* x) {
   const int64_t C = cfg_.n_embd, BT = B_ * T_, Cl = C / tpn_, rows = ops_->local_rows();
+  const int64_t QKVl = cfg_.qkv_width() / tpn_, Hl = cfg_.hidden() / tpn_, Fl = cfg_.fc_width() / tpn_;
   const bool dropping = dropout_ > 0 && training_;
   LayerActs a = layer_acts(l);
   // Matmul inputs are made in f32 and stored as operands; dln_ and dfch_ are
   // free in forward (and at the start of a block's backward, for recomputation).
   produce_operand(a.ln1, dln_, rows * C, [&](float* o) {
-    ops_->norm_forward(o, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, C);
+    norm_->forward(*ops_, o, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, C, cfg_.norm_eps);
   });
-  produce_operand(a.qkv, dqkv_, BT * 3 * Cl,
-                  [&](float* o) { ops_->column_forward(o, a.ln1, p.qkvw_op, p.qkvb, C, 3 * Cl); });
+  // Rotary positions turn q and k in f32, before they are rounded and attended.
+  produce_operand(a.qkv, dqkv_, BT * QKVl, [&](float* o) {
+    ops_->column_forward(o, a.ln1, p.qkvw_op, p.qkvb, C, QKVl);
+    rotate_qk(o, false);
+  });
   produce_operand(a.atty, dln_, BT * Cl, [&](float* o) { attend(o, a); });
   // Branch outputs are stored in the operand dtype; dropout acts before the
   // rounding. Each residual add runs in f32 and is rounded to the compute
@@ -413,13 +491,12 @@ const float* GPT::block_forward(int64_t l, const LayerParams& p, const float* x)
   k::residual_forward(res2, x, a.attproj, op_, rows * C);
   keep_residual(a.res2, res2, rows * C);
   produce_operand(a.ln2, dln_, rows * C, [&](float* o) {
-    ops_->norm_forward(o, a.ln2_mean, a.ln2_rstd, res2, p.ln2w, p.ln2b, C);
+    norm_->forward(*ops_, o, a.ln2_mean, a.ln2_rstd, res2, p.ln2w, p.ln2b, C, cfg_.norm_eps);
   });
-  produce_operand(a.fch, dfch_, BT * 4 * Cl,
-                  [&](float* o) { ops_->column_forward(o, a.ln2, p.fcw_op, p.fcb, C, 4 * Cl); });
-  produce_operand(a.fch_gelu, dfch_, BT * 4 * Cl, [&](float* o) { k::gelu_forward(o, a.fch, op_, BT * 4 * Cl); });
+  produce_operand(a.fch, dfch_, BT * Fl, [&](float* o) { ops_->column_forward(o, a.ln2, p.fcw_op, p.fcb, C, Fl); });
+  produce_operand(a.fch_gelu, dfch_, BT * Hl, [&](float* o) { mlp_->forward(o, a.fch, op_, BT, Hl); });
   produce_operand(a.fcproj, dln_, rows * C, [&](float* o) {
-    ops_->row_forward(o, a.fch_gelu, p.fcprojw_op, p.fcprojb, 4 * Cl, C);
+    ops_->row_forward(o, a.fch_gelu, p.fcprojw_op, p.fcprojb, Hl, C);
     if (dropping) drop(o, o, 2 * uint64_t(l) + 1);
   });
   // x is spent: kept in a half dtype, the output goes where x was (res_x_), the
@@ -450,6 +527,7 @@ void GPT::set_inputs(const int32_t* tokens, const int32_t* targets, int64_t B, i
   ops_->set_batch(B, T);
   B_ = B, T_ = T;
   have_targets_ = targets != nullptr;
+  update_rope_table();
 }
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T) {
@@ -459,7 +537,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
   if (has_embed_) {
     ScopedSpan span(sink_, "forward embedding", -1, "forward");
     const float* E = acquire_params(0);
-    ops_->embedding_forward(encoded_, tokens_, E, E + table_[1].offset, cfg_.padded_vocab_size);
+    ops_->embedding_forward(encoded_, tokens_, E, wpe_of(E), cfg_.padded_vocab_size);
     release_params(0);
     if (dropout_ > 0 && training_)
       drop(encoded_, encoded_, 2 * uint64_t(cfg_.n_layer));
@@ -481,20 +559,21 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int64_t B, int
 float GPT::head_forward(const float* x, bool with_targets) {
   const int64_t C = cfg_.n_embd, BT = B_ * T_, rows = ops_->local_rows();
   ScopedSpan span(sink_, "forward head", -1, "forward");
-  const int uf = int(units_.size()) - 2;  // final LayerNorm unit
-  const float* F = acquire_params(uf);    // ln_f.weight at F[0], ln_f.bias after it
-  const size_t lnfb_rel = table_[table_.size() - 1].offset - units_[size_t(uf)];
+  const int uf = int(units_.size()) - 2;  // final norm unit (and the untied head)
+  const float* F = acquire_params(uf);
+  const FinalNorm fn = final_norm(F, uf);
   produce_operand(lnf_, dln_, rows * C, [&](float* o) {
-    ops_->norm_forward(o, lnf_mean_, lnf_rstd_, x, F, F + lnfb_rel, C);
+    norm_->forward(*ops_, o, lnf_mean_, lnf_rstd_, x, fn.weight, fn.bias, C, cfg_.norm_eps);
   });
-  release_params(uf);
-  // logits (BT, Vp/tp) = lnf (BT, C) @ wte^T: the head is tied to the embedding
-  // (vocab-parallel: this rank's vocabulary columns).
-  const float* wte = acquire_params(0);
+  // logits (BT, Vp/tp) = lnf (BT, C) @ W^T, W = wte (tied) or lm_head
+  // (vocab-parallel: this rank's vocabulary rows).
+  const int uh = cfg_.tied_head ? 0 : uf;
+  if (uh != uf) release_params(uf);
+  const float* H = uh == uf ? F : acquire_params(uh);
   produce_operand(logits_, dlogits_, BT * (cfg_.padded_vocab_size / tpn_), [&](float* o) {
-    ops_->column_forward(o, lnf_, wte_operand(wte), nullptr, C, cfg_.padded_vocab_size / tpn_);
+    ops_->column_forward(o, lnf_, head_weight_operand(H, uh), nullptr, C, cfg_.padded_vocab_size / tpn_);
   });
-  release_params(0);
+  release_params(uh);
   ops_->cross_entropy_forward(losses_, lse_, logits_, with_targets ? targets_ : nullptr, cfg_.vocab_size,
                               cfg_.padded_vocab_size);
   if (!with_targets) return 0.0f;
@@ -517,22 +596,32 @@ void GPT::backward_weight() {
   BRAID_CHECK(pending, "backward_weight: slot ", slot_, " of chunk ", chunk_, " has no finished backward_input");
   pending = 0;
   const int64_t C = cfg_.n_embd, Cl = C / tpn_;
+  const int64_t QKVl = cfg_.qkv_width() / tpn_, Hl = cfg_.hidden() / tpn_, Fl = cfg_.fc_width() / tpn_;
+  update_rope_table();
   float* G0 = nullptr;  // unit 0 stays acquired from the head to the embedding
   if (has_head_) {
     ScopedSpan span(sink_, "backward weight head", -1, "backward");
-    // logits_ holds d(logits) (BT x Vp/tp); the head's weight is wte.
-    G0 = acquire_grads(0);
-    ops_->column_weight_grad(G0, logits_, lnf_, C, cfg_.padded_vocab_size / tpn_);
+    // logits_ holds d(logits) (BT x Vp/tp); the head's weight is wte or lm_head.
+    if (cfg_.tied_head) {
+      G0 = acquire_grads(0);
+      ops_->column_weight_grad(G0, logits_, lnf_, C, cfg_.padded_vocab_size / tpn_);
+    } else {
+      const int uf = int(units_.size()) - 2;
+      float* GF = acquire_grads(uf);
+      ops_->column_weight_grad(GF + (table_[lm_head_index_].offset - units_[size_t(uf)]), logits_, lnf_, C,
+                               cfg_.padded_vocab_size / tpn_);
+      if (storage_) storage_->grads_ready(uf);
+    }
   }
   for (int64_t l = l1_ - 1; l >= l0_; --l) {
     ScopedSpan span(sink_, "backward weight block ", l, "backward");
     const int u = unit_of_block(l);
     LayerParams g = layer_params(acquire_grads(u), l);
     const LayerActs a = layer_acts(l);
-    ops_->row_weight_grad(g.fcprojw, a.fcproj, a.fch_gelu, 4 * Cl, C);
-    ops_->column_weight_grad(g.fcw, a.fch, a.ln2, C, 4 * Cl);
+    ops_->row_weight_grad(g.fcprojw, a.fcproj, a.fch_gelu, Hl, C);
+    ops_->column_weight_grad(g.fcw, a.fch, a.ln2, C, Fl);
     ops_->row_weight_grad(g.attprojw, a.attproj, a.atty, Cl, C);
-    ops_->column_weight_grad(g.qkvw, a.qkvr, a.ln1, C, 3 * Cl);
+    ops_->column_weight_grad(g.qkvw, a.qkvr, a.ln1, C, QKVl);
     if (storage_) storage_->grads_ready(u);
   }
   if (has_embed_) {
@@ -560,6 +649,7 @@ float* GPT::branch_grad(uint64_t site) {
 void GPT::backward_impl(float loss_scale, const std::function<void(size_t, size_t)>& on_ready,
                         BackwardPart part) {
   BRAID_CHECK(have_targets_ || !has_head_, "backward: the last forward had no targets");
+  update_rope_table();
   // Split backward: B leaves weight gradients to W and stashes their output gradients.
   const bool split = part == BackwardPart::input;
   if (split) {
@@ -602,18 +692,28 @@ float* GPT::head_backward(float loss_scale, bool split) {
   // Output gradients enter each matmul backward in the compute dtype (no-op in f32).
   // With half-precision operands d(logits) goes over the logits, which are spent.
   const void* dlogits = grad_operand(dlogits_, BT * Vpl, logits_);
-  float* G0 = acquire_grads(0);
-  const float* wte = acquire_params(0);
-  const float* dlnf =
-      ops_->column_backward(dln_, split ? nullptr : G0, nullptr, dlogits, lnf_, wte_operand(wte), C, Vpl);
-  release_params(0);
-  if (split && dlogits != logits_) std::memcpy(logits_, dlogits, size_t(BT * Vpl) * dtype_size(op_));
-  // dres_ is the residual-stream gradient; layer norms accumulate into it.
-  std::memset(dres_, 0, size_t(rows * C) * sizeof(float));
+  // The head's weight: wte in unit 0 (tied; that unit stays acquired until the
+  // embedding's backward) or lm_head beside the final norm.
+  float* G0 = nullptr;
+  const float* dlnf = nullptr;
+  if (cfg_.tied_head) {
+    G0 = acquire_grads(0);
+    const float* wte = acquire_params(0);
+    dlnf = ops_->column_backward(dln_, split ? nullptr : G0, nullptr, dlogits, lnf_, head_weight_operand(wte, 0), C,
+                                 Vpl);
+    release_params(0);
+  }
   const float* F = acquire_params(uf);
   float* GF = acquire_grads(uf);
-  const size_t lnfb_rel = table_[table_.size() - 1].offset - units_[size_t(uf)];
-  ops_->norm_backward(dres_, GF, GF + lnfb_rel, dlnf, stage_output(), F, lnf_mean_, lnf_rstd_, C);
+  if (!cfg_.tied_head) {
+    float* dW = split ? nullptr : GF + (table_[lm_head_index_].offset - units_[size_t(uf)]);
+    dlnf = ops_->column_backward(dln_, dW, nullptr, dlogits, lnf_, head_weight_operand(F, uf), C, Vpl);
+  }
+  if (split && dlogits != logits_) std::memcpy(logits_, dlogits, size_t(BT * Vpl) * dtype_size(op_));
+  // dres_ is the residual-stream gradient; the norms accumulate into it.
+  std::memset(dres_, 0, size_t(rows * C) * sizeof(float));
+  const FinalNorm fn = final_norm(F, uf), gn = final_norm(GF, uf);
+  norm_->backward(*ops_, dres_, gn.weight, gn.bias, dlnf, stage_output(), fn.weight, lnf_mean_, lnf_rstd_, C);
   release_params(uf);
   sync_replicated_grads(GF, uf);
   return G0;
@@ -627,15 +727,17 @@ void GPT::recompute_block(int64_t l, const LayerParams& p, const float* x) {
   if (recompute_ == Recompute::full) {
     block_forward(l, p, x);
   } else if (recompute_ == Recompute::selective) {
-    const int64_t BT = B_ * T_, Cl = cfg_.n_embd / tpn_;
+    const int64_t BT = B_ * T_, Cl = cfg_.n_embd / tpn_, Hl = cfg_.hidden() / tpn_;
     LayerActs r = layer_acts(l);
     produce_operand(r.atty, dln_, BT * Cl, [&](float* o) { attend(o, r); });
-    produce_operand(r.fch_gelu, dfch_, BT * 4 * Cl, [&](float* o) { k::gelu_forward(o, r.fch, op_, BT * 4 * Cl); });
+    produce_operand(r.fch_gelu, dfch_, BT * Hl, [&](float* o) { mlp_->forward(o, r.fch, op_, BT, Hl); });
   }
 }
 
 void GPT::block_backward(int64_t l, bool split) {
   const int64_t BT = B_ * T_, C = cfg_.n_embd, Cl = C / tpn_, rows = ops_->local_rows();
+  const int64_t QKVl = cfg_.qkv_width() / tpn_, KVl = cfg_.kv_heads() * cfg_.head_size() / tpn_;
+  const int64_t Hl = cfg_.hidden() / tpn_, Fl = cfg_.fc_width() / tpn_;
   const int u = unit_of_block(l);
   LayerParams p = layer_params(acquire_params(u), l);
   set_weight_operands(p, u, l);
@@ -656,36 +758,50 @@ void GPT::block_backward(int64_t l, bool split) {
   round_operand(dres_, rows * C);
   const void* dlocal = grad_operand(branch_grad(2 * uint64_t(l) + 1), rows * C);
   stash(a.fcproj, dlocal, rows * C);
-  ops_->row_backward(dfch_, wgrad(g.fcprojw), g.fcprojb, dlocal, a.fch_gelu, p.fcprojw_op, 4 * Cl, C);
-  k::gelu_backward(dfch_, dfch_, a.fch, op_, BT * 4 * Cl);
-  const void* dfch = grad_operand(dfch_, BT * 4 * Cl);
-  stash(a.fch, dfch, BT * 4 * Cl);
-  const float* dln2 = ops_->column_backward(dln_, wgrad(g.fcw), g.fcb, dfch, a.ln2, p.fcw_op, C, 4 * Cl);
-  ops_->norm_backward(dres_, g.ln2w, g.ln2b, dln2, residual_f32(a.res2, res_2_), p.ln2w, a.ln2_mean, a.ln2_rstd,
-                      C);
+  ops_->row_backward(dact_, wgrad(g.fcprojw), g.fcprojb, dlocal, a.fch_gelu, p.fcprojw_op, Hl, C);
+  mlp_->backward(dfch_, dact_, a.fch, op_, BT, Hl);
+  const void* dfch = grad_operand(dfch_, BT * Fl);
+  stash(a.fch, dfch, BT * Fl);
+  const float* dln2 = ops_->column_backward(dln_, wgrad(g.fcw), g.fcb, dfch, a.ln2, p.fcw_op, C, Fl);
+  norm_->backward(*ops_, dres_, g.ln2w, g.ln2b, dln2, residual_f32(a.res2, res_2_), p.ln2w, a.ln2_mean, a.ln2_rstd,
+                  C);
   // res2 = x + drop(attproj): d attproj = mask * dres; d x = dres (+ LN1 path below).
   round_operand(dres_, rows * C);
   dlocal = grad_operand(branch_grad(2 * uint64_t(l)), rows * C);
   stash(a.attproj, dlocal, rows * C);
   ops_->row_backward(datty_, wgrad(g.attprojw), g.attprojb, dlocal, a.atty, p.attprojw_op, Cl, C);
-  ops_->attention_backward({dqkv_, dqkv_ + Cl, dqkv_ + 2 * Cl, 3 * Cl}, datty_, {a.qkvr, a.lse, a.atty}, attention_shape());
-  const void* dqkv = grad_operand(dqkv_, BT * 3 * Cl);
-  stash(a.qkvr, dqkv, BT * 3 * Cl);
-  const float* dln1 = ops_->column_backward(dln_, wgrad(g.qkvw), g.qkvb, dqkv, a.ln1, p.qkvw_op, C, 3 * Cl);
-  ops_->norm_backward(dres_, g.ln1w, g.ln1b, dln1, block_input(l), p.ln1w, a.ln1_mean, a.ln1_rstd, C);
+  ops_->attention_backward({dqkv_, dqkv_ + Cl, dqkv_ + Cl + KVl, QKVl}, datty_, {a.qkvr, a.lse, a.atty},
+                           attention_shape());
+  rotate_qk(dqkv_, true);
+  const void* dqkv = grad_operand(dqkv_, BT * QKVl);
+  stash(a.qkvr, dqkv, BT * QKVl);
+  const float* dln1 = ops_->column_backward(dln_, wgrad(g.qkvw), g.qkvb, dqkv, a.ln1, p.qkvw_op, C, QKVl);
+  norm_->backward(*ops_, dres_, g.ln1w, g.ln1b, dln1, block_input(l), p.ln1w, a.ln1_mean, a.ln1_rstd, C);
   release_params(u);
   sync_replicated_grads(Gu, u);
 }
 
 void GPT::embedding_backward(const float* denc, float* G0) {
-  // dwte at G0[0], dwpe at G0[table_[1].offset]
-  ops_->embedding_backward(G0, G0 + table_[1].offset, denc, tokens_, cfg_.padded_vocab_size);
+  // dwte at G0[0], dwpe at G0[table_[1].offset] (learned positions)
+  ops_->embedding_backward(G0, const_cast<float*>(wpe_of(G0)), denc, tokens_, cfg_.padded_vocab_size);
   sync_replicated_grads(G0, 0);
 }
 
-int64_t GPT::flops_per_token(int64_t T) const {
-  const int64_t C = cfg_.n_embd, L = cfg_.n_layer;
-  const int64_t n_matmul = L * 12 * C * C + cfg_.padded_vocab_size * C;
+GPT::FinalNorm GPT::final_norm(const float* unit, int uf) const {
+  const size_t rel = table_[lnf_index_].offset - units_[size_t(uf)];
+  const float* w = unit + rel;
+  // LayerNorm's bias follows its weight in the table.
+  const float* b = norm_->has_bias ? unit + (table_[lnf_index_ + 1].offset - units_[size_t(uf)]) : nullptr;
+  return {const_cast<float*>(w), const_cast<float*>(b)};
+}
+
+int64_t GPT::flops_per_token(int64_t T) const { return model_flops_per_token(cfg_, T); }
+
+int64_t model_flops_per_token(const GPTConfig& cfg, int64_t T) {
+  const int64_t C = cfg.n_embd, L = cfg.n_layer;
+  // c_attn (C x qkv_width), attn.c_proj (C x C), c_fc (C x fc_width), mlp.c_proj (hidden x C).
+  const int64_t per_block = C * cfg.qkv_width() + C * C + C * cfg.fc_width() + cfg.hidden() * C;
+  const int64_t n_matmul = L * per_block + cfg.padded_vocab_size * C;
   return 6 * n_matmul + 12 * L * C * T;
 }
 

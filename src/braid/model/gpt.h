@@ -1,8 +1,12 @@
-// GPT-2 (Radford et al. 2019): pre-LN transformer blocks, learned positions,
-// tanh-GELU MLP, causal attention, LM head tied to the token embedding. One
-// rank's full model on the CPU in fp32 with flat parameter/gradient buffers
-// (docs/ARCHITECTURE.md) and activations allocated once.
+// A decoder-only transformer of pre-norm blocks assembled from the parts the
+// configuration names (block_parts.h): GPT-2 (Radford et al. 2019: LayerNorm,
+// learned positions, tanh-GELU MLP, biases, LM head tied to the token
+// embedding) or a Llama-family block (Touvron et al. 2023; Meta's Llama 3:
+// RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases, an
+// untied head). One rank's model on the CPU with flat parameter/gradient
+// buffers (docs/ARCHITECTURE.md) and activations allocated once.
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -14,6 +18,7 @@
 #include "braid/core/dtype.h"
 #include "braid/core/memory.h"
 #include "braid/core/span_sink.h"
+#include "braid/kernels/cpu/rope.h"
 #include "braid/model/config.h"
 #include "braid/model/memory_plan.h"
 #include "braid/model/operators.h"
@@ -22,18 +27,29 @@
 
 namespace braid::model {
 
-/// GPT-2 language model on one rank.
+struct NormPart;
+struct MlpPart;
+struct PositionPart;
+
+/// Training FLOPs per token of cfg at sequence length T (GPT::flops_per_token).
+int64_t model_flops_per_token(const GPTConfig& cfg, int64_t T);
+
+/// The language model on one rank.
 ///
-/// Parameter order in the flat buffer (HF names): wte.weight (Vp, C),
-/// wpe.weight (block_size, C); per block i: h.i.ln_1.{weight,bias} (C),
-/// h.i.attn.c_attn.weight (3C, C), .bias (3C), h.i.attn.c_proj.weight (C, C),
-/// .bias (C), h.i.ln_2.{weight,bias} (C), h.i.mlp.c_fc.weight (4C, C), .bias
-/// (4C), h.i.mlp.c_proj.weight (C, 4C), .bias (C); then ln_f.{weight,bias}.
+/// Parameter order in the flat buffer (GPT-2's HF names): wte.weight (Vp, C),
+/// wpe.weight (block_size, C; learned positions only); per block i:
+/// h.i.ln_1.{weight,bias} (C; RMSNorm: weight only), h.i.attn.c_attn.weight
+/// (C + 2 KV, C: [q | k | v], KV = n_kv_head x head size), .bias,
+/// h.i.attn.c_proj.weight (C, C), .bias (C), h.i.ln_2.{weight,bias} (C),
+/// h.i.mlp.c_fc.weight (F, C: F = hidden, or [gate | up] of 2 x hidden for
+/// SwiGLU), .bias (F), h.i.mlp.c_proj.weight (C, hidden), .bias (C); then
+/// ln_f.{weight,bias} and, untied, lm_head.weight (Vp, C). Biases are absent
+/// when the configuration has none.
 /// Matrices are stored (out_features, in_features) like torch.nn.Linear -- the
 /// transpose of HF's Conv1D layout. Each tensor starts at a multiple of 16
 /// floats; the gaps are zero and count in num_params().
-/// The LM head reuses wte (tied embeddings); logits columns >= vocab_size are
-/// padding that receive no probability mass and zero gradient.
+/// A tied LM head reuses wte; logits columns >= vocab_size are padding that
+/// receive no probability mass and zero gradient.
 class GPT {
  public:
   /// Allocates parameters (compute_params), gradients (grads), activations for
@@ -174,9 +190,11 @@ class GPT {
 
   /// Training FLOPs per token at sequence length T (PaLM, Chowdhery et al. 2022,
   /// App. B): 6 N + 12 n_layer n_embd T, where N counts the weights that take
-  /// part in matmuls: 12 n_embd^2 per block (c_attn, attn.c_proj, c_fc,
-  /// mlp.c_proj) plus the head Vp x n_embd (the padded vocabulary is what is
-  /// computed). Embedding lookups, biases and LayerNorms are excluded.
+  /// part in matmuls: per block c_attn (C x (C + 2 KV)), attn.c_proj (C x C),
+  /// c_fc (C x F) and mlp.c_proj (hidden x C) -- 12 C^2 for GPT-2 -- plus the
+  /// head Vp x C (the padded vocabulary is what is computed). Attention's
+  /// term counts the C query features (grouped key/value heads do not shrink
+  /// it). Embedding lookups, biases, norms and the activations are excluded.
   int64_t flops_per_token(int64_t T) const;
 
   /// Mixed precision on the CPU (the constructor's `precision`): with bf16 /
@@ -270,8 +288,22 @@ class GPT {
   const void* grad_operand(float* g, int64_t n, void* dst = nullptr);
   /// Block l's matmul weights as operands (the compute copy of unit u when half_ops_).
   void set_weight_operands(LayerParams& p, int u, int64_t l) const;
-  /// The operands of unit 0's wte as the head's weight.
-  const void* wte_operand(const float* wte_f32);
+  /// The head's weight as an operand from unit u's buffer `unit` (tied: unit 0's
+  /// wte; else lm_head in the final unit), or the storage's compute copy.
+  const void* head_weight_operand(const float* unit, int u);
+  /// wpe in unit 0's buffer (null without learned positions).
+  const float* wpe_of(const float* unit0) const;
+  /// The final norm's weight and bias (null for RMSNorm) in unit uf's buffer.
+  struct FinalNorm {
+    float *weight, *bias;
+  };
+  FinalNorm final_norm(const float* unit, int uf) const;
+  /// role_index_, block_tensors_, unit0_tensors_ and the head's indices from table_.
+  void index_tensors();
+  /// The rotary table of the current micro-batch's token positions (no-op without rotary positions).
+  void update_rope_table();
+  /// Turns q and k of a packed (BT, Cl + 2 KVl) f32 buffer (backward: their gradients back).
+  void rotate_qk(float* qkv, bool backward) const;
   /// The current micro-batch's attention over this rank's heads.
   AttentionShape attention_shape() const;
   /// out (B, T, C/tp) f32 = attention of the block's qkv (a.qkv), saving a.qkvr and a.lse.
@@ -353,6 +385,17 @@ class GPT {
   uint64_t drop_seed_ = 0, drop_stream_ = 0;
   int64_t drop_row_base_ = 0;
   float* dtmp_ = nullptr;  // masked gradient rows (dropout)
+  // The block's parts (block_parts.h) and where its tensors sit in table_.
+  const NormPart* norm_ = nullptr;
+  const MlpPart* mlp_ = nullptr;
+  const PositionPart* pos_ = nullptr;
+  std::array<int, size_t(BlockRole::count)> role_index_{};  // index within a block's tensors; -1 absent
+  size_t block_tensors_ = 0, unit0_tensors_ = 0, lnf_index_ = 0, lm_head_index_ = 0;
+  float* dact_ = nullptr;  // d(activation) of the MLP (dfch_ itself for GELU)
+  // Rotary positions: inverse frequencies, the positions of the table and the table.
+  std::vector<float> rope_inv_freq_;
+  std::vector<int64_t> rope_pos_;
+  kernels::RopeTable rope_;
 };
 
 }  // namespace braid::model

@@ -52,7 +52,9 @@ void check_sizes(const GPTConfig& cfg, int64_t max_B, int64_t max_T, int tp, boo
 }
 }  // namespace
 
-size_t half_grad_elems(size_t BT, size_t rows, size_t C, size_t Cl) { return std::max(BT * 4 * Cl, rows * C); }
+size_t half_grad_elems(size_t BT, size_t rows, size_t C, size_t QKVl, size_t Fl) {
+  return std::max({BT * Fl, BT * QKVl, rows * C});
+}
 
 namespace {
 
@@ -62,18 +64,25 @@ struct RankDims {
   size_t C, Vpl, Cl, NHl, BT, rows;
   int64_t B, T;
   DType op;  // the matmul operands' storage dtype
+  size_t NKVl = 0, QKVl = 0, Hl = 0, Fl = 0;  // kv heads; packed q|k|v, MLP hidden and up-projection widths
   bool fused = true;  // the fused attention kernel (else the one saving the probabilities)
 };
 
 RankDims rank_dims(const GPTConfig& cfg, int64_t max_B, int64_t max_T, int tp, bool sp, const Precision& precision) {
   const size_t P = size_t(tp), BT = size_t(max_B * max_T);
-  return {size_t(cfg.n_embd), size_t(cfg.padded_vocab_size) / P, size_t(cfg.n_embd) / P, size_t(cfg.n_head) / P,
-          BT, sp ? BT / P : BT, max_B, max_T, precision.operands};
+  RankDims d{size_t(cfg.n_embd), size_t(cfg.padded_vocab_size) / P, size_t(cfg.n_embd) / P, size_t(cfg.n_head) / P,
+             BT, sp ? BT / P : BT, max_B, max_T, precision.operands};
+  d.NKVl = size_t(cfg.kv_heads()) / P;
+  d.QKVl = size_t(cfg.qkv_width()) / P;
+  d.Hl = size_t(cfg.hidden()) / P;
+  d.Fl = size_t(cfg.fc_width()) / P;
+  return d;
 }
 
 // Per block (see layer_acts): ln1, attproj, res2, ln2, fcproj, res3 (rows x C
-// each: token rows of this rank); qkv, qkvr (BT x 3C/tp each), atty (BT x C/tp),
-// fch, fch_gelu (BT x 4C/tp each); 4 LayerNorm statistics of rows; attention's
+// each: token rows of this rank); qkv, qkvr (BT x qkv_width/tp each), atty (BT
+// x C/tp), fch (BT x fc_width/tp), fch_gelu (the activation, BT x hidden/tp); 4
+// norm statistics of rows (RMSNorm uses half of them); attention's
 // log-sum-exp, B x NH/tp x T f32. All but the statistics are stored in
 // the operand dtype, the residual stream (res2, res3) too unless it stays
 // f32 (Precision::fp32_residual; GPT::compute_dtype). Sets the floats a block
@@ -83,10 +92,10 @@ void plan_block_activations(const RankDims& d, const Precision& precision, Recom
   // The fused kernel's log-sum-exp (f32), or the probabilities (operand dtype).
   const size_t att = d.fused ? k::flash_attention_lse_floats(d.B, d.T, int64_t(d.NHl))
                              : operand_floats(size_t(d.B) * d.NHl * size_t(d.T * d.T), op);
-  const size_t atty = operand_floats(d.BT * d.Cl, op), fch_gelu = operand_floats(4 * d.BT * d.Cl, op);
-  const size_t qkv = operand_floats(3 * d.BT * d.Cl, op), res = operand_floats(d.rows * d.C, precision.residual());
+  const size_t atty = operand_floats(d.BT * d.Cl, op), fch_gelu = operand_floats(d.BT * d.Hl, op);
+  const size_t qkv = operand_floats(d.BT * d.QKVl, op), res = operand_floats(d.rows * d.C, precision.residual());
   const size_t all_floats = 4 * operand_floats(d.rows * d.C, op) + 2 * res + 2 * qkv +
-                            operand_floats(4 * d.BT * d.Cl, op) + atty + fch_gelu + 4 * d.rows + att;
+                            operand_floats(d.BT * d.Fl, op) + atty + fch_gelu + 4 * d.rows + att;
   // Recomputed tensors live once, in a workspace shared by all blocks and slots.
   const size_t recomputed_selective = qkv + atty + fch_gelu + att;
   switch (recompute) {
@@ -135,25 +144,29 @@ void plan_scratch(const RankDims& d, int tp, bool sp, float dropout, bool head, 
   // The fused kernel's forward needs no workspace; another attention form
   // (context parallelism) may ask for more.
   const size_t kernel_scratch =
-      d.fused ? k::flash_attention_backward_scratch_floats(d.B, d.T, int64_t(Cl), int64_t(d.NHl), d.op)
+      d.fused ? k::flash_attention_backward_scratch_floats(
+                    d.B, d.T, k::AttentionHeads{int64_t(d.NHl), int64_t(d.NKVl), int64_t(Cl / d.NHl)}, d.op)
               : std::max(k::attention_forward_scratch_floats(d.B, d.T, int64_t(Cl), int64_t(d.NHl), d.op),
                          k::attention_backward_scratch_floats(d.B, d.T, int64_t(Cl), int64_t(d.NHl), d.op));
   const size_t att_scratch = std::max(attention_scratch, kernel_scratch);
   // The linear layers' backward copies (kernels::matmul_backward): the largest
   // over this rank's (in, out) features: c_attn, attn.c_proj, c_fc, mlp.c_proj, head.
-  const std::pair<size_t, size_t> linears[] = {{C, 3 * Cl}, {Cl, C}, {C, 4 * Cl}, {4 * Cl, C}, {C, d.Vpl}};
+  const std::pair<size_t, size_t> linears[] = {{C, d.QKVl}, {Cl, C}, {C, d.Fl}, {d.Hl, C}, {C, d.Vpl}};
   const size_t n_linears = head ? 5 : 4;
   for (size_t i = 0; i < n_linears; ++i)
     m.matmul_scratch_floats =
         std::max(m.matmul_scratch_floats, k::matmul_backward_scratch_floats(int64_t(BT), int64_t(linears[i].first),
                                                                           int64_t(linears[i].second)));
-  m.scratch_floats = rows * C + BT * C + BT * Cl * 8 + (head ? BT * d.Vpl : 0) + att_scratch + m.matmul_scratch_floats;
+  // dres, dln, datty, dqkv, dfch; SwiGLU's activation gradient (dact) apart from dfch.
+  const size_t dact = d.Fl != d.Hl ? BT * d.Hl : 0;
+  m.scratch_floats = rows * C + BT * C + BT * (Cl + d.QKVl + d.Fl) + dact + (head ? BT * d.Vpl : 0) + att_scratch +
+                     m.matmul_scratch_floats;
   if (tp > 1) m.scratch_floats += 3 * BT;
   if (sp) m.scratch_floats += BT * C;
   if (dropout > 0) m.scratch_floats += rows * C;
   // Half-precision operands: a block's matmul output gradient in their dtype;
   // a half residual stream: its working values in f32 (x and res2, rows x C each).
-  if (d.op != DType::f32) m.scratch_floats += operand_floats(half_grad_elems(BT, rows, C, Cl), d.op);
+  if (d.op != DType::f32) m.scratch_floats += operand_floats(half_grad_elems(BT, rows, C, d.QKVl, d.Fl), d.op);
   if (half_res) m.scratch_floats += 2 * rows * C;
 }
 
@@ -172,7 +185,7 @@ GPTMemoryPlan memory_plan(const GPTConfig& cfg, int64_t max_B, int64_t max_T, bo
   m.params_bytes = owns_state ? m.num_params * sizeof(float) : 0;
   m.grads_bytes = owns_state ? m.num_params * sizeof(float) : 0;
   RankDims d = rank_dims(cfg, max_B, max_T, tp, sp, precision);
-  d.fused = fused_attention.value_or(max_T >= k::kFusedAttentionMinT);
+  d.fused = fused_attention.value_or(plans_fused_attention(cfg, max_T >= k::kFusedAttentionMinT));
   const bool half_res = precision.residual() != DType::f32;
   const bool head = std::any_of(chunks.begin(), chunks.end(), [&](const auto& c) { return c.last_layer == cfg.n_layer; });
   plan_block_activations(d, precision, recompute, m);

@@ -40,10 +40,18 @@ struct GPTMemoryPlan {
 inline size_t operand_floats(size_t n, DType operands) { return operands == DType::f32 ? n : (n + 1) / 2; }
 
 /// Elements of the buffer that holds a block's matmul output gradient in the
-/// half-precision operand dtype: the larger of c_fc's (BT x 4C/tp) and the
-/// residual stream's (rows x C). (The head's goes over its logits, which
-/// backward no longer needs.)
-size_t half_grad_elems(size_t BT, size_t rows, size_t C, size_t Cl);
+/// half-precision operand dtype: the largest of c_fc's (BT x Fl: the
+/// up-projection's local rows), c_attn's (BT x QKVl) and the residual
+/// stream's (rows x C). (The head's goes over its logits, which backward no
+/// longer needs.)
+size_t half_grad_elems(size_t BT, size_t rows, size_t C, size_t QKVl, size_t Fl);
+
+/// Whether a model of cfg runs the fused attention kernel, given what the
+/// operators chose (Operators::fused_attention): grouped-query attention
+/// always does (the kernel that saves the probabilities has no kv groups).
+inline bool plans_fused_attention(const GPTConfig& cfg, bool operators_choice) {
+  return operators_choice || cfg.kv_heads() != cfg.n_head;
+}
 
 /// The buffers GPT(cfg, max_B, max_T, ...) allocates, in bytes per category,
 /// computed without allocating them (cheap even for gpt2). owns_state=false:

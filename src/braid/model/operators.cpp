@@ -10,20 +10,25 @@
 #include "braid/kernels/cpu/encoder.h"
 #include "braid/kernels/cpu/layernorm.h"
 #include "braid/kernels/cpu/matmul.h"
+#include "braid/kernels/cpu/rmsnorm.h"
 
 namespace braid::model {
 
 namespace k = braid::kernels;
 
 const void* Operators::packed_qkv(const AttentionInputs& in, const AttentionShape& s) {
-  const int64_t Cl = s.heads * s.head_dim;
+  const int64_t Cl = s.heads * s.head_dim, KVl = s.kv() * s.head_dim;
   const size_t esz = dtype_size(s.store);
   const char* q = static_cast<const char*>(in.q);
-  BRAID_CHECK(in.ld == 3 * Cl && static_cast<const char*>(in.k) == q + size_t(Cl) * esz &&
-                  static_cast<const char*>(in.v) == q + size_t(2 * Cl) * esz,
-              "attention: needs q, k, v packed as (B, T, 3 x ", Cl, "), got row stride ", in.ld);
+  BRAID_CHECK(in.ld == s.qkv_width() && static_cast<const char*>(in.k) == q + size_t(Cl) * esz &&
+                  static_cast<const char*>(in.v) == q + size_t(Cl + KVl) * esz,
+              "attention: needs q, k, v packed as (B, T, ", Cl, " + 2 x ", KVl, "), got row stride ", in.ld);
   return q;
 }
+
+namespace {
+k::AttentionHeads heads_of(const AttentionShape& s) { return {s.heads, s.kv(), s.head_dim}; }
+}  // namespace
 
 void Operators::bind(const OperatorWorkspace& ws) { ws_ = ws; }
 
@@ -70,28 +75,30 @@ void Operators::attention_forward(float* out, const AttentionSaved& saved, const
   // The causal mask of the plain kernel is by position within the rank's tokens.
   BRAID_CHECK(seq_.spans.size() == 1 && seq_.spans[0].first == 0 && seq_.spans[0].count == s.T,
               "attention: the plain operator needs all ", s.T, " tokens of each sequence on this rank, in order");
+  BRAID_CHECK(s.fused || s.kv() == s.heads, "attention: grouped-query heads need the fused kernel");
   if (!s.fused) {
     k::attention_forward(out, saved.heads, saved.lse, ws_.attention, packed_qkv(qkv, s), s.store, s.B, s.T,
                          s.heads * s.head_dim, s.heads, s.round);
     return;
   }
-  k::flash_attention_forward(out, saved.heads, saved.lse, packed_qkv(qkv, s), s.store, s.B, s.T,
-                             s.heads * s.head_dim, s.heads, s.round);
+  k::flash_attention_forward(out, saved.heads, saved.lse, packed_qkv(qkv, s), s.store, s.B, s.T, heads_of(s),
+                             s.round);
 }
 
 void Operators::attention_backward(const AttentionGrads& d, const float* dout, const AttentionSaved& saved,
                                    const AttentionShape& s) {
-  const int64_t Cl = s.heads * s.head_dim;
-  BRAID_CHECK(d.ld == 3 * Cl && d.dk == d.dq + Cl && d.dv == d.dq + 2 * Cl,
-              "attention: the plain operator writes dq, dk, dv packed as (B, T, 3 x ", Cl, ")");
+  const int64_t Cl = s.heads * s.head_dim, KVl = s.kv() * s.head_dim;
+  BRAID_CHECK(d.ld == s.qkv_width() && d.dk == d.dq + Cl && d.dv == d.dq + Cl + KVl,
+              "attention: the plain operator writes dq, dk, dv packed as (B, T, ", Cl, " + 2 x ", KVl, ")");
+  BRAID_CHECK(s.fused || s.kv() == s.heads, "attention: grouped-query heads need the fused kernel");
   if (!s.fused) {
     k::attention_backward(d.dq, ws_.attention, dout, saved.heads, saved.lse, s.store, s.B, s.T, Cl, s.heads,
                           s.round);
     return;
   }
   BRAID_CHECK(saved.out != nullptr, "attention: backward needs the forward's output");
-  k::flash_attention_backward(d.dq, ws_.attention, dout, saved.out, saved.heads, saved.lse, s.store, s.B, s.T, Cl,
-                              s.heads, s.round);
+  k::flash_attention_backward(d.dq, ws_.attention, dout, saved.out, saved.heads, saved.lse, s.store, s.B, s.T,
+                              heads_of(s), s.round);
 }
 
 bool Operators::whole_sequences() const {
@@ -117,7 +124,14 @@ void Operators::for_position_runs(const std::function<void(int64_t, int64_t, int
   }
 }
 
+void Operators::token_positions(int64_t* pos) const {
+  int64_t t = 0;
+  for (const TokenSpan& sp : seq_.spans)
+    for (int64_t i = 0; i < sp.count; ++i) pos[t++] = sp.first + i;
+}
+
 void Operators::add_positions(float* out, const float* wpe) {
+  if (!wpe) return;
   if (whole_sequences()) {
     k::position_forward(out, wpe, row0_, rows_, T_, ws_.C);
     return;
@@ -128,6 +142,7 @@ void Operators::add_positions(float* out, const float* wpe) {
 }
 
 void Operators::position_grads(float* dwpe, const float* dout) {
+  if (!dwpe) return;
   if (whole_sequences()) {
     k::position_backward(dwpe, dout, row0_, rows_, T_, ws_.C);
     return;
@@ -158,9 +173,19 @@ void Operators::norm_backward(float* dx, float* dweight, float* dbias, const flo
   k::layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd, rows_, C);
 }
 
+void Operators::rms_norm_forward(float* out, float* rstd, const float* x, const float* weight, int64_t C,
+                                 float eps) {
+  k::rmsnorm_forward(out, rstd, x, weight, rows_, C, eps);
+}
+
+void Operators::rms_norm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
+                                  const float* rstd, int64_t C) {
+  k::rmsnorm_backward(dx, dweight, dout, x, weight, rstd, rows_, C);
+}
+
 void Operators::embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                                   int64_t Vp) {
-  if (whole_sequences()) {
+  if (whole_sequences() && wpe) {
     k::encoder_forward(out, tokens, wte, wpe, B_, T_, ws_.C);
     return;
   }
@@ -169,7 +194,7 @@ void Operators::embedding_forward(float* out, const int32_t* tokens, const float
 }
 
 void Operators::embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t Vp) {
-  if (whole_sequences()) {
+  if (whole_sequences() && dwpe) {
     k::encoder_backward(dwte, dwpe, dout, tokens, B_, T_, ws_.C);
     return;
   }

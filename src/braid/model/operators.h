@@ -54,9 +54,11 @@ struct SequenceLayout {
   std::vector<TokenSpan> spans;
 };
 
-/// q, k, v of this rank's tokens, each (B, T, heads, head_dim) in the operand
-/// dtype, token rows `ld` elements apart: c_attn's packed output (B, T, 3 C_l)
-/// gives q = qkv, k = qkv + C_l, v = qkv + 2 C_l, ld = 3 C_l (C_l = heads * head_dim).
+/// q (B, T, heads, head_dim) and k, v (B, T, kv heads, head_dim) of this
+/// rank's tokens in the operand dtype, token rows `ld` elements apart:
+/// c_attn's packed output (B, T, C_l + 2 KV_l) gives q = qkv, k = qkv + C_l,
+/// v = qkv + C_l + KV_l, ld = C_l + 2 KV_l (C_l = heads * head_dim, KV_l =
+/// kv heads * head_dim; 3 C_l without grouped-query attention).
 struct AttentionInputs {
   const void *q, *k, *v;
   int64_t ld;
@@ -93,6 +95,12 @@ struct AttentionShape {
   int64_t B, T, heads, head_dim;
   DType store = DType::f32, round = DType::f32;
   bool fused = true;  // the model planned the fused kernel (Operators::fused_attention)
+  /// This rank's key/value heads (grouped-query attention; 0: heads). q is
+  /// heads * head_dim wide, k and v kv_heads * head_dim each.
+  int64_t kv_heads = 0;
+  int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
+  /// Elements of a packed [q | k | v] row.
+  int64_t qkv_width() const { return (heads + 2 * kv()) * head_dim; }
 };
 
 /// Mask of one dropout site: keyed by (seed, stream) and the global token row
@@ -133,9 +141,10 @@ class Operators {
   /// probabilities, which is faster there.
   virtual bool fused_attention(int64_t max_T) const;
   /// Floats of attention workspace this form needs for micro-batches of up to
-  /// B x T tokens of Cl features in NHl heads (0: the fused kernel's own, which
-  /// memory_plan always counts).
-  virtual size_t attention_scratch_floats(int64_t B, int64_t T, int64_t Cl, int64_t NHl, DType operands) const {
+  /// B x T tokens of Cl features in NHl query heads over NKVl key/value heads
+  /// (0: NHl) (0: the fused kernel's own, which memory_plan always counts).
+  virtual size_t attention_scratch_floats(int64_t B, int64_t T, int64_t Cl, int64_t NHl, DType operands,
+                                          int64_t NKVl = 0) const {
     return 0;
   }
   /// Takes the model's workspace; called once, before any other call below.
@@ -210,10 +219,20 @@ class Operators {
                             const float* bias, int64_t C);
   virtual void norm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
                              const float* weight, const float* mean, const float* rstd, int64_t C);
+  /// RMSNorm (kernels::rmsnorm_forward / _backward) over the local rows: out
+  /// and rstd from x and weight; backward dx, dweight (+=).
+  virtual void rms_norm_forward(float* out, float* rstd, const float* x, const float* weight, int64_t C, float eps);
+  virtual void rms_norm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
+                                 const float* rstd, int64_t C);
+  /// pos (T) = the global position of each of this rank's T tokens of a
+  /// sequence, in the order it stores them (sequence()): what rotary
+  /// positions turn by, so a split sequence turns as one rank does.
+  void token_positions(int64_t* pos) const;
 
   // ---- embedding and loss over the vocabulary (V real, Vp padded entries) ----
   /// out (local rows, C) = wte[token] + wpe[position] for tokens (B, T); wte
-  /// holds this rank's Vp / tp_size() rows, wpe every position. Communicates
+  /// holds this rank's Vp / tp_size() rows, wpe every position (null: no
+  /// learned positions, as with rotary ones; dwpe below is then null too). Communicates
   /// when the vocabulary is split (the partial lookups are summed).
   virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                                  int64_t Vp);
@@ -234,7 +253,7 @@ class Operators {
 
  protected:
   /// The kernels read c_attn's packed output: q, k, v side by side in each
-  /// token row. Returns q as the start of that (B, T, 3 C_l) buffer; throws
+  /// token row. Returns q as the start of that (B, T, s.qkv_width()) buffer; throws
   /// braid::Error for other views.
   static const void* packed_qkv(const AttentionInputs& in, const AttentionShape& s);
   /// True when this rank holds every token of its sequences, in order.

@@ -4,10 +4,12 @@
 // below the CLI reads the plan, not these.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "braid/comm/communicator.h"
 #include "braid/comm/topology.h"
+#include "braid/model/config.h"
 
 namespace braid::parallel {
 
@@ -27,6 +29,11 @@ struct LayoutOptions {
   // padded to a multiple of 64 again.
   int64_t vocab_size = 0, n_layer = 0, n_head = 0, n_embd = 0;
   int64_t block_size = 0;  // context length: positions in wpe (0: the preset's)
+  int64_t n_kv_head = 0, mlp_hidden = 0;  // grouped-query kv heads, MLP hidden features (0: the preset's)
+  double rope_theta = 0;                  // rotary base (0: the preset's)
+  /// The whole model when it comes from a checkpoint (braid eval / sample):
+  /// replaces the preset and the overrides above.
+  std::optional<model::GPTConfig> checkpoint_model;
   int64_t global_batch = 16;  // sequences per optimizer step, over all DP ranks
   int64_t micro_batch = kMicroBatchAuto;  // sequences per forward/backward on one rank (auto: resolved by the plan)
   int64_t seq_len = 0;        // 0: min(128, block_size)

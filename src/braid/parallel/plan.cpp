@@ -96,6 +96,11 @@ void validate_context_parallel(const LayoutOptions& o, const model::GPTConfig& c
                      "split into a head split, but the ", heads, " heads of each TP rank (n_head ", cfg.n_head,
                      " / TP ", o.tp, ") do not divide over CP=", o.cp, "; use an --n-head that CP x TP = ",
                      int64_t{o.cp} * o.tp, " divides, or --cp-comm ring");
+  const int64_t kv = o.tp >= 1 && cfg.kv_heads() % o.tp == 0 ? cfg.kv_heads() / o.tp : 0;
+  BRAID_CONFIG_CHECK(o.cp_comm != "a2a" || (kv > 0 && kv % o.cp == 0), "--cp-comm a2a turns the sequence "
+                     "split into a head split, but the ", kv, " key/value heads of each TP rank (n_kv_head ",
+                     cfg.kv_heads(), " / TP ", o.tp, ") do not divide over CP=", o.cp, "; use an --n-kv-head that CP x TP = ",
+                     int64_t{o.cp} * o.tp, " divides, or --cp-comm ring");
   const int64_t chunks = 2 * int64_t{o.cp};
   BRAID_CONFIG_CHECK(chunks <= o.seq_len, "--cp ", o.cp, ": a sequence of ", o.seq_len, " tokens cannot split into ",
                      "2 x CP = ", chunks, " chunks of at least one token; use a --cp of at most ", o.seq_len / 2);
@@ -265,6 +270,10 @@ void validate_layout(const LayoutOptions& o, int world_size, const model::GPTCon
 }
 
 model::GPTConfig model_config(const LayoutOptions& o) {
+  if (o.checkpoint_model) {
+    o.checkpoint_model->validate();
+    return *o.checkpoint_model;
+  }
   model::GPTConfig c = model::GPTConfig::preset(o.model);
   BRAID_CONFIG_CHECK(o.vocab_size >= 0 && o.n_layer >= 0 && o.n_head >= 0 && o.n_embd >= 0 && o.block_size >= 0,
                      "--vocab-size, --n-layer, --n-head, --n-embd and --block-size must be >= 0 (0 keeps the preset)");
@@ -273,6 +282,15 @@ model::GPTConfig model_config(const LayoutOptions& o) {
   if (o.n_head > 0) c.n_head = o.n_head;
   if (o.n_embd > 0) c.n_embd = o.n_embd;
   if (o.block_size > 0) c.block_size = o.block_size;
+  BRAID_CONFIG_CHECK(o.n_kv_head >= 0 && o.mlp_hidden >= 0 && o.rope_theta >= 0,
+                     "--n-kv-head, --mlp-hidden and --rope-theta must be >= 0 (0 keeps the preset)");
+  if (o.n_kv_head > 0) c.n_kv_head = o.n_kv_head;
+  if (o.mlp_hidden > 0) c.mlp_hidden = o.mlp_hidden;
+  if (o.rope_theta > 0) {
+    BRAID_CONFIG_CHECK(c.positions == model::PositionKind::rope, "--rope-theta ", o.rope_theta, ": model '", o.model,
+                       "' has learned positions, not rotary ones; use a llama preset");
+    c.rope_theta = o.rope_theta;
+  }
   c.padded_vocab_size = model::GPTConfig::pad_vocab(c.vocab_size);
   c.name = c.name_from(o.model);
   c.validate();
@@ -300,6 +318,7 @@ ParallelPlan resolve_plan(LayoutOptions& o, int world_size, const model::GPTConf
   p.pp.schedule = &parallel::find_schedule(o.pp > 1 ? o.schedule : "1f1b");
   p.pp.micro_batches = static_cast<int>(o.global_batch / (static_cast<int64_t>(p.dp.degree) * o.micro_batch));
   p.pp.layers = o.pp > 1 ? stage_layers(o, cfg) : std::vector<int64_t>{cfg.n_layer};
+  p.pp.tied_head = cfg.tied_head;
   p.compute = o.precision == "bf16" ? DType::bf16 : o.precision == "fp16" ? DType::f16 : DType::f32;
   p.reduce = o.reduce_dtype == "fp32" ? DType::f32 : p.compute;
   p.half_matmuls = o.matmul_precision == "half";
@@ -401,7 +420,7 @@ BucketedConfig bucketed_config(const ParallelPlan& p, const model::GPTConfig& cf
   bc.model = cfg;
   bc.tp = p.tp.degree;
   bc.pipeline = stage;
-  if (p.pp.stages > 1) {
+  if (p.pp.stages > 1 && cfg.tied_head) {
     for (const auto& c : stage.resolved(cfg.n_layer))
       bc.tied_embedding = bc.tied_embedding || c.first_layer == 0 || c.last_layer == cfg.n_layer;
   }
@@ -450,10 +469,11 @@ ParallelContext::ParallelContext(const ParallelPlan& plan, comm::Communicator& w
       pp_ = world.split(grid.pp_color(r), r);
       pp_rank_ = pp_->rank();
       // The tied embedding's copies: the ranks of the first and the last
-      // virtual stage; none when one rank holds both (its unit 0 sums both).
+      // virtual stage; none when one rank holds both (its unit 0 sums both)
+      // or the head is untied (the last stage holds lm_head, no copy).
       const int first = plan.pp.first_rank(), last = plan.pp.last_rank();
       const bool ends = pp_rank_ == first || pp_rank_ == last;
-      if (first != last) emb_ = world.split(ends ? grid.pp_color(r) : world.size() + r, r);
+      if (first != last && plan.pp.tied_head) emb_ = world.split(ends ? grid.pp_color(r) : world.size() + r, r);
       if (!ends) emb_.reset();
     }
   }

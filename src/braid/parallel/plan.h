@@ -59,6 +59,9 @@ struct PipelinePlan {
   int micro_batches = 1;   // m per optimizer step and pipeline
   const parallel::ScheduleDef* schedule = &parallel::find_schedule("1f1b");  // from parallel::schedules()
   std::vector<int64_t> layers;  // per virtual stage (P x v entries); one entry without a pipeline
+  /// The LM head is tied to wte: the last stage keeps a copy of the embedding
+  /// unit, summed with the first stage's over their group (else it holds lm_head).
+  bool tied_head = true;
 
   /// Every rank's program, checked on its tables (throws braid::Error on a
   /// deadlock, ConfigError on an impossible P, m, v); `stats` (optional)

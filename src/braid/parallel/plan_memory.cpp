@@ -96,14 +96,15 @@ MemoryPlan plan_rank(MemoryPlan p, int rank, const model::PipelineStage& stage) 
   // Under context parallelism the model holds seq_len / CP tokens of each sequence.
   const int64_t T = pl.seq_len / pl.cp.degree;
   const context::RingShape rs{pl.micro_batch, T, p.config.n_embd / pl.tp.degree, p.config.n_head / pl.tp.degree,
-                               pl.precision().operands, pl.precision().operands, pl.seq_len};
+                               pl.precision().operands, pl.precision().operands, pl.seq_len,
+                               p.config.kv_heads() / pl.tp.degree};
   const size_t ring = pl.cp.degree == 1       ? 0
                       : pl.cp.comm == "a2a" ? context::ulysses_attention_scratch_floats(rs, pl.cp.degree)
                                               : context::ring_attention_scratch_floats(rs);
   const model::GPTMemoryPlan g =
       model::memory_plan(p.config, pl.micro_batch, T, !storage, pl.tp.degree, pl.tp.sequence_parallel, pl.dropout,
                          stage, pl.recompute, pl.precision(), ring,
-                         pl.cp.degree > 1 || T >= kernels::kFusedAttentionMinT);
+                         model::plans_fused_attention(p.config, pl.cp.degree > 1 || T >= kernels::kFusedAttentionMinT));
   p.num_params = g.num_params;
   for (size_t i = 0; i < kNumMemCategories; ++i)
     add(static_cast<MemCategory>(i), g.bytes(static_cast<MemCategory>(i)));

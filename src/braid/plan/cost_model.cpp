@@ -66,16 +66,27 @@ double megatron_flops_per_iteration(double B, double s, double l, double h, doub
   return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
 }
 
+BlockWidths BlockWidths::of(const model::GPTConfig& cfg) {
+  const double h = static_cast<double>(cfg.n_embd), hid = static_cast<double>(cfg.hidden());
+  BlockWidths w;
+  w.matmul_weights = h * static_cast<double>(cfg.qkv_width()) + h * h + h * static_cast<double>(cfg.fc_width()) + hid * h;
+  w.act_in = static_cast<double>(cfg.fc_width());
+  w.act_out = hid;
+  return w;
+}
+
 BlockWork block_forward_work(double b, double s, double h, double heads, int tp, double e, bool sp, bool dropout,
-                             int cp) {
+                             int cp, const BlockWidths& widths) {
   // Under context parallelism a rank holds s / cp tokens of each sequence and
   // attends them to all s keys.
   const double t = tp, tokens = b * s / cp, rows = sp ? tokens / t : tokens;
+  const double weights = widths.matmul_weights > 0 ? widths.matmul_weights : 12.0 * h * h;
+  const double act_in = widths.act_in > 0 ? widths.act_in : 4 * h, act_out = widths.act_out > 0 ? widths.act_out : 4 * h;
   BlockWork w;
-  w.flops = (24.0 * tokens * h * h + 4.0 * tokens * s * h) / t;
+  w.flops = (2.0 * tokens * weights + 4.0 * tokens * s * h) / t;
   const double drop = dropout ? 1.0 : 0.0;  // one mask byte per element
   const double replicated = rows * h * (2 * 2 * e + 2 * 3 * e + drop * 2 * (2 * e + 1));
-  const double gelu = tokens * 4 * h / t * 2 * e;
+  const double gelu = tokens * (act_in + act_out) / t * e;
   const double softmax = tokens * (heads / t) * s * (2 * e + drop * (2 * e + 1));
   w.bytes = replicated + gelu + softmax;
   return w;
@@ -114,12 +125,15 @@ struct Shape {
   double e;                 // bytes per activation element (the compute dtype)
   bool sp, dropout;         // sequence parallel; dropout masks written and read
   double cp = 1;            // context-parallel degree: a rank holds s / cp tokens of a sequence
+  double kv = 0;            // key/value width (n_kv_head x head size; h without grouped-query attention)
+  BlockWidths widths;       // the block's matmul weights and MLP activation
   double tokens() const { return b * s / cp; }  // one rank's tokens of a micro-batch
 };
 
 Work block_forward(const Shape& x) {
   const BlockWork w =
-      block_forward_work(x.b, x.s, x.h, x.a, static_cast<int>(x.t), x.e, x.sp, x.dropout, static_cast<int>(x.cp));
+      block_forward_work(x.b, x.s, x.h, x.a, static_cast<int>(x.t), x.e, x.sp, x.dropout, static_cast<int>(x.cp),
+                         x.widths);
   return {w.flops, w.bytes};
 }
 
@@ -162,19 +176,24 @@ RingCost ring_cost(const Shape& x, const parallel::ParallelPlan& plan, const Clu
   const Placement g = place(plan.cp.degree, plan.tp.degree, c.accelerators_per_node);
   const Link link = g.nodes > 1 ? c.inter_node_per_accelerator() : c.intra_node;
   if (plan.cp.comm == "a2a") return all_to_all_cost(x, link);
-  const double kv = 2 * x.tokens() * x.h / x.t, steps = x.cp - 1;
+  const double kv = 2 * x.tokens() * x.kv / x.t, steps = x.cp - 1;  // grouped key/value heads travel less
   const double attend = 4.0 * x.tokens() * x.s * x.h / x.t / x.cp / c.matmul_flops(plan.compute);
   const double kv_s = link.time(kv * x.e);
   return {steps * std::max(0.0, kv_s - attend), steps * (std::max(0.0, kv_s - 2 * attend) + link.time(kv * 4))};
 }
 
 // Parameters one rank holds for its layers (TP-split matrices, replicated
-// LayerNorms and biases of width h) and, on the end stages, the embeddings.
+// norms and biases of width h) and, on the end stages, the embeddings and
+// the head (a tied head's copy of wte, or lm_head).
 double rank_params(const model::GPTConfig& cfg, double layers, bool first, bool last, int t) {
-  const double h = static_cast<double>(cfg.n_embd);
-  double p = layers * (12.0 * h * h / t + 13.0 * h);
-  if (first) p += static_cast<double>(cfg.padded_vocab_size) * h / t + static_cast<double>(cfg.block_size) * h;
-  if (last && !first) p += static_cast<double>(cfg.padded_vocab_size) * h / t + 2 * h;
+  const double h = static_cast<double>(cfg.n_embd), norm = cfg.norm == model::NormKind::layernorm ? 2 : 1;
+  // The biases counted whole on every rank (an upper bound; at TP = 1 exact).
+  const double biases = cfg.bias ? static_cast<double>(cfg.qkv_width() + cfg.fc_width()) + 2 * h : 0;
+  double p = layers * (BlockWidths::of(cfg).matmul_weights / t + 2 * norm * h + biases);
+  const double vocab = static_cast<double>(cfg.padded_vocab_size) * h / t;
+  if (first) p += vocab + (cfg.positions == model::PositionKind::learned ? static_cast<double>(cfg.block_size) * h : 0);
+  if (last && (!first || !cfg.tied_head)) p += vocab;
+  if (last) p += norm * h;
   return p;
 }
 
@@ -213,7 +232,8 @@ Shape shape_of(const parallel::ParallelPlan& plan, const model::GPTConfig& cfg, 
   return {static_cast<double>(plan.micro_batch), static_cast<double>(plan.seq_len), static_cast<double>(cfg.n_embd),
           static_cast<double>(cfg.n_head), static_cast<double>(cfg.padded_vocab_size),
           static_cast<double>(plan.tp.degree), static_cast<double>(dtype_size(plan.compute)),
-          plan.tp.sequence_parallel, opt.dropout > 0, static_cast<double>(plan.cp.degree)};
+          plan.tp.sequence_parallel, opt.dropout > 0, static_cast<double>(plan.cp.degree),
+          static_cast<double>(cfg.kv_heads() * cfg.head_size()), BlockWidths::of(cfg)};
 }
 
 // One block on one rank, seconds per micro-batch.
@@ -309,7 +329,7 @@ void add_throughput(StepPrediction& r, const Shape& x, const parallel::ParallelP
                     const model::GPTConfig& cfg, const Cluster& c) {
   const double tokens = static_cast<double>(plan.global_batch) * x.s;
   const double L = static_cast<double>(cfg.n_layer);
-  const double per_token = 6.0 * (12.0 * L * x.h * x.h + x.V * x.h) + 12.0 * L * x.h * x.s;
+  const double per_token = 6.0 * (L * x.widths.matmul_weights + x.V * x.h) + 12.0 * L * x.h * x.s;
   r.tokens_per_s = tokens / r.step_s;
   r.model_flops = per_token * tokens;
   r.tflops_per_accelerator = r.model_flops / (r.step_s * plan.compute_ranks()) / 1e12;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/model/config.h"
 #include "braid/plan/cluster.h"
 #include "braid/parallel/layout_options.h"
 
@@ -60,8 +61,16 @@ struct BlockWork {
 /// cp: the context-parallel degree (a rank holds s / cp tokens of each sequence
 /// and attends them to all s keys: QKV, projection and MLP over b s / cp tokens,
 /// attention 4 b (s / cp) s h).
+/// widths: a block other than GPT-2's (0 fields keep GPT-2's).
+struct BlockWidths {
+  double matmul_weights = 0;  // weights of the block's four linears (GPT-2: 12 h^2)
+  double act_in = 0, act_out = 0;  // elements per token the MLP activation reads / writes (GPT-2: 4h each)
+  /// A block of cfg: c_attn h (h + 2 kv), attn.c_proj h^2, c_fc h x fc_width,
+  /// mlp.c_proj hidden x h; SwiGLU reads 2 hidden and writes hidden.
+  static BlockWidths of(const model::GPTConfig& cfg);
+};
 BlockWork block_forward_work(double b, double s, double h, double heads, int tp, double elem_bytes,
-                             bool sequence_parallel, bool dropout, int cp = 1);
+                             bool sequence_parallel, bool dropout, int cp = 1, const BlockWidths& widths = {});
 
 /// Bytes braid's optimizer moves per element of state it updates: the f32 master,
 /// m and v read and written (24), the gradient read twice (the global norm's

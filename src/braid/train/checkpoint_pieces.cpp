@@ -17,12 +17,14 @@ std::vector<TensorBox> tensor_boxes(const model::ParamInfo& p, int tp_rank, int 
   if (p.tp_dim < 0 || tp == 1) return {TensorBox{0, 0, rows, cols}};
   const int64_t q = tp_rank, P = tp;
   if (p.tp_dim == 1) return {TensorBox{0, q * (cols / P), rows, cols / P}};
-  // Rows split inside each of tp_blocks row blocks (a 1-D tensor's "rows" are its elements).
+  // Rows split inside each row block (a 1-D tensor's "rows" are its elements).
   std::vector<TensorBox> out;
-  const int64_t n = two_d ? rows : cols, block = n / p.tp_blocks, local = block / P;
-  for (int64_t b = 0; b < p.tp_blocks; ++b) {
-    const int64_t first = b * block + q * local;
+  const int64_t n = two_d ? rows : cols;
+  int64_t block0 = 0;  // the block's first row
+  for (int64_t block : p.tp_block_rows.empty() ? std::vector<int64_t>{n} : p.tp_block_rows) {
+    const int64_t local = block / P, first = block0 + q * local;
     out.push_back(two_d ? TensorBox{first, 0, local, cols} : TensorBox{0, first, 1, local});
+    block0 += block;
   }
   return out;
 }
@@ -37,11 +39,13 @@ void for_box_parts(const std::vector<model::ParamInfo>& table, size_t o, size_t 
   for (; it != table.end() && it->offset < o + len; ++it) {
     const size_t a = std::max(o, it->offset) - it->offset, b = std::min(o + len, it->offset + it->numel) - it->offset;
     const auto boxes = tensor_boxes(*it, tp_rank, tp);
-    const size_t bn = it->numel / boxes.size();
-    for (size_t k = 0; k < boxes.size(); ++k) {
-      const size_t lo = std::max(a, k * bn), hi = std::min(b, (k + 1) * bn);
+    size_t first = 0;  // the box's first element in the local tensor (boxes may differ in size)
+    for (const TensorBox& box : boxes) {
+      const size_t bn = static_cast<size_t>(box.rows * box.cols);
+      const size_t lo = std::max(a, first), hi = std::min(b, first + bn);
       if (lo < hi)
-        f(*it, boxes[k], static_cast<int64_t>(lo - k * bn), static_cast<int64_t>(hi - k * bn), it->offset + lo);
+        f(*it, box, static_cast<int64_t>(lo - first), static_cast<int64_t>(hi - first), it->offset + lo);
+      first += bn;
     }
   }
 }
@@ -54,7 +58,7 @@ std::vector<HeldPiece> held_pieces(const std::vector<model::ParamInfo>& table,
   for (const auto& r : ranges)
     for_box_parts(table, r.offset, r.len, tp_rank, tp,
                   [&](const model::ParamInfo& p, const TensorBox& box, int64_t lo, int64_t hi, size_t flat) {
-                    if (skip_tied_copy && p.global_index < 2) return;
+                    if (skip_tied_copy && p.layer < 0) return;
                     out.push_back({static_cast<int64_t>(p.global_index), box, lo, hi, flat});
                   });
   return out;

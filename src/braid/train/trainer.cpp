@@ -67,7 +67,9 @@ Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
       ctx_->pp(), boundary_bytes(plan_, cfg), &ledger_);
   scaler_ = std::make_unique<DynamicLossScaler>(opt.loss_scale, compute_ == DType::f16);
   optimizer_ = std::make_unique<AdamW>(AdamWSettings{opt.beta1, opt.beta2, opt.eps, opt.weight_decay}, *sync_,
-                                       *model_, pp_size_ > 1 && pp_rank_ == plan_.pp.last_rank() && pp_rank_ != plan_.pp.first_rank(),
+                                       *model_,
+                                       pp_size_ > 1 && pp_rank_ == plan_.pp.last_rank() &&
+                                           pp_rank_ != plan_.pp.first_rank() && plan_.pp.tied_head,
                                        &ledger_);
   checkpoint_ = std::make_unique<TrainingCheckpoint>(opt_, *ctx_, *model_, *sync_, *optimizer_, *scaler_);
   const size_t bt = static_cast<size_t>(opt.micro_batch * opt.seq_len);

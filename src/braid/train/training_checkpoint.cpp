@@ -1,11 +1,14 @@
 #include "braid/train/training_checkpoint.h"
 
+#include "braid/formats/model_header.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
 #include "braid/core/error.h"
 #include "braid/formats/checkpoint.h"
+#include "braid/formats/model_header.h"
 
 namespace braid::train {
 
@@ -25,7 +28,7 @@ void TrainingCheckpoint::to_full(const float* local, std::vector<float>& full) {
     const float* src = ranks_data + static_cast<size_t>(q) * nl;
     for (const auto& p : lt) {
       // The last stage's copy of the tied embedding unit (wte, wpe) equals the first stage's.
-      if (pp_ > 1 && ctx_.pp_rank() > 0 && p.global_index < 2) continue;
+      if (pp_ > 1 && ctx_.pp_rank() > 0 && p.layer < 0) continue;
       const size_t o = ft[p.global_index].offset;
       for (size_t i = 0; i < p.numel; ++i) full[o + model::full_index(p, i, q, tp_)] = src[p.offset + i];
     }
@@ -82,7 +85,7 @@ nlohmann::json TrainingCheckpoint::header(int64_t next_step, size_t n_params) co
                       {"n_params", n_params},          {"seed", opt_.seed},       {"global_batch", opt_.global_batch},
                       {"seq_len", opt_.seq_len},       {"n_layer", c.n_layer},    {"n_head", c.n_head},
                       {"n_embd", c.n_embd},            {"vocab_size", c.vocab_size}, {"block_size", c.block_size},
-                      {"total_steps", opt_.steps}};
+                      {"total_steps", opt_.steps},     {"block", formats::block_header(c)}};
   if (scaler_.enabled()) {
     const LossScalerState st = scaler_.state();
     h["loss_scale"] = {{"scale", st.scale}, {"growth_tracker", st.growth_tracker},
@@ -101,6 +104,28 @@ int64_t TrainingCheckpoint::load_weights(const std::string& path) { return load(
 
 int64_t TrainingCheckpoint::load(const std::string& path) { return load(path, false); }
 
+namespace {
+// The block parts in which a checkpoint's header and cfg differ, appended as
+// the flags (or parts) that set them. Key/value heads and the MLP width that
+// follow the sizes already named (n_head, 4 n_embd) are not repeated.
+void note_block_differences(const nlohmann::json& hdr, const model::GPTConfig& cfg, std::string& then,
+                            std::string& now) {
+  model::GPTConfig saved = cfg;
+  saved.n_head = hdr.at("n_head").get<int64_t>(), saved.n_embd = hdr.at("n_embd").get<int64_t>();
+  formats::read_block_header(hdr, saved);
+  const nlohmann::json a = formats::block_header(saved), b = formats::block_header(cfg);
+  const bool mha = saved.kv_heads() == saved.n_head && cfg.kv_heads() == cfg.n_head;
+  const bool mlp4 = saved.hidden() == 4 * saved.n_embd && cfg.hidden() == 4 * cfg.n_embd;
+  for (const auto& [key, value] : a.items()) {
+    if (b.at(key) == value || (key == "n_kv_head" && mha) || (key == "mlp_hidden" && mlp4)) continue;
+    const std::string flag = key == "n_kv_head" ? "--n-kv-head" : key == "mlp_hidden" ? "--mlp-hidden"
+                             : key == "rope_theta" ? "--rope-theta" : "block part " + key;
+    then += " " + flag + " " + value.dump();
+    now += " " + flag + " " + b.at(key).dump();
+  }
+}
+}  // namespace
+
 void check_resume_header(const nlohmann::json& hdr, const std::string& path, const TrainOptions& opt,
                          const model::GPTConfig& cfg, bool weights_only) {
   // Every flag that differs is named at once, so one correction suffices.
@@ -116,6 +141,7 @@ void check_resume_header(const nlohmann::json& hdr, const std::string& path, con
   same("n_embd", cfg.n_embd, "--n-embd");
   same("vocab_size", cfg.vocab_size, "--vocab-size");
   if (hdr.contains("block_size")) same("block_size", cfg.block_size, "--block-size");
+  note_block_differences(hdr, cfg, then, now);
   // The data order depends on (seed, global batch, seq len): a resumed run only
   // continues the saved one if they match. An imported model starts a run of its
   // own (fresh optimizer, step 0): no earlier data order has to be continued.

@@ -186,8 +186,8 @@ struct HeadMajor {
       : k(size_t(B * T * a.q_width())), v(k + size_t(B * T * a.kv_width())) {}
 };
 
-// Copies between the token-major packed rows (B, T, (NH + 2 NKV) hs) and the
-// head-major parts, elements of `esz` bytes (to_heads: token-major -> heads).
+}  // namespace
+
 void permute_qkv(void* dst_v, const void* src_v, size_t esz, int64_t B, int64_t T, const AttentionHeads& a,
                  bool to_heads) {
   if (a.NKV == a.NH) return detail::permute_heads(dst_v, src_v, esz, B, T, a.q_width(), a.NH, 3, to_heads);
@@ -208,8 +208,6 @@ void permute_qkv(void* dst_v, const void* src_v, size_t esz, int64_t B, int64_t 
                       esz * size_t(a.hs));
         }
 }
-
-}  // namespace
 
 void flash_attention_forward(float* out, void* qkvr, float* lse, const void* qkv, DType store, int64_t B,
                              int64_t T, const AttentionHeads& a, DType round) {

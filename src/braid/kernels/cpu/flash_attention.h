@@ -88,6 +88,12 @@ struct AttentionHeads {
 /// Multi-head attention over C features in NH heads.
 inline AttentionHeads mha_heads(int64_t C, int64_t NH) { return {NH, NH, NH > 0 ? C / NH : 0}; }
 
+/// Copies between token-major packed rows (B, T, (NH + 2 NKV) hs) and the
+/// head-major parts q (B, NH, T, hs), then k and v (B, NKV, T, hs) each, of
+/// elements of `esz` bytes (to_heads: token-major -> head-major).
+void permute_qkv(void* dst, const void* src, size_t esz, int64_t B, int64_t T, const AttentionHeads& a,
+                 bool to_heads);
+
 /// Floats of workspace flash_attention_backward needs: dO head-major in f32
 /// and in `store`, D, and dq, dk, dv head-major:
 /// (2 + half) B T NH hs + 2 B T NKV hs + B NH T. Forward needs none.

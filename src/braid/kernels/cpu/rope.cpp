@@ -42,8 +42,7 @@ std::vector<float> rope_inverse_frequencies(int64_t head_size, double theta, con
   return inv;
 }
 
-RopeTable rope_table(const int64_t* pos, int64_t T, const std::vector<float>& inv_freq) {
-  RopeTable tb;
+void rope_table_fill(RopeTable& tb, const int64_t* pos, int64_t T, const std::vector<float>& inv_freq) {
   tb.T = T, tb.half = int64_t(inv_freq.size());
   tb.cos.resize(size_t(T * tb.half)), tb.sin.resize(size_t(T * tb.half));
 #pragma omp parallel for schedule(static)
@@ -53,6 +52,11 @@ RopeTable rope_table(const int64_t* pos, int64_t T, const std::vector<float>& in
       tb.cos[size_t(t * tb.half + i)] = float(std::cos(double(angle)));
       tb.sin[size_t(t * tb.half + i)] = float(std::sin(double(angle)));
     }
+}
+
+RopeTable rope_table(const int64_t* pos, int64_t T, const std::vector<float>& inv_freq) {
+  RopeTable tb;
+  rope_table_fill(tb, pos, T, inv_freq);
   return tb;
 }
 

@@ -47,6 +47,9 @@ struct RopeTable {
 /// context-parallel chunk or any split of the rows turns exactly as one rank
 /// does) and inv_freq (head_size/2 floats from rope_inverse_frequencies).
 RopeTable rope_table(const int64_t* pos, int64_t T, const std::vector<float>& inv_freq);
+/// The same into `table`, reusing its storage (no allocation once it has held
+/// T x head_size / 2 angles).
+void rope_table_fill(RopeTable& table, const int64_t* pos, int64_t T, const std::vector<float>& inv_freq);
 
 /// Rotates x in place: x (B, T, stride) floats, row (b, t) by the angles of
 /// table row t. Throws braid::Error unless the table has T rows of

@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "braid/core/dtype.h"
+
 namespace braid::kernels {
 
 ///   out (N, H) written; inp (N, 2H): each row's gate then up.
@@ -16,5 +18,10 @@ void swiglu_forward(float* out, const float* inp, int64_t N, int64_t H);
 ///   dup   = dout * silu(gate)
 ///   dinp (N, 2H) [dgate | dup]; dout (N, H); inp (N, 2H) from forward.
 void swiglu_backward(float* dinp, const float* dout, const float* inp, int64_t N, int64_t H);
+
+/// The same with inp stored in `dt` (f32, bf16 or f16), widened exactly in
+/// chunks of each row (nothing allocated); out, dinp, dout f32.
+void swiglu_forward(float* out, const void* inp, DType dt, int64_t N, int64_t H);
+void swiglu_backward(float* dinp, const float* dout, const void* inp, DType dt, int64_t N, int64_t H);
 
 }  // namespace braid::kernels

@@ -30,8 +30,8 @@ std::unique_ptr<model::Operators> make_operators(comm::Communicator* tp, bool se
 }
 
 size_t ContextParallelOperators::attention_scratch_floats(int64_t B, int64_t T, int64_t Cl, int64_t NHl,
-                                                          DType operands) const {
-  const RingShape s{B, T, Cl, NHl, operands, operands, T * cp_size_};
+                                                          DType operands, int64_t NKVl) const {
+  const RingShape s{B, T, Cl, NHl, operands, operands, T * cp_size_, NKVl};
   return how_ == CpComm::a2a ? ulysses_attention_scratch_floats(s, cp_size_) : ring_attention_scratch_floats(s);
 }
 
@@ -42,7 +42,7 @@ void ContextParallelOperators::set_batch(int64_t B, int64_t T) {
 
 void ContextParallelOperators::attention_forward(float* out, const model::AttentionSaved& saved,
                                                  const model::AttentionInputs& qkv, const model::AttentionShape& s) {
-  const RingShape rs{s.B, s.T, s.heads * s.head_dim, s.heads, s.store, s.round, seq_.T_seq};
+  const RingShape rs{s.B, s.T, s.heads * s.head_dim, s.heads, s.store, s.round, seq_.T_seq, s.kv()};
   if (how_ == CpComm::a2a)
     ulysses_attention_forward(*cp_, out, saved.heads, saved.lse, ws_.attention, packed_qkv(qkv, s), rs);
   else
@@ -52,10 +52,11 @@ void ContextParallelOperators::attention_forward(float* out, const model::Attent
 void ContextParallelOperators::attention_backward(const model::AttentionGrads& d, const float* dout,
                                                   const model::AttentionSaved& saved,
                                                   const model::AttentionShape& s) {
-  const int64_t Cl = s.heads * s.head_dim;
-  BRAID_CHECK(d.ld == 3 * Cl && d.dk == d.dq + Cl && d.dv == d.dq + 2 * Cl && saved.out,
-              "context-parallel attention: writes dq, dk, dv packed as (B, T, 3 x ", Cl, ") and needs the forward's output");
-  const RingShape rs{s.B, s.T, Cl, s.heads, s.store, s.round, seq_.T_seq};
+  const int64_t Cl = s.heads * s.head_dim, KVl = s.kv() * s.head_dim;
+  BRAID_CHECK(d.ld == s.qkv_width() && d.dk == d.dq + Cl && d.dv == d.dq + Cl + KVl && saved.out,
+              "context-parallel attention: writes dq, dk, dv packed as (B, T, ", Cl, " + 2 x ", KVl,
+              ") and needs the forward's output");
+  const RingShape rs{s.B, s.T, Cl, s.heads, s.store, s.round, seq_.T_seq, s.kv()};
   if (how_ == CpComm::a2a)
     ulysses_attention_backward(*cp_, d.dq, ws_.attention, dout, saved.out, saved.heads, saved.lse, rs);
   else

@@ -31,7 +31,8 @@ class ContextParallelOperators : public tensor::TensorParallelOperators {
 
   /// Ring and all-to-all attention run the fused kernel's blocks at any length.
   bool fused_attention(int64_t) const override { return true; }
-  size_t attention_scratch_floats(int64_t B, int64_t T, int64_t Cl, int64_t NHl, DType operands) const override;
+  size_t attention_scratch_floats(int64_t B, int64_t T, int64_t Cl, int64_t NHl, DType operands,
+                                  int64_t NKVl = 0) const override;
   /// Sets this rank's chunks of each sequence of T x CP tokens.
   void set_batch(int64_t B, int64_t T) override;
   /// Ring or all-to-all attention over the CP group (a collective: every CP rank calls it).

@@ -60,11 +60,24 @@ SpanTiles span_tiles(const model::SequenceLayout& l) {
   return {len, per, per * int64_t(l.spans.size())};
 }
 
+// The sizes of a call: head size, the query part and one key/value part of
+// the head-major tensors (elements), and the query heads per key/value head.
+struct Parts {
+  int64_t hs, q, kv, group;
+  explicit Parts(const RingShape& s)
+      : hs(s.C / s.NH), q(s.B * s.T * s.C), kv(s.B * s.T * s.kv_heads() * (s.C / s.NH)), group(s.NH / s.kv_heads()) {}
+  // The first row of query head bh's key/value head (head-major rows of T).
+  int64_t kv_head(int64_t bh, const RingShape& s) const { return (bh / s.NH) * s.kv_heads() + (bh % s.NH) / group; }
+};
+
+k::AttentionHeads heads_of(const RingShape& s) { return {s.NH, s.kv_heads(), s.C / s.NH}; }
+
 // Folds the key/value block `kv` ([k | v], head-major over this rank's T rows,
 // owned by the rank whose layout is `kl`) into the running state of every query.
 void fold_block(const k::FlashState& st, const void* q, const void* kv, const model::SequenceLayout& ql,
                 const model::SequenceLayout& kl, const RingShape& s) {
-  const int64_t hs = s.C / s.NH, BH = s.B * s.NH, part = s.B * s.T * s.C;
+  const Parts p(s);
+  const int64_t hs = p.hs, BH = s.B * s.NH, part = p.kv;
   const SpanTiles qt = span_tiles(ql), kt = span_tiles(kl);
 #pragma omp parallel for schedule(dynamic)
   for (int64_t job = 0; job < BH * qt.jobs_per_head; ++job) {
@@ -74,7 +87,7 @@ void fold_block(const k::FlashState& st, const void* q, const void* kv, const mo
     const size_t qrow = size_t((bh * s.T + row) * hs);
     const k::FlashState rows{st.o + qrow, st.m + bh * s.T + row, st.l + bh * s.T + row};
     for (size_t ks = 0; ks < kl.spans.size(); ++ks) {
-      const size_t krow = size_t((bh * s.T + int64_t(ks) * kt.len) * hs);
+      const size_t krow = size_t((p.kv_head(bh, s) * s.T + int64_t(ks) * kt.len) * hs);
       k::flash_forward_block(rows, elem_at(q, qrow, s.store), elem_at(kv, krow, s.store),
                              elem_at(kv, size_t(part) + krow, s.store), s.store, s.round, nr, kt.len, hs,
                              ql.spans[size_t(span)].first + r0, kl.spans[ks].first);
@@ -83,18 +96,21 @@ void fold_block(const k::FlashState& st, const void* q, const void* kv, const mo
 }
 
 // The backward of fold_block: dq (this rank's queries) and the block's dk, dv
-// (f32, [dk | dv] head-major) accumulate; each head is one thread's serial work.
+// (f32, [dk | dv] head-major) accumulate; each key/value head with its group
+// of query heads is one thread's serial work (in head order: deterministic).
 void unfold_block(float* dq, float* dkv, const void* q, const void* kv, const void* dO, const float* lse,
                   const float* D, const model::SequenceLayout& ql, const model::SequenceLayout& kl,
                   const RingShape& s) {
-  const int64_t hs = s.C / s.NH, BH = s.B * s.NH, part = s.B * s.T * s.C;
+  const Parts p(s);
+  const int64_t hs = p.hs, part = p.kv;
   const int64_t qlen = ql.spans.front().count, klen = kl.spans.front().count;
 #pragma omp parallel for schedule(dynamic)
-  for (int64_t bh = 0; bh < BH; ++bh)
+  for (int64_t bg = 0; bg < s.B * s.kv_heads(); ++bg)
+    for (int64_t bh = (bg / s.kv_heads()) * s.NH + (bg % s.kv_heads()) * p.group, j = 0; j < p.group; ++j, ++bh)
     for (size_t qs = 0; qs < ql.spans.size(); ++qs) {
       const int64_t qrow = bh * s.T + int64_t(qs) * qlen;
       for (size_t ks = 0; ks < kl.spans.size(); ++ks) {
-        const int64_t krow = bh * s.T + int64_t(ks) * klen;
+        const int64_t krow = bg * s.T + int64_t(ks) * klen;
         k::flash_backward_block(dq + qrow * hs, dkv + krow * hs, dkv + part + krow * hs,
                                 elem_at(q, size_t(qrow * hs), s.store), elem_at(kv, size_t(krow * hs), s.store),
                                 elem_at(kv, size_t(part + krow * hs), s.store),
@@ -139,6 +155,8 @@ struct Exchange {
 
 void check_shape(const comm::Communicator& cp, const RingShape& s) {
   BRAID_CHECK(s.NH > 0 && s.C % s.NH == 0, "ring attention: C=", s.C, " not divisible by NH=", s.NH);
+  BRAID_CHECK(s.kv_heads() > 0 && s.NH % s.kv_heads() == 0, "ring attention: ", s.NH,
+              " query heads do not group over ", s.kv_heads(), " key/value heads");
   BRAID_CHECK(s.T * cp.size() == s.T_seq, "ring attention: ", s.T, " tokens per rank x CP=", cp.size(),
               " is not the sequence's ", s.T_seq);
 }
@@ -146,9 +164,12 @@ void check_shape(const comm::Communicator& cp, const RingShape& s) {
 }  // namespace
 
 size_t ring_attention_scratch_floats(const RingShape& s) {
-  const size_t part = size_t(s.B * s.T * s.C), bht = size_t(s.B * s.NH * s.T), kv = model::operand_floats(2 * part, s.store);
-  const size_t forward = part + 2 * bht + 2 * kv;
-  const size_t backward = 3 * part + 2 * kv + 4 * part + part + model::operand_floats(part, s.store) + bht;
+  const Parts p(s);
+  const size_t q = size_t(p.q), kvp = size_t(p.kv), bht = size_t(s.B * s.NH * s.T);
+  const size_t kv = model::operand_floats(2 * kvp, s.store);  // one travelling [k | v] block
+  const size_t forward = q + 2 * bht + 2 * kv;
+  // dq dk dv, two [k | v] blocks, two [dk | dv] gradients, dO in f32 and stored, D.
+  const size_t backward = q + 2 * kvp + 2 * kv + 4 * kvp + q + model::operand_floats(q, s.store) + bht;
   return std::max(forward, backward);
 }
 
@@ -157,11 +178,13 @@ void ring_attention_forward(comm::Communicator& cp, float* out, void* qkvr, floa
   check_shape(cp, s);
   k::detail::check_attention_dtypes(s.C, s.NH, s.store, s.round);
   const Ring ring{cp.rank(), cp.size()};
-  const int64_t hs = s.C / s.NH, BH = s.B * s.NH;
-  const size_t part = size_t(s.B * s.T * s.C), bht = size_t(BH * s.T), kv_bytes = 2 * part * dtype_size(s.store);
-  k::detail::permute_heads(qkvr, qkv, dtype_size(s.store), s.B, s.T, s.C, s.NH, 3, true);
+  const Parts p(s);
+  const int64_t hs = p.hs, BH = s.B * s.NH;
+  const size_t part = size_t(p.q), bht = size_t(BH * s.T), kv_bytes = 2 * size_t(p.kv) * dtype_size(s.store);
+  k::permute_qkv(qkvr, qkv, dtype_size(s.store), s.B, s.T, heads_of(s), true);
   const k::FlashState st{scratch, scratch + part, scratch + part + bht};
-  void* bufs[2] = {scratch + part + 2 * bht, scratch + part + 2 * bht + model::operand_floats(2 * part, s.store)};
+  void* bufs[2] = {scratch + part + 2 * bht,
+                   scratch + part + 2 * bht + model::operand_floats(2 * size_t(p.kv), s.store)};
   k::flash_state_init(st, int64_t(bht), hs);
   const model::SequenceLayout mine = chunk_layout(s.T_seq, ring.size, ring.rank);
   const void* cur = elem_at(qkvr, part, s.store);  // this rank's [k | v]
@@ -186,19 +209,21 @@ void ring_attention_backward(comm::Communicator& cp, float* dqkv, float* scratch
                              const void* qkvr, const float* lse, const RingShape& s) {
   check_shape(cp, s);
   const Ring ring{cp.rank(), cp.size()};
-  const size_t part = size_t(s.B * s.T * s.C), kvf = model::operand_floats(2 * part, s.store);
-  const size_t kv_bytes = 2 * part * dtype_size(s.store), grad_bytes = 2 * part * sizeof(float);
+  const Parts p(s);
+  const size_t part = size_t(p.q), kvp = size_t(p.kv), kvf = model::operand_floats(2 * kvp, s.store);
+  const size_t kv_bytes = 2 * kvp * dtype_size(s.store), grad_bytes = 2 * kvp * sizeof(float);
   float* dqkvr = scratch;  // [dq | dk | dv] head-major f32: the result
-  void* kv_bufs[2] = {dqkvr + 3 * part, dqkvr + 3 * part + kvf};
-  float* grad_bufs[2] = {dqkvr + 3 * part + 2 * kvf, dqkvr + 5 * part + 2 * kvf};
-  float* dy = dqkvr + 7 * part + 2 * kvf;
+  float* const after = dqkvr + part + 2 * kvp;
+  void* kv_bufs[2] = {after, after + kvf};
+  float* grad_bufs[2] = {after + 2 * kvf, after + 2 * kvf + 2 * kvp};
+  float* dy = after + 2 * kvf + 4 * kvp;
   void* dy_s = s.store == DType::f32 ? static_cast<void*>(dy) : static_cast<void*>(dy + part);
   float* D = dy + part + (s.store == DType::f32 ? 0 : model::operand_floats(part, s.store));
   k::detail::permute_heads(dy, dout, sizeof(float), s.B, s.T, s.C, s.NH, 1, true);
   k::detail::store_all(dy_s, dy, part, s.store, s.round);
   k::flash_attention_output_dot(D, dout, out, s.store, s.B, s.T, s.C, s.NH);
   std::fill(dqkvr, dqkvr + part, 0.0f);
-  std::fill(grad_bufs[0], grad_bufs[0] + 2 * part, 0.0f);
+  std::fill(grad_bufs[0], grad_bufs[0] + 2 * kvp, 0.0f);
   const model::SequenceLayout mine = chunk_layout(s.T_seq, ring.size, ring.rank);
   const void* cur = elem_at(qkvr, part, s.store);
   float* grad = grad_bufs[0];
@@ -216,7 +241,7 @@ void ring_attention_backward(comm::Communicator& cp, float* dqkv, float* scratch
     cur = next;
   }
   std::memcpy(dqkvr + part, grad, grad_bytes);
-  k::detail::permute_heads(dqkv, dqkvr, sizeof(float), s.B, s.T, s.C, s.NH, 3, false);
+  k::permute_qkv(dqkv, dqkvr, sizeof(float), s.B, s.T, heads_of(s), false);
 }
 
 }  // namespace braid::parallel::context

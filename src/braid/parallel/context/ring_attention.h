@@ -33,12 +33,17 @@ model::SequenceLayout chunk_layout(int64_t T_seq, int cp, int rank);
 void keep_local_tokens(int32_t* x, int64_t B, const model::SequenceLayout& layout);
 
 /// One ring-attention call: B sequences, this rank's T tokens of each (the
-/// layout's spans, in order), NH heads of C / NH features, operands stored in
+/// layout's spans, in order), NH query heads of C / NH features sharing NKV
+/// key/value heads (grouped-query attention; 0: NH), operands stored in
 /// `store`, products' inputs rounded to `round`.
 struct RingShape {
   int64_t B, T, C, NH;
   DType store = DType::f32, round = DType::f32;
   int64_t T_seq = 0;  // tokens of a whole sequence (T x CP)
+  int64_t NKV = 0;
+  int64_t kv_heads() const { return NKV > 0 ? NKV : NH; }
+  /// Features of a packed [q | k | v] row: C + 2 NKV C / NH.
+  int64_t qkv_width() const { return C + 2 * kv_heads() * (C / NH); }
 };
 
 /// Floats of workspace ring_attention_forward / _backward need (the larger):
@@ -49,12 +54,14 @@ size_t ring_attention_scratch_floats(const RingShape& s);
 
 /// out (B, T, C) f32 = causal attention of this rank's queries against every
 /// key of their sequences at or before them, over the CP group `cp` (every
-/// rank calls it together). qkv (B, T, 3C) packed in `store`; saves qkvr (3,
-/// B, NH, T, hs) head-major in `store` and lse (B, NH, T) f32.
+/// rank calls it together). qkv (B, T, qkv_width) packed in `store`; saves
+/// qkvr head-major in `store` (q (B, NH, T, hs), then k and v (B, NKV, T, hs):
+/// kernels::permute_qkv) and lse (B, NH, T) f32. Only the key/value heads
+/// travel round the ring.
 void ring_attention_forward(comm::Communicator& cp, float* out, void* qkvr, float* lse, float* scratch,
                             const void* qkv, const RingShape& s);
 
-/// Backward: dqkv (B, T, 3C) f32 (=) of this rank's tokens from dout (B, T, C)
+/// Backward: dqkv (B, T, qkv_width) f32 (=) of this rank's tokens from dout (B, T, C)
 /// f32, out (the forward's output as kept, in `store`), qkvr and lse.
 void ring_attention_backward(comm::Communicator& cp, float* dqkv, float* scratch, const float* dout, const void* out,
                              const void* qkvr, const float* lse, const RingShape& s);

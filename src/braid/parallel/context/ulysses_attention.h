@@ -19,17 +19,17 @@ class Communicator;
 namespace braid::parallel::context {
 
 /// Floats of workspace ulysses_attention_forward / _backward need for the shape
-/// of ring_attention (s.NH must divide by the group size).
+/// of ring_attention (s.NH and its key/value heads must divide by the group size).
 size_t ulysses_attention_scratch_floats(const RingShape& s, int cp);
 
-/// As ring_attention_forward, by all-to-all: saves qkvr as (3, B, NH / CP,
-/// T_seq, hs) and lse as (B, NH / CP, T_seq): this rank's heads over whole
-/// sequences (the same sizes as the ring's). Throws braid::ConfigError when CP
-/// does not divide NH.
+/// As ring_attention_forward, by all-to-all: saves qkvr as q (B, NH / CP,
+/// T_seq, hs), then k and v (B, NKV / CP, T_seq, hs), and lse as (B, NH / CP,
+/// T_seq): this rank's heads over whole sequences (the same sizes as the
+/// ring's). Throws braid::ConfigError when CP does not divide NH and NKV.
 void ulysses_attention_forward(comm::Communicator& cp, float* out, void* qkvr, float* lse, float* scratch,
                                const void* qkv, const RingShape& s);
 
-/// Backward: dqkv (B, T, 3C) f32 (=) from dout (B, T, C) f32, out (B, T, C in
+/// Backward: dqkv (B, T, qkv_width) f32 (=) from dout (B, T, C) f32, out (B, T, C in
 /// `store`, the forward's output as kept) and what forward saved.
 void ulysses_attention_backward(comm::Communicator& cp, float* dqkv, float* scratch, const float* dout,
                                 const void* out, const void* qkvr, const float* lse, const RingShape& s);

@@ -91,7 +91,7 @@ void TensorParallelOperators::row_forward(float* out, const void* in, const void
   float* partial = sp_ ? ws_.gather : out;
   k::matmul_forward_typed(partial, in, W, ws_.operands, nullptr, BT_, Kl, N);
   reduce_rows(partial, out);
-  k::bias_forward(out, b, rows_, N);
+  if (b) k::bias_forward(out, b, rows_, N);  // a model without biases passes none
 }
 
 float* TensorParallelOperators::column_backward(float* din_full, float* dW, float* db, const void* dout,
