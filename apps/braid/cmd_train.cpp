@@ -208,8 +208,8 @@ void print_sample(train::Trainer& trainer, comm::Communicator& world, const data
 
 // One rank's run: the trainer, its start-up report, training, the peak-memory
 // report and the sample.
-void train_rank(const TrainArgs& a, comm::Communicator& world, std::span<const uint16_t> train,
-                std::span<const uint16_t> val) {
+void train_rank(const TrainArgs& a, comm::Communicator& world, data::TokenView train,
+                data::TokenView val) {
   train::TrainOptions opt = a.opt;
   const bool log = opt.verbose && world.rank() == 0;
   opt.run_record = run_record(a, world);
@@ -241,8 +241,8 @@ void train_rank(const TrainArgs& a, comm::Communicator& world, std::span<const u
 }
 
 // train_rank, with an error other than the user's named by the failing rank.
-void run_rank(const TrainArgs& a, comm::Communicator& world, std::span<const uint16_t> train,
-              std::span<const uint16_t> val) {
+void run_rank(const TrainArgs& a, comm::Communicator& world, data::TokenView train,
+              data::TokenView val) {
   try {
     train_rank(a, world, train, val);
   } catch (const ConfigError&) {
@@ -257,7 +257,8 @@ void run_rank(const TrainArgs& a, comm::Communicator& world, std::span<const uin
 
 }  // namespace
 
-data::MappedTokens load_tokens(const std::string& path, const char* what, const std::string& format) {
+data::MappedTokens load_tokens(const std::string& path, const char* what, const std::string& format,
+                               int64_t model_vocab) {
   BRAID_CONFIG_CHECK(std::filesystem::exists(path), what, " data file '", path,
                      "' not found; run `braid prepare-data` from the repository root (scripts/train.sh "
                      "does), or pass --", what, "-data FILE");
@@ -265,11 +266,13 @@ data::MappedTokens load_tokens(const std::string& path, const char* what, const 
   if (f.version < data::kTokenFileVersion)
     std::fprintf(stderr, "braid train: %s data file '%s' predates checksums (version %u): read unverified; "
                  "re-create it with `braid prepare-data` to have it checked\n", what, path.c_str(), f.version);
-  // Token files written for another vocabulary would train on meaningless ids.
+  // Token files written for another vocabulary would train on meaningless ids:
+  // braid's own tokenizer's (GPT-2's), or the model's when it is another.
   const int64_t v = model::GPTConfig::preset("gpt2").vocab_size;
-  BRAID_DATA_CHECK(f.vocab_size == v, what, " data file '", path, "' was tokenized for a vocabulary of ",
-                     f.vocab_size, " but braid's GPT-2 models use ", v,
-                     "; re-create it with `braid prepare-data`");
+  BRAID_DATA_CHECK(f.vocab_size == v || f.vocab_size == model_vocab, what, " data file '", path,
+                   "' was tokenized for a vocabulary of ", f.vocab_size, " but the model's is ", model_vocab,
+                   " (braid's tokenizer: ", v, "); re-create it with `braid prepare-data`, or give the model ",
+                   "that vocabulary (--vocab-size ", f.vocab_size, ")");
   return std::move(f.tokens);
 }
 
@@ -503,8 +506,9 @@ struct TokenData {
 };
 TokenData load_data(const TrainArgs& a) {
   TokenData d;
-  d.train = load_tokens(a.train_data, "train", a.data_format);
-  if (!a.val_data.empty()) d.val = load_tokens(a.val_data, "val", a.data_format);
+  const int64_t vocab = parallel::model_config(a.opt).vocab_size;
+  d.train = load_tokens(a.train_data, "train", a.data_format, vocab);
+  if (!a.val_data.empty()) d.val = load_tokens(a.val_data, "val", a.data_format, vocab);
   return d;
 }
 

@@ -62,12 +62,12 @@ void take_model_from_checkpoint(const CLI::App& c, UseArgs& a) {
 
 // Every rank builds the trainer of the layout and loads the weights; the
 // global batch is one micro-batch per DP rank.
-std::unique_ptr<train::Trainer> make_trainer(UseArgs& a, comm::Communicator& world, std::span<const uint16_t> data) {
+std::unique_ptr<train::Trainer> make_trainer(UseArgs& a, comm::Communicator& world, data::TokenView data) {
   train::TrainOptions o = a.opt;
   if (o.micro_batch == parallel::kMicroBatchAuto) o.micro_batch = parallel::kMicroBatchAutoMax;  // no batch to divide
   const int dp = o.tp > 0 && o.pp > 0 ? world.size() / (o.tp * o.pp) : 1;
   o.global_batch = o.micro_batch * std::max(dp, 1);
-  auto t = std::make_unique<train::Trainer>(o, world, data, std::span<const uint16_t>());
+  auto t = std::make_unique<train::Trainer>(o, world, data, data::TokenView());
   t->load_weights(a.checkpoint);
   return t;
 }
@@ -124,7 +124,7 @@ void run_eval(const CLI::App& c, UseArgs& a) {
   take_model_from_checkpoint(c, a);
   BRAID_CONFIG_CHECK(std::filesystem::exists(a.data), "--data ", a.data, " not found; pass a token file ",
                      "(braid prepare-data writes data/<name>_val.bin)");
-  const data::MappedTokens tokens = load_tokens(a.data, "eval", a.data_format);
+  const data::MappedTokens tokens = load_tokens(a.data, "eval", a.data_format, a.opt.checkpoint_model->vocab_size);
   on_ranks(a, [&](comm::Communicator& w) {
     auto t = make_trainer(a, w, tokens);
     const train::Trainer::WindowLoss r = t->evaluate_windows(tokens, a.max_windows);

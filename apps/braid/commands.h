@@ -50,7 +50,10 @@ void add_model_and_layout_options(CLI::App* c, train::TrainOptions& o);
 /// copied) and checked against GPT-2's vocabulary; `what` ("train", "val",
 /// "eval") names it and its flag in errors. `format`: --data-format (auto or
 /// nanogpt, data::parse_token_format).
-data::MappedTokens load_tokens(const std::string& path, const char* what, const std::string& format = "auto");
+/// The token file at `path` mapped, checked to be tokenized for GPT-2's
+/// vocabulary or `model_vocab` (the model's); `what` names it in errors.
+data::MappedTokens load_tokens(const std::string& path, const char* what, const std::string& format = "auto",
+                               int64_t model_vocab = 50257);
 
 /// Set by a command that initialised MPI with more than one rank, so main()
 /// takes the whole job down on error instead of leaving peers hanging.

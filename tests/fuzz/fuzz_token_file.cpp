@@ -1,5 +1,6 @@
-// The token-file reader on any bytes: it returns a file whose every id is
-// below its vocabulary, or throws ConfigError / DataError; nothing else.
+// The token-file reader on any bytes (versions 1 to 3, llm.c's): it returns a
+// file whose every id is below its vocabulary, or throws ConfigError /
+// DataError; nothing else.
 #include <cstdint>
 #include <cstdlib>
 
@@ -10,8 +11,9 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const auto tf = braid::data::read_token_file(braid::fuzz::write_scratch(data, size));
-    for (uint16_t t : tf.tokens)
-      if (t >= tf.vocab_size) std::abort();  // the reader let an out-of-range id through
+    // Either width (version 3: uint32 ids).
+    for (size_t i = 0; i < tf.tokens.size(); ++i)
+      if (tf.tokens[i] >= tf.vocab_size) std::abort();  // the reader let an out-of-range id through
   } catch (const braid::ConfigError&) {
   }
   return 0;

@@ -19,6 +19,8 @@ def put(h, name, data):
 # Token files: version 2 (via the independent writer) and version 1.
 token_file.write(os.path.join(out, "token_file", "v2_small.bin"), [50256, 464, 14570, 531, 13], 50257)
 token_file.write(os.path.join(out, "token_file", "v2_empty.bin"), [], 50257)
+# Version 3: uint32 ids of Llama 3's 128,256-token vocabulary.
+token_file.write(os.path.join(out, "token_file", "v3_llama3.bin"), [128000, 791, 65535, 65536, 128255], 128256)
 ids = [50256, 40, 1101, 257, 3797, 13]
 put("token_file", "v1_small.bin", struct.pack("<8sIIQ", b"BRAIDTOK", 1, 50257, len(ids)) + struct.pack(f"<{len(ids)}H", *ids))
 

@@ -9,10 +9,13 @@
 // only the key/value heads round the ring.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 
+#include "braid/comm/backends/local.h"
 #include "braid/core/error.h"
+#include "braid/data/token_view.h"
 #include "braid/parallel/plan_memory.h"
 #include "parallel/harness.h"
 
@@ -129,6 +132,34 @@ TEST(LlamaLayouts, LayoutsThatCannotSplitTheHeadsAreRefusedWithTheirReason) {
   a2a.tp = 2, a2a.cp = 2, a2a.cp_comm = "a2a";  // one key/value head per TP rank: none to split over CP
   EXPECT_NE(testing_harness::config_error(a2a, 4, d).find("key/value heads of each TP rank"), std::string::npos);
   EXPECT_THROW(parallel::plan_memory(a2a, 4, 0), ConfigError);
+}
+
+// Token ids past uint16 (a version-3 token file's, Llama 3's 128,256-token
+// vocabulary) train: TP 2 splits that vocabulary's embedding and head and
+// trains the one-rank run on ids that use every part of it.
+TEST(LlamaLayouts, WideTokenIdsTrainALlama3SizedVocabulary) {
+  auto o = llama_tiny(75);
+  o.vocab_size = 128256;
+  o.steps = 5;  // the head of 128,256 rows dominates: a few steps show the parity
+  std::vector<uint32_t> ids(20000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = uint32_t((i * 7 + (i / 13) * 31) % 997 * 128 + i % 128) % 128256u;
+  EXPECT_GT(*std::max_element(ids.begin(), ids.end()), 65535u);
+  auto run_wide = [&](const train::TrainOptions& x, int ranks) {
+    std::vector<train::StepRecord> rank0;
+    std::mutex mu;
+    comm::run_local(ranks, [&](comm::Communicator& w) {
+      train::Trainer t(x, w, data::TokenView(ids), data::TokenView());
+      auto recs = t.run();
+      std::lock_guard<std::mutex> lk(mu);
+      if (w.rank() == 0) rank0 = std::move(recs);
+    });
+    return rank0;
+  };
+  const auto single = run_wide(o, 1);
+  EXPECT_LT(single.back().loss, single.front().loss) << "the run must train";
+  auto x = o;
+  x.tp = 2;
+  expect_close(run_wide(x, 2), single, "tp2 over a 128,256-token vocabulary");
 }
 
 // GPT-2's block is unchanged by the model family: `small`'s first 20 losses

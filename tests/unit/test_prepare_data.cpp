@@ -192,7 +192,9 @@ const Gpt2Tokenizer* tokenizer_or_null() {
 
 std::vector<uint16_t> read_ids(const std::string& p) {
   const TokenFile tf = read_token_file(p);
-  return {tf.tokens.begin(), tf.tokens.end()};
+  std::vector<uint16_t> ids(tf.tokens.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint16_t>(tf.tokens[i]);
+  return ids;
 }
 
 TEST_F(PrepareDataTest, EveryKthDocumentOrTheTailGoesToValidation) {

@@ -18,7 +18,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<uint16_t> as_vector(const MappedTokens& t) { return {t.begin(), t.end()}; }
+std::vector<uint16_t> as_vector(const MappedTokens& t) {
+  std::vector<uint16_t> v(t.size());
+  for (size_t i = 0; i < t.size(); ++i) v[i] = static_cast<uint16_t>(t[i]);
+  return v;
+}
 
 class TokenFileTest : public ::testing::Test {
  protected:
@@ -118,7 +122,7 @@ TEST_F(TokenFileTest, EmptyAndOverwrite) {
   const std::string p = path("empty.bin");
   write_token_file(p, std::vector<int32_t>{}, 50257);
   EXPECT_TRUE(read_token_file(p).tokens.empty());
-  EXPECT_EQ(read_token_file(p).tokens.data(), nullptr);  // nothing mapped
+  EXPECT_EQ(read_token_file(p).tokens.raw(), nullptr);  // nothing mapped
   write_token_file(p, std::vector<int32_t>{7}, 50257);
   EXPECT_EQ(as_vector(read_token_file(p).tokens), std::vector<uint16_t>{7});
 }
@@ -126,7 +130,7 @@ TEST_F(TokenFileTest, EmptyAndOverwrite) {
 TEST_F(TokenFileTest, RejectsOutOfRangeIds) {
   EXPECT_THROW(write_token_file(path("x.bin"), std::vector<int32_t>{50257}, 50257), Error);
   EXPECT_THROW(write_token_file(path("x.bin"), std::vector<int32_t>{-1}, 50257), Error);
-  EXPECT_THROW(write_token_file(path("x.bin"), std::vector<int32_t>{1}, 70000), Error);
+  EXPECT_THROW(write_token_file(path("x.bin"), std::vector<int32_t>{1}, (int64_t{1} << 31) + 1), Error);
   EXPECT_FALSE(fs::exists(path("x.bin")));
 }
 
@@ -295,12 +299,12 @@ TEST_F(TokenFileTest, MappedIdsEqualTheFileAndOutliveAReplacement) {
   TokenFile tf = read_token_file(p);
   ASSERT_EQ(tf.tokens.size(), ids.size());
   EXPECT_EQ(as_vector(tf.tokens), decoded(slurp(p), 32 + 4 * 2));
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(tf.tokens.data()) % alignof(uint16_t), 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(tf.tokens.raw()) % alignof(uint16_t), 0u);
   // Moving keeps the map; a writer renames a new file over the path, leaving it intact.
   MappedTokens moved = std::move(tf.tokens);
   EXPECT_TRUE(tf.tokens.empty());
   write_token_file(p, std::vector<uint16_t>{1, 2, 3}, 50257);
-  EXPECT_EQ(std::vector<uint16_t>(moved.span().begin(), moved.span().end()), ids);
+  EXPECT_EQ(as_vector(moved), ids);
   EXPECT_EQ(read_token_file(p).tokens.size(), 3u);
   // llm.c's ids map past its 1024-byte header (not page-aligned in the general case).
   fs::create_directories(dir_);
@@ -321,6 +325,44 @@ TEST_F(TokenFileTest, SeedFilesOfTheEarlierWriterReadAndRewriteByteForByte) {
     write_token_file(path("again.bin"), as_vector(tf.tokens), tf.vocab_size);
     EXPECT_EQ(slurp(path("again.bin")), bytes) << name;
   }
+}
+
+// Version 3: uint32 ids for a vocabulary over 65,536 (Llama 3's 128,256).
+TEST_F(TokenFileTest, WideVocabulariesWriteVersion3AndReadBackAcrossBlocks) {
+  // The independent Python writer's seed reads, and this writer rewrites it byte for byte.
+  const std::string seed = std::string(BRAID_SOURCE_DIR) + "/tests/fuzz/corpus/token_file/v3_llama3.bin";
+  const TokenFile s = read_token_file(seed);
+  EXPECT_EQ(s.version, kTokenFileVersionWide);
+  EXPECT_EQ(s.vocab_size, 128256u);
+  ASSERT_TRUE(s.tokens.wide());
+  const std::vector<int32_t> seed_ids = {128000, 791, 65535, 65536, 128255};
+  ASSERT_EQ(s.tokens.size(), seed_ids.size());
+  for (size_t i = 0; i < seed_ids.size(); ++i) EXPECT_EQ(s.tokens[i], uint32_t(seed_ids[i]));
+  write_token_file(path("again.bin"), seed_ids, 128256);
+  EXPECT_EQ(slurp(path("again.bin")), slurp(seed));
+  // More than one checksum block, written in pieces with a tail moved to another file.
+  std::vector<int32_t> ids(2 * size_t(kTokenBlock) + 1000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 2654435761u) % 128256u);
+  TokenFileWriter w(path("a.bin"), 128256), tail(path("b.bin"), 128256);
+  w.append(std::span<const int32_t>(ids.data(), 700000));
+  w.append(std::span<const int32_t>(ids.data() + 700000, ids.size() - 700000));
+  w.move_tail(600000, tail);
+  w.finish();
+  tail.finish();
+  const TokenFile a = read_token_file(path("a.bin")), t = read_token_file(path("b.bin"));
+  ASSERT_EQ(a.tokens.size() + t.tokens.size(), ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const uint32_t got = i < a.tokens.size() ? a.tokens[i] : t.tokens[i - a.tokens.size()];
+    ASSERT_EQ(got, uint32_t(ids[i])) << i;
+  }
+  // A changed id is caught by its block's checksum; an id past the vocabulary by the range check.
+  std::string bytes = slurp(path("again.bin"));
+  bytes[bytes.size() - 2] ^= 1;
+  spit(path("bad.bin"), bytes);
+  EXPECT_THROW(read_token_file(path("bad.bin")), DataError);
+  EXPECT_THROW(write_token_file(path("x.bin"), std::vector<int32_t>{128256}, 128256), Error);
+  // Ids stay int32 in the model: no vocabulary past 2^31.
+  EXPECT_THROW(TokenFileWriter(path("y.bin"), int64_t{1} << 32), Error);
 }
 
 // llm.c's token file: 256 int32 (magic, version, count), then uint16 ids.

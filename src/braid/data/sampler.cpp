@@ -33,13 +33,13 @@ std::vector<size_t> DistributedSampler::rank_offsets(int64_t step) const {
   return out;
 }
 
-void gather_batch(const uint16_t* stream, const size_t* offsets, int64_t B, int64_t T,
-                  int32_t* tokens, int32_t* targets) {
+void gather_batch(TokenView stream, const size_t* offsets, int64_t B, int64_t T, int32_t* tokens,
+                  int32_t* targets) {
   for (int64_t b = 0; b < B; ++b) {
-    const uint16_t* s = stream + offsets[b];
+    const size_t s = offsets[b];
     for (int64_t t = 0; t < T; ++t) {
-      tokens[b * T + t] = s[t];
-      targets[b * T + t] = s[t + 1];
+      tokens[b * T + t] = static_cast<int32_t>(stream[s + size_t(t)]);
+      targets[b * T + t] = static_cast<int32_t>(stream[s + size_t(t) + 1]);
     }
   }
 }

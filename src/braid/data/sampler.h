@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "braid/data/token_view.h"
+
 namespace braid::data {
 
 /// Samples windows of T+1 tokens (inputs and next-token targets) at random
@@ -31,9 +33,9 @@ class DistributedSampler {
   int dp_rank_, dp_size_;
 };
 
-/// Copies sequences at `offsets` into tokens/targets (each (B, T), int32):
-/// targets are the inputs shifted by one token.
-void gather_batch(const uint16_t* stream, const size_t* offsets, int64_t B, int64_t T,
-                  int32_t* tokens, int32_t* targets);
+/// Copies sequences at `offsets` of `stream` (ids of either width) into
+/// tokens/targets (each (B, T), int32): targets are the inputs shifted by one token.
+void gather_batch(TokenView stream, const size_t* offsets, int64_t B, int64_t T, int32_t* tokens,
+                  int32_t* targets);
 
 }  // namespace braid::data

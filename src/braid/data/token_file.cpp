@@ -19,7 +19,7 @@
 namespace braid::data {
 
 // The ids are used in place: written from memory and mapped as they are.
-static_assert(std::endian::native == std::endian::little, "token files hold little-endian uint16 ids");
+static_assert(std::endian::native == std::endian::little, "token files hold little-endian ids");
 
 namespace {
 
@@ -66,11 +66,38 @@ void pread_all(int fd, void* p, size_t n, uint64_t off, const std::string& file)
 
 TokenFileWriter::TokenFileWriter(std::string path, int64_t vocab_size)
     : path_(std::move(path)), vocab_size_(vocab_size) {
-  BRAID_CHECK(vocab_size > 0 && vocab_size <= 65536, "token file ", path_, ": vocab_size ", vocab_size,
-              " does not fit uint16 ids");
+  BRAID_CHECK(vocab_size > 0 && vocab_size <= int64_t{kMaxWideVocab}, "token file ", path_, ": vocab_size ",
+              vocab_size, " is not in [1, 2^31]");
+  bytes_ = vocab_size > 65536 ? 4 : 2;
   file_ = std::make_unique<AtomicFile>(path_, "token file");
   block_.reserve(kTokenBlock);
 }
+
+namespace {
+// ids (n) as `bytes`-wide little-endian values into out; and back.
+void pack_ids(std::vector<unsigned char>& out, const uint32_t* ids, size_t n, int bytes) {
+  out.resize(n * size_t(bytes));
+  for (size_t i = 0; i < n; ++i) {
+    if (bytes == 2) {
+      const uint16_t v = static_cast<uint16_t>(ids[i]);
+      std::memcpy(out.data() + 2 * i, &v, 2);
+    } else {
+      std::memcpy(out.data() + 4 * i, ids + i, 4);
+    }
+  }
+}
+void unpack_ids(uint32_t* ids, const unsigned char* in, size_t n, int bytes) {
+  for (size_t i = 0; i < n; ++i) {
+    if (bytes == 2) {
+      uint16_t v;
+      std::memcpy(&v, in + 2 * i, 2);
+      ids[i] = v;
+    } else {
+      std::memcpy(ids + i, in + 4 * i, 4);
+    }
+  }
+}
+}  // namespace
 
 // The AtomicFile removes the temporary file unless finish() renamed it.
 TokenFileWriter::~TokenFileWriter() = default;
@@ -86,7 +113,7 @@ void TokenFileWriter::append_ids(const T* ids, size_t n) {
   }
   for (size_t i = 0; i < n;) {
     const size_t k = std::min(n - i, size_t{kTokenBlock} - block_.size());
-    for (size_t j = 0; j < k; ++j) block_.push_back(static_cast<uint16_t>(ids[i + j]));
+    for (size_t j = 0; j < k; ++j) block_.push_back(static_cast<uint32_t>(ids[i + j]));
     i += k;
     count_ += k;
     if (block_.size() == kTokenBlock) write_block();
@@ -98,9 +125,9 @@ void TokenFileWriter::append(const uint16_t* ids, size_t n) { append_ids(ids, n)
 
 // Writes the buffered ids after those on disk, with their checksum.
 void TokenFileWriter::write_block() {
-  const size_t bytes = 2 * block_.size();
-  crcs_.push_back(crc32(block_.data(), bytes));
-  pwrite_all(file_->fd(), block_.data(), bytes, 2 * on_disk_, file_->temp_path());
+  pack_ids(io_, block_.data(), block_.size(), bytes_);
+  crcs_.push_back(crc32(io_.data(), io_.size()));
+  pwrite_all(file_->fd(), io_.data(), io_.size(), uint64_t(bytes_) * on_disk_, file_->temp_path());
   on_disk_ += block_.size();
   block_.clear();
 }
@@ -108,25 +135,29 @@ void TokenFileWriter::write_block() {
 void TokenFileWriter::move_tail(uint64_t n, TokenFileWriter& to) {
   BRAID_CHECK(n <= count_ && &to != this && !finished_, "token file ", path_, ": cannot move ", n, " of ",
               count_, " ids");
-  const uint64_t keep = count_ - n;
-  std::vector<uint16_t> buf;
+  const uint64_t keep = count_ - n, b = uint64_t(bytes_);
+  std::vector<uint32_t> buf;
   for (uint64_t i = keep; i < on_disk_;) {  // the tail's ids on disk, a block at a time
     const uint64_t k = std::min<uint64_t>(on_disk_ - i, kTokenBlock);
     buf.resize(k);
-    pread_all(file_->fd(), buf.data(), 2 * k, 2 * i, file_->temp_path());
-    to.append(buf.data(), k);
+    io_.resize(b * k);
+    pread_all(file_->fd(), io_.data(), b * k, b * i, file_->temp_path());
+    unpack_ids(buf.data(), io_.data(), k, bytes_);
+    to.append_ids(buf.data(), k);
     i += k;
   }
   if (keep >= on_disk_) {
-    to.append(block_.data() + (keep - on_disk_), count_ - keep);
+    to.append_ids(block_.data() + (keep - on_disk_), count_ - keep);
     block_.resize(keep - on_disk_);
   } else {
-    to.append(block_.data(), block_.size());
+    to.append_ids(block_.data(), block_.size());
     // Back to the whole blocks before `keep`; the block `keep` falls in is buffered again.
     const uint64_t whole = keep / kTokenBlock * kTokenBlock;
     block_.resize(keep - whole);
-    pread_all(file_->fd(), block_.data(), 2 * block_.size(), 2 * whole, file_->temp_path());
-    if (::ftruncate(file_->fd(), static_cast<off_t>(2 * whole)) != 0) io_error("truncate", file_->temp_path());
+    io_.resize(b * block_.size());
+    pread_all(file_->fd(), io_.data(), io_.size(), b * whole, file_->temp_path());
+    unpack_ids(block_.data(), io_.data(), block_.size(), bytes_);
+    if (::ftruncate(file_->fd(), static_cast<off_t>(b * whole)) != 0) io_error("truncate", file_->temp_path());
     on_disk_ = whole;
     crcs_.resize(whole / kTokenBlock);
   }
@@ -138,7 +169,7 @@ void TokenFileWriter::finish() {
   if (!block_.empty()) write_block();
   std::vector<unsigned char> head;
   head.insert(head.end(), kTokenFileMagic, kTokenFileMagic + 8);
-  put_le(head, kTokenFileVersion, 4);
+  put_le(head, bytes_ == 4 ? kTokenFileVersionWide : kTokenFileVersion, 4);
   put_le(head, static_cast<uint64_t>(vocab_size_), 4);
   put_le(head, count_, 8);
   put_le(head, kTokenBlock, 4);
@@ -147,15 +178,15 @@ void TokenFileWriter::finish() {
   // The ids move up past the header, last bytes first, so none is overwritten before it is read.
   const int fd = file_->fd();
   const std::string& tmp = file_->temp_path();
-  block_.resize(kTokenBlock);  // the buffer of the move (its capacity already)
-  const uint64_t chunk = 2 * block_.size();
-  for (uint64_t end = 2 * count_; end > 0;) {
+  const uint64_t chunk = uint64_t(bytes_) * kTokenBlock;
+  io_.resize(chunk);  // the buffer of the move
+  for (uint64_t end = uint64_t(bytes_) * count_; end > 0;) {
     const uint64_t n = std::min(end, chunk);
-    pread_all(fd, block_.data(), n, end - n, tmp);
-    pwrite_all(fd, block_.data(), n, end - n + head.size(), tmp);
+    pread_all(fd, io_.data(), n, end - n, tmp);
+    pwrite_all(fd, io_.data(), n, end - n + head.size(), tmp);
     end -= n;
   }
-  block_.clear();
+  io_.clear();
   pwrite_all(fd, head.data(), head.size(), 0, tmp);
   file_->commit();
   finished_ = true;
@@ -174,8 +205,9 @@ void write_token_file(const std::string& path, const std::vector<uint16_t>& ids,
 
 // ---- mapping -------------------------------------------------------------------
 
-MappedTokens MappedTokens::map(const std::string& path, uint64_t offset, uint64_t count) {
-  BRAID_CHECK(offset % 2 == 0, "token file ", path, ": ids at odd offset ", offset);
+MappedTokens MappedTokens::map(const std::string& path, uint64_t offset, uint64_t count, int bytes) {
+  BRAID_CHECK((bytes == 2 || bytes == 4) && offset % uint64_t(bytes) == 0, "token file ", path, ": ids of ", bytes,
+              " bytes at offset ", offset);
   MappedTokens m;
   if (count == 0) return m;  // mmap refuses length 0
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -186,7 +218,7 @@ MappedTokens MappedTokens::map(const std::string& path, uint64_t offset, uint64_
     ::close(fd);
     throw ConfigError(detail::concat("token file ", path, " cannot be read: ", std::strerror(e)));
   }
-  const uint64_t need = offset + 2 * count;
+  const uint64_t need = offset + uint64_t(bytes) * count;
   if (static_cast<uint64_t>(st.st_size) < need) {
     ::close(fd);
     throw DataError(detail::concat("token file ", path, " has ", st.st_size, " bytes, fewer than the ", need,
@@ -202,20 +234,21 @@ MappedTokens MappedTokens::map(const std::string& path, uint64_t offset, uint64_
                                      "; check the address-space limit (ulimit -v)"));
   m.base_ = p;
   m.map_bytes_ = need;
-  m.data_ = reinterpret_cast<const uint16_t*>(static_cast<const unsigned char*>(p) + offset);
+  m.data_ = static_cast<const unsigned char*>(p) + offset;
   m.size_ = count;
+  m.wide_ = bytes == 4;
   return m;
 }
 
 MappedTokens::MappedTokens(MappedTokens&& o) noexcept
-    : base_(o.base_), map_bytes_(o.map_bytes_), data_(o.data_), size_(o.size_) {
+    : base_(o.base_), map_bytes_(o.map_bytes_), data_(o.data_), size_(o.size_), wide_(o.wide_) {
   o.base_ = nullptr, o.map_bytes_ = 0, o.data_ = nullptr, o.size_ = 0;
 }
 
 MappedTokens& MappedTokens::operator=(MappedTokens&& o) noexcept {
   if (this != &o) {
     release();
-    base_ = o.base_, map_bytes_ = o.map_bytes_, data_ = o.data_, size_ = o.size_;
+    base_ = o.base_, map_bytes_ = o.map_bytes_, data_ = o.data_, size_ = o.size_, wide_ = o.wide_;
     o.base_ = nullptr, o.map_bytes_ = 0, o.data_ = nullptr, o.size_ = 0;
   }
   return *this;
@@ -235,8 +268,9 @@ namespace {
 constexpr uint32_t kGpt2Vocab = 50257;
 
 // Position of the first id >= limit in ids[0, n), or n. The max runs vectorized.
-size_t first_out_of_range(const uint16_t* ids, size_t n, uint32_t limit) {
-  uint16_t mx = 0;
+template <typename Id>
+size_t first_out_of_range(const Id* ids, size_t n, uint32_t limit) {
+  Id mx = 0;
   for (size_t i = 0; i < n; ++i) mx = std::max(mx, ids[i]);
   if (mx < limit) return n;
   size_t i = 0;
@@ -247,7 +281,8 @@ size_t first_out_of_range(const uint16_t* ids, size_t n, uint32_t limit) {
 // `count` GPT-2 ids at byte `offset` of `path` (llm.c, nanoGPT: no checksums), checked < 50257.
 MappedTokens map_gpt2_ids(const std::string& path, uint64_t offset, uint64_t count, const char* kind) {
   MappedTokens ids = MappedTokens::map(path, offset, count);
-  const size_t bad = first_out_of_range(ids.data(), ids.size(), kGpt2Vocab);
+  const size_t bad =
+      first_out_of_range(static_cast<const uint16_t*>(ids.raw()), ids.size(), kGpt2Vocab);
   if (bad < ids.size())
     throw DataError(detail::concat(kind, " token file ", path, ": token ", ids[bad], " at position ", bad,
                                    " is not a GPT-2 id (< ", kGpt2Vocab, "); is it another tokenizer's file?"));
@@ -316,8 +351,9 @@ TokenFile read_token_file(const std::string& path, TokenFormat format) {
                   "uint16 files pass --data-format nanogpt");
   TokenFile tf;
   tf.version = static_cast<uint32_t>(get_le(hdr + 8, 4));
-  if (tf.version != 1 && tf.version != kTokenFileVersion)
-    throw corrupt(detail::concat("version ", tf.version, ", this build reads versions 1 and ", kTokenFileVersion));
+  if (tf.version != 1 && tf.version != kTokenFileVersion && tf.version != kTokenFileVersionWide)
+    throw corrupt(detail::concat("version ", tf.version, ", this build reads versions 1 to ", kTokenFileVersionWide));
+  const int bytes = tf.version == kTokenFileVersionWide ? 4 : 2;
   uint64_t block = 0;
   uint64_t head = 24;
   if (tf.version >= 2) {
@@ -328,27 +364,32 @@ TokenFile read_token_file(const std::string& path, TokenFormat format) {
     head = kTokenFileHeaderBytes;
   }
   tf.vocab_size = static_cast<uint32_t>(get_le(hdr + 12, 4));
-  if (tf.vocab_size == 0 || tf.vocab_size > 65536)
-    throw corrupt(detail::concat("vocab_size ", tf.vocab_size, " is not in [1, 65536]"));
+  const uint32_t max_vocab = bytes == 4 ? kMaxWideVocab : 65536;
+  if (tf.vocab_size == 0 || tf.vocab_size > max_vocab)
+    throw corrupt(detail::concat("vocab_size ", tf.vocab_size, " is not in [1, ", max_vocab, "] (version ", tf.version,
+                                 ")"));
   const uint64_t count = get_le(hdr + 16, 8);
   const uint64_t blocks = block ? (count + block - 1) / block : 0;
-  if (count > size / 2 || size != head + 4 * blocks + 2 * count)
-    throw corrupt(detail::concat("header says ", count, " tokens (", head + 4 * blocks + 2 * count,
+  if (count > size / uint64_t(bytes) || size != head + 4 * blocks + uint64_t(bytes) * count)
+    throw corrupt(detail::concat("header says ", count, " tokens (", head + 4 * blocks + uint64_t(bytes) * count,
                                  " bytes) but the file has ", size, " bytes (truncated?)"));
-  std::vector<unsigned char> crcs(4 * blocks);  // 4 bytes per MiB of ids
+  std::vector<unsigned char> crcs(4 * blocks);  // 4 bytes per block of ids
   if (blocks && !in.read(crcs.data(), crcs.size())) throw corrupt("short read");
-  tf.tokens = MappedTokens::map(path, head + 4 * blocks, count);
+  tf.tokens = MappedTokens::map(path, head + 4 * blocks, count, bytes);
   // Each block's checksum, then its ids, while its pages are fresh in cache;
   // a version-1 file (no checksums) is checked in blocks of the same size.
   const uint64_t step = block ? block : kTokenBlock;
+  const unsigned char* all = static_cast<const unsigned char*>(tf.tokens.raw());
   for (uint64_t a = 0; a < count; a += step) {
     const uint64_t n = std::min(step, count - a);
-    const uint16_t* ids = tf.tokens.data() + a;
-    if (block && kVerifyChecksums && crc32(ids, 2 * n) != get_le(crcs.data() + 4 * (a / block), 4))
+    const unsigned char* ids = all + a * uint64_t(bytes);
+    if (block && kVerifyChecksums && crc32(ids, uint64_t(bytes) * n) != get_le(crcs.data() + 4 * (a / block), 4))
       throw corrupt(detail::concat("the checksum of tokens ", a, "..", a + n - 1, " does not match (a changed byte)"));
-    const size_t bad = first_out_of_range(ids, n, tf.vocab_size);
+    const size_t bad = bytes == 4 ? first_out_of_range(reinterpret_cast<const uint32_t*>(ids), n, tf.vocab_size)
+                                  : first_out_of_range(reinterpret_cast<const uint16_t*>(ids), n, tf.vocab_size);
     if (bad < n)
-      throw corrupt(detail::concat("token ", ids[bad], " at position ", a + bad, " >= vocab_size ", tf.vocab_size));
+      throw corrupt(detail::concat("token ", tf.tokens[a + bad], " at position ", a + bad, " >= vocab_size ",
+                                   tf.vocab_size));
   }
   return tf;
 }

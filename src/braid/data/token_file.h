@@ -10,6 +10,8 @@
 //   offset 28  uint32   CRC-32 (zlib's) of bytes 0..27
 //   offset 32  ceil(N / B) x uint32: CRC-32 of each block's id bytes
 //   then       N x uint16 token ids
+// Version 3 is the same with uint32 ids, for vocabularies over 65,536 (Llama
+// 3's 128,256); writers use it only when the vocabulary does not fit uint16.
 // Version 1 (no checksums: the 24-byte header, then the ids) is still read.
 // Each document is preceded by the end-of-text token (50256 for GPT-2).
 //
@@ -25,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "braid/data/token_view.h"
+
 namespace braid {
 class AtomicFile;
 }
@@ -33,6 +37,8 @@ namespace braid::data {
 
 inline constexpr char kTokenFileMagic[8] = {'B', 'R', 'A', 'I', 'D', 'T', 'O', 'K'};
 inline constexpr uint32_t kTokenFileVersion = 2;
+inline constexpr uint32_t kTokenFileVersionWide = 3;  // uint32 ids
+inline constexpr uint32_t kMaxWideVocab = uint32_t{1} << 31;  // ids stay int32 in the model
 inline constexpr size_t kTokenFileHeaderBytes = 32;   // version 2; version 1's is 24
 inline constexpr uint32_t kTokenBlock = 1u << 19;     // tokens per checksummed block
 
@@ -50,32 +56,39 @@ inline constexpr int32_t kLlmcTokenMagic = 20240520;
 class MappedTokens {
  public:
   MappedTokens() = default;
-  /// Maps `count` uint16 ids at byte `offset` (even) of `path`; the map starts
-  /// at byte 0, as mmap offsets must be page-aligned. Throws ConfigError naming
-  /// the path when it cannot be opened or mapped, DataError when the file is
-  /// shorter than offset + 2 * count bytes.
-  static MappedTokens map(const std::string& path, uint64_t offset, uint64_t count);
+  /// Maps `count` ids of `bytes` each (2: uint16, 4: uint32) at byte `offset`
+  /// (a multiple of `bytes`) of `path`; the map starts at byte 0, as mmap
+  /// offsets must be page-aligned. Throws ConfigError naming the path when it
+  /// cannot be opened or mapped, DataError when the file is shorter than
+  /// offset + bytes * count bytes.
+  static MappedTokens map(const std::string& path, uint64_t offset, uint64_t count, int bytes = 2);
   MappedTokens(MappedTokens&& o) noexcept;
   MappedTokens& operator=(MappedTokens&& o) noexcept;
   MappedTokens(const MappedTokens&) = delete;
   MappedTokens& operator=(const MappedTokens&) = delete;
   ~MappedTokens();
 
-  const uint16_t* data() const { return data_; }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  uint16_t operator[](size_t i) const { return data_[i]; }
-  const uint16_t* begin() const { return data_; }
-  const uint16_t* end() const { return data_ + size_; }
-  std::span<const uint16_t> span() const { return {data_, size_}; }
-  operator std::span<const uint16_t>() const { return span(); }
+  /// True when the ids are uint32 (a version-3 file).
+  bool wide() const { return wide_; }
+  uint32_t operator[](size_t i) const { return view()[i]; }
+  /// The ids, of either width.
+  TokenView view() const {
+    return wide_ ? TokenView(std::span<const uint32_t>(static_cast<const uint32_t*>(data_), size_))
+                 : TokenView(std::span<const uint16_t>(static_cast<const uint16_t*>(data_), size_));
+  }
+  operator TokenView() const { return view(); }
+  /// The first id's bytes (uint16 or uint32 ids, per wide()).
+  const void* raw() const { return data_; }
 
  private:
   void release();
   void* base_ = nullptr;  // the mapping: bytes [0, map_bytes_) of the file
   size_t map_bytes_ = 0;
-  const uint16_t* data_ = nullptr;
+  const void* data_ = nullptr;
   size_t size_ = 0;
+  bool wide_ = false;
 };
 
 struct TokenFile {
@@ -85,8 +98,9 @@ struct TokenFile {
   MappedTokens tokens;           // (N,) ids, mapped read-only
 };
 
-/// Writes a version-2 token file from ids appended in pieces, in memory
-/// bounded by one checksum block (1 MiB) plus 4 bytes per block: ids go to
+/// Writes a version-2 token file (version 3, uint32 ids, when vocab_size
+/// exceeds 65,536) from ids appended in pieces, in memory bounded by one
+/// checksum block (1 or 2 MiB) plus 4 bytes per block: ids go to
 /// `<path>.tmp.<pid>` (parent directories created) as they come, each block's
 /// CRC-32 as it completes. finish() moves the ids up by the size of the header
 /// and checksum table (known only then), writes those in front, fsyncs and
@@ -94,7 +108,7 @@ struct TokenFile {
 /// its temporary file and leaves `path` as it was.
 class TokenFileWriter {
  public:
-  /// Throws braid::Error unless 0 < vocab_size <= 65536, ConfigError when the
+  /// Throws braid::Error unless 0 < vocab_size <= 2^31, ConfigError when the
   /// temporary file cannot be created (naming it).
   TokenFileWriter(std::string path, int64_t vocab_size);
   ~TokenFileWriter();
@@ -127,12 +141,14 @@ class TokenFileWriter {
   std::unique_ptr<AtomicFile> file_;
   uint64_t count_ = 0;            // ids appended
   uint64_t on_disk_ = 0;          // ids in the temporary file: whole blocks
-  std::vector<uint16_t> block_;   // the ids after them, fewer than kTokenBlock
+  int bytes_ = 2;                 // per id on disk: 2, or 4 for a wide vocabulary
+  std::vector<uint32_t> block_;   // the ids after them, fewer than kTokenBlock
+  std::vector<unsigned char> io_; // a block's bytes as written or read back
   std::vector<uint32_t> crcs_;    // CRC-32 of each block on disk
   bool finished_ = false;
 };
 
-/// Writes `ids` (each in [0, vocab_size), vocab_size <= 65536) to `path`
+/// Writes `ids` (each in [0, vocab_size), vocab_size <= 2^31) to `path`
 /// atomically with a TokenFileWriter. Throws braid::Error on an out-of-range
 /// id and braid::ConfigError on an I/O failure (naming the path).
 void write_token_file(const std::string& path, const std::vector<int32_t>& ids, int64_t vocab_size);

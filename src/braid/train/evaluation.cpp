@@ -8,7 +8,7 @@
 
 namespace braid::train {
 
-float validation_loss(std::span<const uint16_t> val, const ValidationShape& s, int rank, int size,
+float validation_loss(data::TokenView val, const ValidationShape& s, int rank, int size,
                       const BatchLoss& loss, comm::Communicator* group) {
   const int64_t B = s.micro_batch, T = s.seq_len;
   const size_t windows = val.size() - static_cast<size_t>(T);
@@ -31,7 +31,7 @@ float validation_loss(std::span<const uint16_t> val, const ValidationShape& s, i
   return mean;
 }
 
-WindowLoss window_loss(std::span<const uint16_t> tokens, int64_t T, int64_t B, int64_t max_windows, int rank,
+WindowLoss window_loss(data::TokenView tokens, int64_t T, int64_t B, int64_t max_windows, int rank,
                        int size, const BatchLoss& loss, comm::Communicator* group) {
   int64_t W = tokens.size() > 0 ? static_cast<int64_t>((tokens.size() - 1) / static_cast<size_t>(T)) : 0;
   if (max_windows > 0) W = std::min(W, max_windows);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <span>
 
+#include "braid/data/token_view.h"
 #include "braid/comm/communicator.h"
 
 namespace braid::train {
@@ -15,7 +16,7 @@ namespace braid::train {
 /// windows start at tokens[offsets[0..B)]: window b predicts
 /// tokens[o_b + 1, o_b + T] from tokens[o_b, o_b + T). The same value on every
 /// rank that calls it; collective over whatever the forward spans.
-using BatchLoss = std::function<float(std::span<const uint16_t> tokens, const size_t* offsets, int64_t B, int64_t T)>;
+using BatchLoss = std::function<float(data::TokenView tokens, const size_t* offsets, int64_t B, int64_t T)>;
 
 /// The batch sizes of a periodic validation: `batches` global batches of
 /// `global_batch` sequences of T tokens, in micro-batches of B.
@@ -28,7 +29,7 @@ struct ValidationShape {
 /// evaluating ranks scores its slice of each global batch; the means are
 /// averaged over `group` (nullptr when size is 1). Every rank of the forward
 /// calls it.
-float validation_loss(std::span<const uint16_t> val, const ValidationShape& s, int rank, int size,
+float validation_loss(data::TokenView val, const ValidationShape& s, int rank, int size,
                       const BatchLoss& loss, comm::Communicator* group);
 
 /// Loss over consecutive windows of a token stream (window_loss).
@@ -47,7 +48,7 @@ struct WindowLoss {
 /// uncounted, so collective forwards stay in step. The result is the same on
 /// every rank (the ranks' sums are added in rank order). Throws ConfigError when
 /// the stream holds no whole window.
-WindowLoss window_loss(std::span<const uint16_t> tokens, int64_t T, int64_t B, int64_t max_windows, int rank,
+WindowLoss window_loss(data::TokenView tokens, int64_t T, int64_t B, int64_t max_windows, int rank,
                        int size, const BatchLoss& loss, comm::Communicator* group);
 
 }  // namespace braid::train

@@ -13,9 +13,9 @@
 namespace braid::train {
 
 namespace {
-void check_ids(std::span<const uint16_t> d, const char* what, const model::GPTConfig& cfg,
+void check_ids(data::TokenView d, const char* what, const model::GPTConfig& cfg,
                bool vocab_given) {
-  const uint16_t mx = d.empty() ? uint16_t{0} : *std::max_element(d.begin(), d.end());
+  const uint32_t mx = d.max();
   BRAID_CONFIG_CHECK(mx < cfg.vocab_size, what, " data holds token id ", mx, " outside the model's vocabulary of ",
                      cfg.vocab_size,
                      vocab_given ? "; use --vocab-size " + std::to_string(int64_t(mx) + 1) + " or more (or drop it)"
@@ -23,8 +23,8 @@ void check_ids(std::span<const uint16_t> d, const char* what, const model::GPTCo
 }
 }  // namespace
 
-void check_token_data(const TrainOptions& opt, const model::GPTConfig& cfg, std::span<const uint16_t> train,
-                      std::span<const uint16_t> val) {
+void check_token_data(const TrainOptions& opt, const model::GPTConfig& cfg, data::TokenView train,
+                      data::TokenView val) {
   check_ids(train, "training", cfg, opt.vocab_size > 0);
   if (val.empty() || opt.val_every <= 0) return;
   check_ids(val, "validation", cfg, opt.vocab_size > 0);

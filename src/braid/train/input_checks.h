@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/data/token_view.h"
 #include "braid/model/gpt.h"
 #include "braid/train/options.h"
 
@@ -15,8 +16,8 @@ namespace braid::train {
 /// read when validation is on; empty: none) is outside cfg's vocabulary, naming
 /// the id and the --vocab-size that fits, or when `val` holds fewer than
 /// --seq-len + 1 tokens.
-void check_token_data(const TrainOptions& opt, const model::GPTConfig& cfg, std::span<const uint16_t> train,
-                      std::span<const uint16_t> val);
+void check_token_data(const TrainOptions& opt, const model::GPTConfig& cfg, data::TokenView train,
+                      data::TokenView val);
 
 /// --save / --save-every / --keep-last / --resume / --inject-save-fault taken
 /// together: throws ConfigError for a flag that would do nothing or a bad value.

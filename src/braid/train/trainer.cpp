@@ -24,7 +24,7 @@
 namespace braid::train {
 
 Trainer::Trainer(const TrainOptions& options, comm::Communicator& world,
-                 std::span<const uint16_t> train, std::span<const uint16_t> val)
+                 data::TokenView train, data::TokenView val)
     : opt_(options), world_(world), train_(train), val_(val), tracer_(std::make_shared<TraceRecorder>(options.trace_out)) {
   const model::GPTConfig cfg = parallel::model_config(opt_);
   opt_.nodes = world.node_map();
@@ -143,7 +143,7 @@ struct EvalMode {
 };
 }  // namespace
 
-void Trainer::load_batch(const uint16_t* data, const size_t* offsets, int64_t B, int64_t T) {
+void Trainer::load_batch(data::TokenView data, const size_t* offsets, int64_t B, int64_t T) {
   int32_t *tokens = tokens_.as<int32_t>(), *targets = targets_.as<int32_t>();
   data::gather_batch(data, offsets, B, T, tokens, targets);
   if (cp_size_ == 1) return;
@@ -151,10 +151,10 @@ void Trainer::load_batch(const uint16_t* data, const size_t* offsets, int64_t B,
   parallel::context::keep_local_tokens(targets, B, cp_layout_);
 }
 
-float Trainer::batch_loss(std::span<const uint16_t> tokens, const size_t* offsets, int64_t B, int64_t T) {
+float Trainer::batch_loss(data::TokenView tokens, const size_t* offsets, int64_t B, int64_t T) {
   BRAID_CHECK(cp_size_ == 1 || T == opt_.seq_len, "context parallel: windows of ", T, " tokens, the run's are ",
               opt_.seq_len);
-  if (model_->is_first_stage() || model_->is_last_stage()) load_batch(tokens.data(), offsets, B, T);
+  if (model_->is_first_stage() || model_->is_last_stage()) load_batch(tokens, offsets, B, T);
   float l = forward_pass(tokens_.as<int32_t>(), targets_.as<int32_t>(), B, T / cp_size_);
   // Each CP rank's mean over its equal share of the tokens: their mean is the sequence's.
   if (cp_size_ > 1) ctx_->cp()->all_reduce(&l, &l, 1, DType::f32, comm::ReduceOp::avg);
@@ -174,7 +174,7 @@ float Trainer::evaluate() {
                          size > 1 ? &ctx_->dp() : nullptr);
 }
 
-WindowLoss Trainer::evaluate_windows(std::span<const uint16_t> tokens, int64_t max_windows) {
+WindowLoss Trainer::evaluate_windows(data::TokenView tokens, int64_t max_windows) {
   BRAID_CONFIG_CHECK(!ps_, "evaluation runs without a parameter server; drop --dp-mode ps");
   BRAID_CONFIG_CHECK(cp_size_ == 1, "evaluation windows run on whole sequences; evaluate without --cp");
   const int64_t T = opt_.seq_len;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/data/token_view.h"
 #include "braid/comm/communicator.h"
 #include "braid/core/memory.h"
 #include "braid/model/gpt.h"
@@ -39,12 +40,12 @@ namespace braid::train {
 class Trainer {
  public:
   /// An empty `val` means no validation stream.
-  Trainer(const TrainOptions& opt, comm::Communicator& world, std::span<const uint16_t> train,
-          std::span<const uint16_t> val);
+  Trainer(const TrainOptions& opt, comm::Communicator& world, data::TokenView train,
+          data::TokenView val);
   /// The same with the validation stream by pointer (nullptr: none).
-  Trainer(const TrainOptions& opt, comm::Communicator& world, std::span<const uint16_t> train,
+  Trainer(const TrainOptions& opt, comm::Communicator& world, data::TokenView train,
           const std::vector<uint16_t>* val)
-      : Trainer(opt, world, train, val ? std::span<const uint16_t>(*val) : std::span<const uint16_t>()) {}
+      : Trainer(opt, world, train, val ? data::TokenView(*val) : data::TokenView()) {}
   ~Trainer();
 
   /// Runs steps [start, opt.steps): resumes from opt.resume if set, logs,
@@ -60,7 +61,7 @@ class Trainer {
   /// world (every rank calls it; the result is the same on all). Throws
   /// ConfigError when the stream holds no whole window or, under sequence
   /// parallelism, when T does not divide by --tp.
-  WindowLoss evaluate_windows(std::span<const uint16_t> tokens, int64_t max_windows);
+  WindowLoss evaluate_windows(data::TokenView tokens, int64_t max_windows);
   /// Samples `n` tokens after `prompt` (rank-local; deterministic from the seed).
   std::vector<int32_t> sample(const std::vector<int32_t>& prompt, int64_t n, uint64_t seed);
 
@@ -119,8 +120,8 @@ class Trainer {
 
   TrainOptions opt_;
   comm::Communicator& world_;
-  std::span<const uint16_t> train_;  // (N,) token ids
-  std::span<const uint16_t> val_;    // (N_val,); empty: no validation
+  data::TokenView train_;  // (N,) token ids
+  data::TokenView val_;    // (N_val,); empty: no validation
   MemoryLedger ledger_;
   std::unique_ptr<model::GPT> model_;
   Buffer tokens_, targets_;      // (micro_batch, T) int32
@@ -144,7 +145,7 @@ class Trainer {
   float forward_pass(const int32_t* tokens, const int32_t* targets, int64_t B, int64_t T);
   /// Gathers the (B, T) windows at `offsets` of `tokens` and runs forward_pass;
   /// the loss on every pipeline rank (evaluation.h's BatchLoss).
-  float batch_loss(std::span<const uint16_t> tokens, const size_t* offsets, int64_t B, int64_t T);
+  float batch_loss(data::TokenView tokens, const size_t* offsets, int64_t B, int64_t T);
   /// Forward over `context`; the full logits row of position len - 1 into
   /// `row` (padded_vocab_size floats) on every rank (sampling.h's LastLogits).
   void last_logits(const std::vector<int32_t>& context, int64_t len, float* row);
@@ -163,7 +164,7 @@ class Trainer {
   model::SequenceLayout cp_layout_;  // which tokens of each sequence this rank holds
   /// Gathers micro-batch sequences (B of T + 1 tokens at `offsets`) into
   /// tokens_ and targets_, keeping this rank's chunks under context parallelism.
-  void load_batch(const uint16_t* data, const size_t* offsets, int64_t B, int64_t T);
+  void load_batch(data::TokenView data, const size_t* offsets, int64_t B, int64_t T);
   int64_t accum_steps_;
   int64_t start_step_ = 0;
   /// Graceful stop (preemption.h): whether any rank received a stop signal, as

@@ -34,7 +34,7 @@ class Trainer::TrainStage final : public GptStage {
 
   float forward(int j, bool first, bool last) override {
     const int64_t B = t_.opt_.micro_batch;
-    if (first || last) t_.load_batch(t_.train_.data(), offsets_.data() + j * B, B, t_.opt_.seq_len);
+    if (first || last) t_.load_batch(t_.train_, offsets_.data() + j * B, B, t_.opt_.seq_len);
     dropout_key(j);
     return m_.forward(first ? t_.tokens_.as<int32_t>() : nullptr, last ? t_.targets_.as<int32_t>() : nullptr, B, T_);
   }
