@@ -90,6 +90,7 @@ void run_step_bench(const StepBenchArgs& a, comm::Communicator& world) {
                         {"mfu_fma", flops_tok * tps / fma}, {"matmul_ceiling_flops", ceil.flops},
                         {"matmul_ceiling_spread", ceil.spread}, {"fma_peak_flops", fma},
                         {"flops_per_token", flops_tok},
+                        {"params", trainer.model().num_params()},
                         {"activation_bytes", trainer.ledger().peak(MemCategory::activations)},
                         {"peak_bytes", trainer.ledger().peak_total()}};
     std::ofstream(a.json) << j.dump() << "\n";

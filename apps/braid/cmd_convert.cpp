@@ -31,8 +31,10 @@ void run_export(const ConvertOptions& o) {
   const formats::ModelWeights w = formats::read_checkpoint_weights(o.checkpoint);
   if (o.format == "hf") {
     formats::export_hf(w, o.out, o.tokenizer_dir);
-    describe(w.config.is_gpt2_block() ? "wrote Hugging Face GPT2LMHeadModel" : "wrote Hugging Face LlamaForCausalLM",
-             w, o.out + " (model.safetensors, config.json, vocab.json, merges.txt)");
+    const bool gpt2 = w.config.is_gpt2_block();
+    describe(gpt2 ? "wrote Hugging Face GPT2LMHeadModel" : "wrote Hugging Face LlamaForCausalLM", w,
+             o.out + (gpt2 ? " (model.safetensors, config.json, vocab.json, merges.txt)"
+                           : " (model.safetensors, config.json, vocab.json, merges.txt, tokenizer_config.json)"));
   } else {
     formats::export_llmc(w, o.out);
     describe("wrote llm.c model file", w, o.out);
@@ -52,7 +54,7 @@ void add_export(CLI::App& app) {
   o->tokenizer_dir = data::Gpt2Tokenizer::default_dir();
   CLI::App* c = app.add_subcommand("export", "Write a checkpoint's model in another format: a Hugging Face directory or an llm.c model file");
   c->add_option("--checkpoint", o->checkpoint, "braid checkpoint to read (a file or a sharded step_<N> directory)")->required()->check(CLI::ExistingPath);
-  c->add_option("--format", o->format, "hf: a GPT2LMHeadModel directory (model.safetensors, config.json, vocab.json, merges.txt); llmc: llm.c's fp32 model file")
+  c->add_option("--format", o->format, "hf: a GPT2LMHeadModel (GPT-2 blocks) or LlamaForCausalLM (Llama blocks) directory (model.safetensors, config.json, tokenizer files); llmc: llm.c's fp32 model file (GPT-2 blocks)")
       ->required()
       ->transform(one_of({"hf", "llmc"}));
   c->add_option("out", o->out, "Output: a directory (hf) or a file (llmc)")->required();
@@ -64,8 +66,8 @@ void add_export(CLI::App& app) {
 
 void add_import(CLI::App& app) {
   auto o = std::make_shared<ConvertOptions>();
-  CLI::App* c = app.add_subcommand("import", "Make a braid checkpoint from a Hugging Face GPT-2 directory or an llm.c model file");
-  c->add_option("--format", o->format, "hf: a GPT-2 directory (config.json, model.safetensors); llmc: an llm.c model file (version 3 or 5)")
+  CLI::App* c = app.add_subcommand("import", "Make a braid checkpoint from a Hugging Face GPT-2 or Llama directory or an llm.c model file");
+  c->add_option("--format", o->format, "hf: a GPT-2 or Llama directory (config.json, and model.safetensors or the shards model.safetensors.index.json names); llmc: an llm.c model file (version 3 or 5)")
       ->required()
       ->transform(one_of({"hf", "llmc"}));
   c->add_option("source", o->source, "The directory (hf) or file (llmc) to read")->required()->check(CLI::ExistingPath);

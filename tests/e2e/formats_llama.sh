@@ -6,7 +6,8 @@
 # within 1e-5; braid -> HF -> braid keeps every weight bitwise and HF -> braid
 # -> HF every tensor; a sharded directory (model.safetensors.index.json) reads
 # as the single file does; eval agrees across layouts; a resume with other
-# block and configurations braid cannot compute are refused by name.
+# block parts, configurations braid cannot compute and directories whose
+# weights and configuration disagree are refused by name.
 source "$(dirname "$0")/lib/common.bash" "$@"
 make_tokens 3 300 "the jury said that an investigation of the election produced no evidence of irregularities in the city"
 PY=/usr/bin/python3
@@ -118,4 +119,15 @@ expect_fail 2 "hidden_act 'gelu'" "$BRAID" import --format hf "$tmp/hfbad" --out
 sed 's/"num_key_value_heads": 2/"num_key_value_heads": 4/' "$tmp/hf/config.json" > "$tmp/hfbad/config.json"
 expect_fail 3 "model.layers.0.self_attn.k_proj.weight" "$BRAID" import --format hf "$tmp/hfbad" --out "$tmp/x.ckpt"
 expect_fail 2 "--format hf" "$BRAID" export --checkpoint "$ck" --format llmc "$tmp/x.bin"
+# Nothing read silently from the wrong place: an export over a sharded one is
+# refused (a reader would take the old index), a directory with both forms is
+# refused, and weights the configuration does not use (a tied head beside a
+# trained lm_head) are named, not dropped.
+expect_fail 2 "holds a sharded model" "$BRAID" export --checkpoint "$ck" --format hf "$tmp/hfs"
+cp "$tmp/hf/model.safetensors" "$tmp/hfs/"
+expect_fail 3 "holds both model.safetensors and model.safetensors.index.json" \
+  "$BRAID" import --format hf "$tmp/hfs" --out "$tmp/x.ckpt"
+sed 's/"tie_word_embeddings": false/"tie_word_embeddings": true/' "$tmp/hf/config.json" > "$tmp/hfbad/config.json"
+expect_fail 3 "tensor(s) its config.json does not use (lm_head.weight)" \
+  "$BRAID" import --format hf "$tmp/hfbad" --out "$tmp/x.ckpt"
 echo "formats_llama: ok"

@@ -113,7 +113,9 @@ model::GPTConfig llama_config_from_hf(const nlohmann::json& cfg, const std::stri
   c.n_head = num("num_attention_heads");
   c.n_kv_head = cfg.contains("num_key_value_heads") && !cfg["num_key_value_heads"].is_null()
                     ? num("num_key_value_heads") : c.n_head;
-  c.vocab_size = num("vocab_size"), c.block_size = num("max_position_embeddings");
+  // transformers' LlamaConfig defaults where a field may be left out.
+  c.vocab_size = num("vocab_size");
+  c.block_size = cfg.contains("max_position_embeddings") ? num("max_position_embeddings") : 2048;
   c.padded_vocab_size = model::GPTConfig::pad_vocab(c.vocab_size);
   if (cfg.contains("head_dim") && !cfg["head_dim"].is_null())
     BRAID_CONFIG_CHECK(num("head_dim") * c.n_head == c.n_embd, where, ": head_dim ", num("head_dim"), " x ",
@@ -126,17 +128,21 @@ model::GPTConfig llama_config_from_hf(const nlohmann::json& cfg, const std::stri
   c.bias = attention_bias;
   c.tied_head = flag("tie_word_embeddings", false);
   c.rope_scaling = {};
-  if (cfg.contains("rope_scaling") && !cfg["rope_scaling"].is_null()) {
-    const auto& rs = cfg["rope_scaling"];
-    BRAID_DATA_CHECK(rs.is_object(), where, ": rope_scaling is ", rs.dump(), ", expected an object or null");
-    const std::string rt = rs.value("rope_type", rs.value("type", ""));
-    BRAID_CONFIG_CHECK(rt == "llama3", where, ": rope_scaling type '", rt, "'; braid computes Llama 3's (llama3)");
+  const nlohmann::json rs = cfg.value("rope_scaling", nlohmann::json());
+  BRAID_DATA_CHECK(rs.is_null() || rs.is_object(), where, ": rope_scaling is ", rs.dump(), ", expected an object or null");
+  const std::string rt = rs.is_object() ? rs.value("rope_type", rs.value("type", std::string("default"))) : "default";
+  if (rt != "default") {  // "default": no scaling, as null
+    BRAID_CONFIG_CHECK(rt == "llama3", where, ": rope_scaling type '", rt,
+                       "'; braid computes none (default) and Llama 3's (llama3)");
     auto get = [&](const char* k) {
       BRAID_DATA_CHECK(rs.contains(k) && rs[k].is_number(), where, ": rope_scaling.", k, " is missing or not a number");
       return rs[k].get<double>();
     };
+    BRAID_DATA_CHECK(rs.contains("original_max_position_embeddings") &&
+                         rs["original_max_position_embeddings"].is_number_integer(),
+                     where, ": rope_scaling.original_max_position_embeddings is missing or not an integer");
     c.rope_scaling = {get("factor"), get("low_freq_factor"), get("high_freq_factor"),
-                      static_cast<int64_t>(get("original_max_position_embeddings"))};
+                      rs["original_max_position_embeddings"].get<int64_t>()};
   }
   c.name = "hf llama";
   c.validate();
@@ -181,8 +187,17 @@ void export_hf_llama(const ModelWeights& w, const std::string& dir, const std::s
   const model::GPTConfig& c = w.config;
   BRAID_CONFIG_CHECK(is_llama_block(c), "braid export --format hf: model '", c.name, "' has a ",
                      model::GPTConfig::norm_name(c.norm), " / ", model::GPTConfig::positions_name(c.positions), " / ",
-                     model::GPTConfig::mlp_name(c.mlp), " block, which neither GPT2LMHeadModel nor LlamaForCausalLM computes");
+                     model::GPTConfig::mlp_name(c.mlp), " block with ", c.kv_heads(), " key/value heads for ", c.n_head,
+                     " query heads and an MLP of ", c.hidden(), " for width ", c.n_embd,
+                     ": GPT2LMHeadModel needs as many key/value heads as heads and an MLP of 4 x width, "
+                     "LlamaForCausalLM rmsnorm / rope / swiglu; no Hugging Face class computes it");
   make_writable_directory(dir, "braid export");
+  // A sharded export left in the directory would be read instead of this one
+  // (braid and this export's own readers prefer the index): refuse, losing nothing.
+  std::error_code ec;
+  BRAID_CONFIG_CHECK(!std::filesystem::exists(dir + "/model.safetensors.index.json", ec), "braid export: ", dir,
+                     " holds a sharded model (model.safetensors.index.json) that a reader would take instead of "
+                     "the model.safetensors written now; export into an empty directory or remove that index and its shards");
   const auto table = model::param_table(c);
   const auto by_name = index_by_name(table);
   std::vector<TensorView> views;
@@ -214,6 +229,10 @@ TensorSource open_tensors(const std::string& dir) {
   TensorSource s;
   const std::string index = dir + "/model.safetensors.index.json";
   std::error_code ec;
+  // Both forms at once: which holds the model is not knowable; refuse.
+  BRAID_DATA_CHECK(!std::filesystem::exists(index, ec) || !std::filesystem::exists(dir + "/model.safetensors", ec),
+                   dir, " holds both model.safetensors and model.safetensors.index.json; keep the one that is "
+                   "the model and remove the other");
   if (!std::filesystem::exists(index, ec)) {
     auto f = std::make_shared<SafetensorsFile>(SafetensorsFile::read(dir + "/model.safetensors"));
     for (const auto& [name, e] : f->entries()) s.by_tensor[name] = f.get();
@@ -229,6 +248,24 @@ TensorSource open_tensors(const std::string& dir) {
     s.by_tensor[tensor] = f.get();
   }
   return s;
+}
+
+// Every tensor of the directory is one the configuration reads (older
+// checkpoints' rotary `inv_freq` buffers aside): a tensor left over means the
+// configuration and the weights disagree (fewer layers, a tied head beside a
+// trained lm_head), and reading on would silently drop trained weights.
+void check_all_used(const TensorSource& src, const std::vector<HfPiece>& pieces, const std::string& dir) {
+  std::map<std::string, bool> used;
+  for (const HfPiece& p : pieces) used[p.hf_name] = true;
+  std::string unused;
+  size_t n = 0;
+  for (const auto& [name, file] : src.by_tensor) {
+    if (used.count(name) || name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+    if (n++ < 4) unused += (unused.empty() ? "" : ", ") + name;
+  }
+  BRAID_DATA_CHECK(n == 0, dir, " holds ", n, " tensor(s) its config.json does not use (", unused,
+                   n > 4 ? ", ..." : "", "); the configuration and the weights disagree (layer count, "
+                   "tie_word_embeddings, biases): fix config.json");
 }
 
 }  // namespace
@@ -257,7 +294,9 @@ ModelWeights import_hf_llama(const std::string& dir) {
   w.params.assign(model::unit_bounds(w.config).back(), 0.f);
   const auto by_name = index_by_name(table);
   const TensorSource src = open_tensors(dir);
-  for (const HfPiece& p : llama_pieces(w.config)) {
+  const std::vector<HfPiece> pieces = llama_pieces(w.config);
+  check_all_used(src, pieces, dir);
+  for (const HfPiece& p : pieces) {
     auto it = src.by_tensor.find(p.hf_name);
     BRAID_DATA_CHECK(it != src.by_tensor.end(), dir, ": tensor ", p.hf_name, " is missing");
     const SafetensorsFile& f = *it->second;

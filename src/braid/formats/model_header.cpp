@@ -47,7 +47,8 @@ void read_block_header(const nlohmann::json& h, model::GPTConfig& c) {
   using J = nlohmann::json;
   const int64_t version = field(b, "version", &J::is_number_integer, "an integer").get<int64_t>();
   BRAID_CONFIG_CHECK(version >= 1 && version <= kBlockVersion, "header field 'block.version' is ", version,
-                     "; this braid reads versions 1 to ", kBlockVersion, " (a newer braid wrote it)");
+                     "; this braid reads versions 1 to ", kBlockVersion,
+                     version > kBlockVersion ? " (a newer braid wrote it: read it with that braid)" : "");
   c.norm = GPTConfig::parse_norm(field(b, "norm", &J::is_string, "a string").get<std::string>());
   c.norm_eps = field(b, "norm_eps", &J::is_number, "a number").get<float>();
   c.positions = GPTConfig::parse_positions(field(b, "positions", &J::is_string, "a string").get<std::string>());

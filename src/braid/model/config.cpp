@@ -142,7 +142,7 @@ void GPTConfig::validate() const {
                      who, "norm_eps=", norm_eps, " rope_theta=", rope_theta, " rope scaling factor=",
                      rope_scaling.factor, " low=", rope_scaling.low_freq_factor, " high=",
                      rope_scaling.high_freq_factor, " original context=", rope_scaling.original_context,
-                     ": need eps > 0, theta > 1, factors > 0 with low < high");
+                     ": need eps > 0, theta > 1, factors > 0 with low < high, and an original context > 0");
   BRAID_CONFIG_CHECK(padded_vocab_size >= vocab_size, who, "padded_vocab_size=",
                      padded_vocab_size, " < vocab_size=", vocab_size, "; use ",
                      pad_vocab(vocab_size));

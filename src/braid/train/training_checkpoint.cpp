@@ -118,8 +118,9 @@ void note_block_differences(const nlohmann::json& hdr, const model::GPTConfig& c
   const bool mlp4 = saved.hidden() == 4 * saved.n_embd && cfg.hidden() == 4 * cfg.n_embd;
   for (const auto& [key, value] : a.items()) {
     if (b.at(key) == value || (key == "n_kv_head" && mha) || (key == "mlp_hidden" && mlp4)) continue;
+    // Parts no flag sets come with the model preset (an imported model's may match none).
     const std::string flag = key == "n_kv_head" ? "--n-kv-head" : key == "mlp_hidden" ? "--mlp-hidden"
-                             : key == "rope_theta" ? "--rope-theta" : "block part " + key;
+                             : key == "rope_theta" ? "--rope-theta" : "block part (set by --model) " + key;
     then += " " + flag + " " + value.dump();
     now += " " + flag + " " + b.at(key).dump();
   }
