@@ -135,6 +135,49 @@ TEST(CheckpointLayouts, ResumingInAnotherLayoutContinuesAsTheFileDoes) {
   std::filesystem::remove_all(dir + "s");
 }
 
+TEST(CheckpointLayouts, LlamaPiecesHoldTheFilesStateAndResumeInAnotherLayout) {
+  // The Llama block's tensors split unevenly (c_attn's q, k, v blocks of
+  // unequal heights over TP; SwiGLU's gate and up): the sharded pieces still
+  // hold the file's state bit for bit, both verify, and a resume in another
+  // layout (the untied head moving onto a pipeline's last stage) continues
+  // as the single file does.
+  const auto data = testing_harness::synthetic_tokens(20000, 7, testing_harness::kSmallVocab);
+  auto llama = [] {
+    auto o = base();
+    o.model = "llama-tiny";
+    return o;
+  };
+  const auto cfg = parallel::model_config(llama());
+  const auto full = model::param_table(cfg, 1);
+  const size_t n = model::unit_bounds(cfg, 1).back();
+  const std::string dir = testing_harness::tmp_path("braid_cl_llama_");
+  const std::pair<int, int> pairs[] = {{2, 4}, {4, 5}};
+  for (const auto& [a, b] : pairs) {
+    const Layout& from = kLayouts[a];
+    const Layout& to = kLayouts[b];
+    auto o = llama();
+    from.set(o);
+    save_run(o, from.ranks, data, dir + "f", "file");
+    save_run(o, from.ranks, data, dir + "s", "sharded");
+    const std::string file = checkpoint_path(dir + "f", o.steps), sdir = checkpoint_path(dir + "s", o.steps, true);
+    EXPECT_EQ(formats::verify_checkpoint(file).header["block"]["mlp"], "swiglu");
+    const FullState want = read_file(file, n), got = read_sharded(sdir, full, n);
+    EXPECT_TRUE(got.p == want.p && got.m == want.m && got.v == want.v) << from.name;
+    auto r = llama();
+    to.set(r);
+    r.steps = 5;
+    r.resume = file;
+    const auto via_file = run(r, to.ranks, data);
+    r.resume = sdir;
+    const auto via_dir = run(r, to.ranks, data);
+    const std::string what = std::string("llama ") + from.name + " -> " + to.name;
+    testing_harness::expect_close(via_dir.steps[0], via_file.steps[0], what, 0.0);
+    EXPECT_EQ(via_dir.hash, via_file.hash) << what;
+  }
+  std::filesystem::remove_all(dir + "f");
+  std::filesystem::remove_all(dir + "s");
+}
+
 TEST(CheckpointLayouts, AsyncSavesHoldWhatSyncSavesHoldWithinThePlannedStaging) {
   // Saved every step, sync and --async-save: the same losses, the same pieces
   // bit for bit at every step, and each rank's staging buffer within what

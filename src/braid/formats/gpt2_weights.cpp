@@ -195,14 +195,14 @@ ModelWeights import_hf(const std::string& dir) {
                      ": field ", k, " is missing or not a positive integer");
     return cfg[k].get<int64_t>();
   };
-  const std::string type = cfg.value("model_type", "");
+  const std::string type = weights_io::string_or(cfg, "model_type", "", cpath);
   if (type == "llama") return import_hf_llama(dir);
   BRAID_CONFIG_CHECK(type == "gpt2", cpath, " describes a '", type,
                      "' model; braid imports GPT-2 (model_type gpt2) and Llama (model_type llama)");
-  const std::string act = cfg.value("activation_function", "gelu_new");
+  const std::string act = weights_io::string_or(cfg, "activation_function", "gelu_new", cpath);
   BRAID_CONFIG_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", cpath, ": activation_function '", act,
                      "'; braid's GPT-2 uses the tanh GELU (gelu_new)");
-  BRAID_CONFIG_CHECK(cfg.value("tie_word_embeddings", true), cpath,
+  BRAID_CONFIG_CHECK(weights_io::bool_or(cfg, "tie_word_embeddings", true, cpath), cpath,
                      ": tie_word_embeddings is false; braid's head is tied to wte");
   BRAID_CONFIG_CHECK(!cfg.contains("n_inner") || cfg["n_inner"].is_null() || cfg["n_inner"] == 4 * num("n_embd"),
                      cpath, ": n_inner ", cfg.value("n_inner", nlohmann::json()).dump(), "; braid's MLP is 4 x n_embd");

@@ -104,9 +104,9 @@ model::GPTConfig llama_config_from_hf(const nlohmann::json& cfg, const std::stri
     BRAID_DATA_CHECK(cfg[k].is_boolean(), where, ": field ", k, " is ", cfg[k].dump(), ", expected true or false");
     return cfg[k].get<bool>();
   };
-  const std::string type = cfg.value("model_type", "");
+  const std::string type = weights_io::string_or(cfg, "model_type", "", where);
   BRAID_CONFIG_CHECK(type == "llama", where, " describes a '", type, "' model; braid imports Llama (model_type llama)");
-  const std::string act = cfg.contains("hidden_act") && cfg["hidden_act"].is_string() ? cfg["hidden_act"].get<std::string>() : "silu";
+  const std::string act = weights_io::string_or(cfg, "hidden_act", "silu", where);
   BRAID_CONFIG_CHECK(act == "silu", where, ": hidden_act '", act, "'; braid's SwiGLU gates with silu");
   model::GPTConfig c = model::GPTConfig::preset("llama-tiny");
   c.n_embd = num("hidden_size"), c.mlp_hidden = num("intermediate_size"), c.n_layer = num("num_hidden_layers");
@@ -128,9 +128,11 @@ model::GPTConfig llama_config_from_hf(const nlohmann::json& cfg, const std::stri
   c.bias = attention_bias;
   c.tied_head = flag("tie_word_embeddings", false);
   c.rope_scaling = {};
-  const nlohmann::json rs = cfg.value("rope_scaling", nlohmann::json());
+  const nlohmann::json rs = cfg.contains("rope_scaling") ? cfg["rope_scaling"] : nlohmann::json();
   BRAID_DATA_CHECK(rs.is_null() || rs.is_object(), where, ": rope_scaling is ", rs.dump(), ", expected an object or null");
-  const std::string rt = rs.is_object() ? rs.value("rope_type", rs.value("type", std::string("default"))) : "default";
+  const std::string rt =
+      rs.is_object() ? weights_io::string_or(rs, "rope_type", weights_io::string_or(rs, "type", "default", where), where)
+                     : "default";
   if (rt != "default") {  // "default": no scaling, as null
     BRAID_CONFIG_CHECK(rt == "llama3", where, ": rope_scaling type '", rt,
                        "'; braid computes none (default) and Llama 3's (llama3)");

@@ -11,6 +11,7 @@
 #include "braid/core/dtype.h"
 #include "braid/core/error.h"
 #include "braid/core/file_io.h"
+#include <nlohmann/json.hpp>
 
 namespace braid::formats::weights_io {
 
@@ -40,6 +41,22 @@ inline float element(const unsigned char* p, const std::string& t, size_t e) {
   uint16_t h;
   std::memcpy(&h, p + 2 * e, 2);
   return t == "BF16" ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+/// Field `key` of a config.json object as a string, `dflt` when absent; throws
+/// DataError naming `where` and the field when it holds another type.
+inline std::string string_or(const nlohmann::json& j, const char* key, const std::string& dflt,
+                             const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  BRAID_DATA_CHECK(j[key].is_string(), where, ": field ", key, " is ", j[key].dump(), ", expected a string");
+  return j[key].get<std::string>();
+}
+
+/// The same for a true / false field.
+inline bool bool_or(const nlohmann::json& j, const char* key, bool dflt, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  BRAID_DATA_CHECK(j[key].is_boolean(), where, ": field ", key, " is ", j[key].dump(), ", expected true or false");
+  return j[key].get<bool>();
 }
 
 }  // namespace braid::formats::weights_io
