@@ -59,6 +59,18 @@ testing_harness::RankRuns save_run(TrainOptions o, int ranks, const std::vector<
   return run(o, ranks, data);
 }
 
+// Resumes `r` on `ranks` from the file and from the sharded directory of the
+// same save: both continue alike, losses and final parameters bit for bit.
+void expect_resumes_alike(TrainOptions r, int ranks, const std::vector<uint16_t>& data, const std::string& file,
+                          const std::string& sdir, const std::string& what) {
+  r.resume = file;
+  const auto via_file = run(r, ranks, data);
+  r.resume = sdir;
+  const auto via_dir = run(r, ranks, data);
+  testing_harness::expect_close(via_dir.steps[0], via_file.steps[0], what, 0.0);
+  EXPECT_EQ(via_dir.hash, via_file.hash) << what;
+}
+
 struct Layout {
   const char* name;
   int ranks;
@@ -123,13 +135,8 @@ TEST(CheckpointLayouts, ResumingInAnotherLayoutContinuesAsTheFileDoes) {
     auto r = base();
     to.set(r);
     r.steps = 5;
-    r.resume = checkpoint_path(dir + "f", 3);
-    const auto via_file = run(r, to.ranks, data);
-    r.resume = checkpoint_path(dir + "s", 3, true);
-    const auto via_dir = run(r, to.ranks, data);
-    const std::string what = std::string(from.name) + " -> " + to.name;
-    testing_harness::expect_close(via_dir.steps[0], via_file.steps[0], what, 0.0);
-    EXPECT_EQ(via_dir.hash, via_file.hash) << what;
+    expect_resumes_alike(r, to.ranks, data, checkpoint_path(dir + "f", 3), checkpoint_path(dir + "s", 3, true),
+                         std::string(from.name) + " -> " + to.name);
   }
   std::filesystem::remove_all(dir + "f");
   std::filesystem::remove_all(dir + "s");
@@ -166,13 +173,7 @@ TEST(CheckpointLayouts, LlamaPiecesHoldTheFilesStateAndResumeInAnotherLayout) {
     auto r = llama();
     to.set(r);
     r.steps = 5;
-    r.resume = file;
-    const auto via_file = run(r, to.ranks, data);
-    r.resume = sdir;
-    const auto via_dir = run(r, to.ranks, data);
-    const std::string what = std::string("llama ") + from.name + " -> " + to.name;
-    testing_harness::expect_close(via_dir.steps[0], via_file.steps[0], what, 0.0);
-    EXPECT_EQ(via_dir.hash, via_file.hash) << what;
+    expect_resumes_alike(r, to.ranks, data, file, sdir, std::string("llama ") + from.name + " -> " + to.name);
   }
   std::filesystem::remove_all(dir + "f");
   std::filesystem::remove_all(dir + "s");

@@ -597,7 +597,6 @@ void GPT::backward_weight() {
   pending = 0;
   const int64_t C = cfg_.n_embd, Cl = C / tpn_;
   const int64_t QKVl = cfg_.qkv_width() / tpn_, Hl = cfg_.hidden() / tpn_, Fl = cfg_.fc_width() / tpn_;
-  update_rope_table();
   float* G0 = nullptr;  // unit 0 stays acquired from the head to the embedding
   if (has_head_) {
     ScopedSpan span(sink_, "backward weight head", -1, "backward");

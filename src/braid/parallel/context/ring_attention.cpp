@@ -105,19 +105,21 @@ void unfold_block(float* dq, float* dkv, const void* q, const void* kv, const vo
   const int64_t hs = p.hs, part = p.kv;
   const int64_t qlen = ql.spans.front().count, klen = kl.spans.front().count;
 #pragma omp parallel for schedule(dynamic)
-  for (int64_t bg = 0; bg < s.B * s.kv_heads(); ++bg)
-    for (int64_t bh = (bg / s.kv_heads()) * s.NH + (bg % s.kv_heads()) * p.group, j = 0; j < p.group; ++j, ++bh)
-    for (size_t qs = 0; qs < ql.spans.size(); ++qs) {
-      const int64_t qrow = bh * s.T + int64_t(qs) * qlen;
-      for (size_t ks = 0; ks < kl.spans.size(); ++ks) {
-        const int64_t krow = bg * s.T + int64_t(ks) * klen;
-        k::flash_backward_block(dq + qrow * hs, dkv + krow * hs, dkv + part + krow * hs,
-                                elem_at(q, size_t(qrow * hs), s.store), elem_at(kv, size_t(krow * hs), s.store),
-                                elem_at(kv, size_t(part + krow * hs), s.store),
-                                elem_at(dO, size_t(qrow * hs), s.store), lse + qrow, D + qrow, s.store, s.round,
-                                qlen, klen, hs, ql.spans[qs].first, kl.spans[ks].first);
+  for (int64_t bg = 0; bg < s.B * s.kv_heads(); ++bg) {
+    const int64_t bh0 = (bg / s.kv_heads()) * s.NH + (bg % s.kv_heads()) * p.group;  // the group's first query head
+    for (int64_t bh = bh0; bh < bh0 + p.group; ++bh)
+      for (size_t qs = 0; qs < ql.spans.size(); ++qs) {
+        const int64_t qrow = bh * s.T + int64_t(qs) * qlen;
+        for (size_t ks = 0; ks < kl.spans.size(); ++ks) {
+          const int64_t krow = bg * s.T + int64_t(ks) * klen;
+          k::flash_backward_block(dq + qrow * hs, dkv + krow * hs, dkv + part + krow * hs,
+                                  elem_at(q, size_t(qrow * hs), s.store), elem_at(kv, size_t(krow * hs), s.store),
+                                  elem_at(kv, size_t(part + krow * hs), s.store),
+                                  elem_at(dO, size_t(qrow * hs), s.store), lse + qrow, D + qrow, s.store, s.round,
+                                  qlen, klen, hs, ql.spans[qs].first, kl.spans[ks].first);
+        }
       }
-    }
+  }
 }
 
 // Posts the exchange of one block round the ring: send `cur` on, receive the
